@@ -1,0 +1,5 @@
+//! The `hearth` command line.
+
+fn main() -> anyhow::Result<()> {
+    Ok(())
+}

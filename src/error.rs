@@ -1,0 +1,25 @@
+//! The crate's one error type. Each module has its own error enum with the
+//! details; [`Error`] wraps them so callers can match on the module.
+
+use thiserror::Error;
+
+/// Every error the Hearth core can return.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// Reading or parsing a GGUF file failed.
+    #[error(transparent)]
+    Gguf(#[from] crate::gguf::GgufError),
+    /// A quantization format problem (unsupported type, bad shape).
+    #[error(transparent)]
+    Quant(#[from] crate::quant::QuantError),
+    /// Building or running the tokenizer failed.
+    #[error(transparent)]
+    Tokenizer(#[from] crate::model::tokenizer::TokenizerError),
+    /// Rendering a chat template failed.
+    #[error(transparent)]
+    Chat(#[from] crate::model::chat::ChatError),
+}
+
+/// `Result` with the crate's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,20 @@
+//! Hearth runs GGUF language models on the hardware people actually have.
+//!
+//! One core serves every target: it compiles natively (CPU, wgpu, CUDA and
+//! ROCm backends) and to `wasm32-unknown-unknown` for web pages. Nothing in
+//! this crate assumes files, OS threads or blocking waits: those live behind
+//! traits ([`gguf::ByteSource`]) or in the CLI and the wasm facade.
+//!
+//! The modules, in data-flow order:
+//! - [`gguf`]: the streaming GGUF reader (metadata first, tensor data in bounded chunks);
+//! - [`quant`]: the ggml type table, block layouts and the scalar reference oracle;
+//! - [`model`]: model configuration, tokenizers and chat templates.
+
+#![deny(missing_docs)]
+
+pub mod error;
+pub mod gguf;
+pub mod model;
+pub mod quant;
+
+pub use error::{Error, Result};
