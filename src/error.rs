@@ -13,6 +13,9 @@ pub enum Error {
     /// A quantization format problem (unsupported type, bad shape).
     #[error(transparent)]
     Quant(#[from] crate::quant::QuantError),
+    /// The model's configuration is missing, invalid or unsupported.
+    #[error(transparent)]
+    Config(#[from] crate::model::ConfigError),
     /// Building or running the tokenizer failed.
     #[error(transparent)]
     Tokenizer(#[from] crate::model::tokenizer::TokenizerError),

@@ -1,5 +1,43 @@
-//! The `hearth` command line.
+//! The `hearth` command line: inspect, tokenize and quantize GGUF models.
 
-fn main() -> anyhow::Result<()> {
-    Ok(())
+mod cmd;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Run GGUF language models on the hardware you have.
+#[derive(Parser)]
+#[command(name = "hearth", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Describe a model: architecture, shapes, tokenizer, tensor types, memory.
+    Info(cmd::info::Args),
+    /// Turn text into token ids as the model's tokenizer does.
+    Tokenize(cmd::tokenize::Args),
+    /// Write a copy of a model with its weights in another format.
+    Quantize(cmd::quantize::Args),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Info(args) => cmd::info::run(args),
+        Command::Tokenize(args) => cmd::tokenize::run(args),
+        Command::Quantize(args) => cmd::quantize::run(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            // One line: the error and its causes, outermost first.
+            let chain: Vec<String> = err.chain().map(|e| e.to_string()).collect();
+            eprintln!("error: {}", chain.join(": "));
+            ExitCode::FAILURE
+        }
+    }
 }
