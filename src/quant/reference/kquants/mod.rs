@@ -77,9 +77,9 @@ fn debug_check_len(blocks: usize, values: usize) {
     );
 }
 
-/// Index of the largest `|x[i]|` (the first one on ties) and that signed value.
-///
-/// Returns `(amax, max)` as ggml tracks them: `max` keeps its sign.
+/// The largest magnitude of `x` and the signed element that has it (the first
+/// one on ties), as ggml tracks them: `(amax, max)`, both 0 for an empty or
+/// all-zero slice.
 fn signed_absmax(x: &[f32]) -> (f32, f32) {
     let mut max = 0.0f32;
     let mut amax = 0.0f32;
@@ -212,17 +212,7 @@ struct Qkx2Params {
 /// `0..=nmax`. Returns `(scale, min)` with `min >= 0` meaning `x ~ scale*q - min`.
 fn make_qkx2_quants(p: Qkx2Params, x: &[f32], weights: &[f32], l: &mut [u8]) -> (f32, f32) {
     let n = x.len();
-    let mut min = x[0];
-    let mut max = x[0];
-    let mut sum_w = weights[0];
-    let mut sum_x = sum_w * x[0];
-    for i in 1..n {
-        min = if x[i] < min { x[i] } else { min };
-        max = if x[i] > max { x[i] } else { max };
-        let w = weights[i];
-        sum_w += w;
-        sum_x += w * x[i];
-    }
+    let (mut min, max, sum_w, sum_x) = qkx2_stats(x, weights);
     if min > 0.0 {
         min = 0.0;
     }
@@ -230,19 +220,18 @@ fn make_qkx2_quants(p: Qkx2Params, x: &[f32], weights: &[f32], l: &mut [u8]) -> 
         l.fill(0);
         return (0.0, -min);
     }
-    let err = |d: f32| if p.use_mad { d.abs() } else { d * d };
     // `min` moves to the best fit found so far, and later candidates are
-    // quantized against it, exactly as in ggml.
-    let quant =
-        |iscale: f32, v: f32, min: f32| nearest_int(iscale * (v - min)).clamp(0, p.nmax) as u8;
+    // quantized against it (and divide by `max - min` with it), as in ggml.
+    let quantize = |iscale: f32, min: f32, out: &mut [u8]| {
+        for (q, &v) in out.iter_mut().zip(x) {
+            *q = nearest_int(iscale * (v - min)).clamp(0, p.nmax) as u8;
+        }
+    };
     let nmax = p.nmax as f32;
     let iscale = nmax / (max - min);
     let mut scale = 1.0 / iscale;
-    let mut best_error = 0.0f32;
-    for i in 0..n {
-        l[i] = quant(iscale, x[i], min);
-        best_error += weights[i] * err(scale * f32::from(l[i]) + min - x[i]);
-    }
+    quantize(iscale, min, l);
+    let mut best_error = qkx2_error(p.use_mad, scale, min, l, x, weights);
     if p.nstep < 1 {
         return (scale, -min);
     }
@@ -250,9 +239,9 @@ fn make_qkx2_quants(p: Qkx2Params, x: &[f32], weights: &[f32], l: &mut [u8]) -> 
     let laux = &mut laux[..n];
     for is in 0..=p.nstep {
         let iscale = (p.rmin + p.rdelta * is as f32 + nmax) / (max - min);
+        quantize(iscale, min, laux);
         let (mut sum_l, mut sum_l2, mut sum_xl) = (0.0f32, 0.0f32, 0.0f32);
         for i in 0..n {
-            laux[i] = quant(iscale, x[i], min);
             let q = f32::from(laux[i]);
             let w = weights[i];
             sum_l += w * q;
@@ -267,10 +256,7 @@ fn make_qkx2_quants(p: Qkx2Params, x: &[f32], weights: &[f32], l: &mut [u8]) -> 
                 this_min = 0.0;
                 this_scale = sum_xl / sum_l2;
             }
-            let mut cur_error = 0.0f32;
-            for i in 0..n {
-                cur_error += weights[i] * err(this_scale * f32::from(laux[i]) + this_min - x[i]);
-            }
+            let cur_error = qkx2_error(p.use_mad, this_scale, this_min, laux, x, weights);
             if cur_error < best_error {
                 l.copy_from_slice(laux);
                 best_error = cur_error;
@@ -280,6 +266,31 @@ fn make_qkx2_quants(p: Qkx2Params, x: &[f32], weights: &[f32], l: &mut [u8]) -> 
         }
     }
     (scale, -min)
+}
+
+/// `(min, max, sum(w), sum(w * x))` of a group, accumulated in ggml's order.
+fn qkx2_stats(x: &[f32], weights: &[f32]) -> (f32, f32, f32, f32) {
+    let mut min = x[0];
+    let mut max = x[0];
+    let mut sum_w = weights[0];
+    let mut sum_x = sum_w * x[0];
+    for (&v, &w) in x.iter().zip(weights).skip(1) {
+        min = if v < min { v } else { min };
+        max = if v > max { v } else { max };
+        sum_w += w;
+        sum_x += w * v;
+    }
+    (min, max, sum_w, sum_x)
+}
+
+/// `sum(w * err(scale * q + min - x))` with `err` = `|.|` or `(.)^2`, in order.
+fn qkx2_error(use_mad: bool, scale: f32, min: f32, q: &[u8], x: &[f32], weights: &[f32]) -> f32 {
+    let mut error = 0.0f32;
+    for ((&q, &v), &w) in q.iter().zip(x).zip(weights) {
+        let diff = scale * f32::from(q) + min - v;
+        error += w * if use_mad { diff.abs() } else { diff * diff };
+    }
+    error
 }
 
 /// ggml's `get_scale_min_k4`: the `j`-th 6-bit scale and min of a Q4_K / Q5_K block.

@@ -461,6 +461,65 @@ fn far_below_f16_range_gives_finite_small_values() {
     check(&q8(), &x);
 }
 
+/// ggml's behaviour on NaN and infinities is garbage, but the reference must
+/// not panic (overflow checks are on in test builds).
+#[test]
+fn non_finite_inputs_do_not_panic() {
+    let mut r = Rng(11);
+    let mut x: Vec<f32> = (0..4 * QK_K).map(|_| r.normal()).collect();
+    x[3] = f32::NAN;
+    x[QK_K + 5] = f32::INFINITY;
+    x[2 * QK_K + 7] = f32::NEG_INFINITY;
+    x[3 * QK_K + 9] = f32::MAX;
+    let _ = q2().round_trip(&x);
+    let _ = q3().round_trip(&x);
+    let _ = q4().round_trip(&x);
+    let _ = q5().round_trip(&x);
+    let _ = q6().round_trip(&x);
+    let _ = q8().round_trip(&x);
+    let a = q8().quantize(&x);
+    let _ = vec_dot_q2_k_q8_k(&q2().quantize(&x), &a);
+    let _ = vec_dot_q3_k_q8_k(&q3().quantize(&x), &a);
+    let _ = vec_dot_q4_k_q8_k(&q4().quantize(&x), &a);
+    let _ = vec_dot_q5_k_q8_k(&q5().quantize(&x), &a);
+    let _ = vec_dot_q6_k_q8_k(&q6().quantize(&x), &a);
+}
+
+/// Dots accept any bit pattern (blocks read from a file) without overflow.
+#[test]
+fn dots_on_random_bits_do_not_panic() {
+    let mut r = Rng(12);
+    let nb = 16;
+    let a: Vec<BlockQ8K> = (0..nb)
+        .map(|_| random_block(&mut r, |b: &mut BlockQ8K| b.d = 1.0))
+        .collect();
+    let one = f16::from_f32(1.0);
+    let w2: Vec<BlockQ2K> = (0..nb)
+        .map(|_| random_block(&mut r, |b: &mut BlockQ2K| (b.d, b.dmin) = (one, one)))
+        .collect();
+    let w3: Vec<BlockQ3K> = (0..nb)
+        .map(|_| random_block(&mut r, |b: &mut BlockQ3K| b.d = one))
+        .collect();
+    let w4: Vec<BlockQ4K> = (0..nb)
+        .map(|_| random_block(&mut r, |b: &mut BlockQ4K| (b.d, b.dmin) = (one, one)))
+        .collect();
+    let w5: Vec<BlockQ5K> = (0..nb)
+        .map(|_| random_block(&mut r, |b: &mut BlockQ5K| (b.d, b.dmin) = (one, one)))
+        .collect();
+    let w6: Vec<BlockQ6K> = (0..nb)
+        .map(|_| random_block(&mut r, |b: &mut BlockQ6K| b.d = one))
+        .collect();
+    for v in [
+        vec_dot_q2_k_q8_k(&w2, &a),
+        vec_dot_q3_k_q8_k(&w3, &a),
+        vec_dot_q4_k_q8_k(&w4, &a),
+        vec_dot_q5_k_q8_k(&w5, &a),
+        vec_dot_q6_k_q8_k(&w6, &a),
+    ] {
+        assert!(v.is_finite());
+    }
+}
+
 #[test]
 fn nearest_int_rounds_half_to_even() {
     let cases = [
