@@ -316,3 +316,17 @@ fn pack_2bit(l: &[u8; QK_K], qs: &mut [u8; QK_K / 4]) {
         }
     }
 }
+
+/// `sums[l] += d * aux32[l]`, ggml's per-block lane update.
+#[inline]
+fn add_lanes(sums: &mut [f32; 8], d: f32, aux32: &[i32; 8]) {
+    for (s, &a) in sums.iter_mut().zip(aux32) {
+        *s += d * a as f32;
+    }
+}
+
+/// `start + sums[0] + ... + sums[7]`, in that order.
+#[inline]
+fn sum_lanes(sums: &[f32; 8], start: f32) -> f32 {
+    sums.iter().fold(start, |acc, &s| acc + s)
+}

@@ -2,7 +2,8 @@
 //! bit in `hmask`).
 
 use super::{
-    debug_check_len, make_q3_quants, make_qkx2_quants, nearest_int, pack_2bit, to_f16, Qkx2Params,
+    add_lanes, debug_check_len, make_q3_quants, make_qkx2_quants, nearest_int, pack_2bit,
+    sum_lanes, to_f16, Qkx2Params,
 };
 use crate::quant::blocks::{BlockQ2K, BlockQ3K, BlockQ8K, QK_K};
 
@@ -247,18 +248,4 @@ pub fn vec_dot_q3_k_q8_k(x: &[BlockQ3K], y: &[BlockQ8K]) -> f32 {
         add_lanes(&mut sums, d, &aux32);
     }
     sum_lanes(&sums, 0.0)
-}
-
-/// `sums[l] += d * aux32[l]`, ggml's per-block lane update.
-#[inline]
-pub(super) fn add_lanes(sums: &mut [f32; 8], d: f32, aux32: &[i32; 8]) {
-    for (s, &a) in sums.iter_mut().zip(aux32) {
-        *s += d * a as f32;
-    }
-}
-
-/// `start + sums[0] + ... + sums[7]`, in that order.
-#[inline]
-pub(super) fn sum_lanes(sums: &[f32; 8], start: f32) -> f32 {
-    sums.iter().fold(start, |acc, &s| acc + s)
 }

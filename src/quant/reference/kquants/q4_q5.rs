@@ -1,8 +1,10 @@
 //! Q4_K and Q5_K: 8 sub-blocks of 32 weights with 6-bit scales and mins,
 //! 4-bit quants (Q5_K adds a fifth bit in `qh`).
 
-use super::q2_q3::{add_lanes, sum_lanes};
-use super::{debug_check_len, get_scale_min_k4, make_qkx2_quants, nearest_int, to_f16, Qkx2Params};
+use super::{
+    add_lanes, debug_check_len, get_scale_min_k4, make_qkx2_quants, nearest_int, sum_lanes, to_f16,
+    Qkx2Params,
+};
 use crate::quant::blocks::{BlockQ4K, BlockQ5K, BlockQ8K, K_SCALE_SIZE, QK_K};
 use half::f16;
 

@@ -1,9 +1,9 @@
 //! Q6_K (16 sub-blocks of 16 weights, 8-bit scales, 6-bit quants) and Q8_K
 //! (the activation format of every k-quant dot).
 
-use super::q2_q3::{add_lanes, sum_lanes};
 use super::{
-    debug_check_len, make_qx_quants_rmse1, nearest_int, signed_absmax, to_f16, GROUP_MAX_EPS,
+    add_lanes, debug_check_len, make_qx_quants_rmse1, nearest_int, signed_absmax, sum_lanes,
+    to_f16, GROUP_MAX_EPS,
 };
 use crate::quant::blocks::{BlockQ6K, BlockQ8K, QK_K};
 use bytemuck::Zeroable;
