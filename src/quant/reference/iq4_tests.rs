@@ -89,9 +89,9 @@ fn ggml_total_error_bound() {
     }
 }
 
-/// Normalized squared error of each 256-element stretch (the worst is
-/// reported): 4-bit non-linear levels give ~0.5% on Gaussian data. Rows with
-/// outliers are worse since one value sets the scale of its block.
+/// Normalized squared error of each 256-element stretch: 4-bit non-linear
+/// levels give at most ~0.65% on these rows (outliers included: the blocks
+/// they sit in are dominated by them); the bound is about twice that.
 #[test]
 fn round_trip_normalized_error() {
     let seed = 23;
@@ -106,7 +106,7 @@ fn round_trip_normalized_error() {
                     .map(|(&a, &b)| f64::from(a - b).powi(2))
                     .sum();
                 let norm: f64 = xc.iter().map(|&a| f64::from(a).powi(2)).sum();
-                let bound = if r == 4 { 0.05 } else { 0.012 };
+                let bound = 0.012;
                 assert!(
                     err / norm < bound,
                     "seed {seed} {ty} row {r} chunk {c}: nmse {}",
