@@ -184,29 +184,9 @@ impl KvManager {
         prefix: Option<&CachedPrefix>,
         num_new_tokens: usize,
     ) -> Result<Option<Vec<Slot>>, KvError> {
-        let bs = self.pool.block_size();
         let empty = CachedPrefix::default();
         let prefix = prefix.unwrap_or(&empty);
-        let (have_tokens, have_blocks) = self
-            .seqs
-            .get(&seq)
-            .map_or((0, 0), |s| (s.num_tokens, s.table.len()));
-        if !prefix.blocks.is_empty() && self.seqs.contains_key(&seq) {
-            return Err(KvError::PrefixOnExistingSeq { seq: seq.0 });
-        }
-        self.check_prefix(seq, prefix)?;
-        let start = have_tokens + prefix.num_cached_tokens;
-        let end = start + num_new_tokens;
-        if end > tokens.len() {
-            return Err(KvError::TokensShort {
-                seq: seq.0,
-                need: end,
-                have: tokens.len(),
-            });
-        }
-        let need = end
-            .div_ceil(bs)
-            .saturating_sub(have_blocks + prefix.blocks.len());
+        let (start, need) = self.plan(seq, tokens, prefix, num_new_tokens)?;
         let prefix_free = prefix
             .blocks
             .iter()
@@ -215,7 +195,7 @@ impl KvManager {
         if need + prefix_free > self.pool.num_free() {
             return Ok(None);
         }
-        if !prefix.hashes.is_empty() || !self.seqs.contains_key(&seq) {
+        if !self.seqs.contains_key(&seq) {
             self.stats.queries += 1;
             self.stats.queried_tokens += tokens.len() as u64;
             self.stats.hit_tokens += prefix.num_cached_tokens as u64;
@@ -235,7 +215,13 @@ impl KvManager {
             };
             state.table.push(b);
         }
+        let bs = self.pool.block_size();
+        let end = start + num_new_tokens;
         state.num_tokens = end;
+        debug_assert!(
+            state.table.len() * bs >= end,
+            "table too short for its tokens"
+        );
         let table = &state.table;
         Ok(Some(
             (start..end)
@@ -245,6 +231,38 @@ impl KvManager {
                 })
                 .collect(),
         ))
+    }
+
+    /// Checks an allocation's preconditions; returns the first new position
+    /// and the blocks to allocate.
+    fn plan(
+        &self,
+        seq: SeqId,
+        tokens: &[u32],
+        prefix: &CachedPrefix,
+        num_new_tokens: usize,
+    ) -> Result<(usize, usize), KvError> {
+        let (have_tokens, have_blocks) = self
+            .seqs
+            .get(&seq)
+            .map_or((0, 0), |s| (s.num_tokens, s.table.len()));
+        if !prefix.blocks.is_empty() && self.seqs.contains_key(&seq) {
+            return Err(KvError::PrefixOnExistingSeq { seq: seq.0 });
+        }
+        self.check_prefix(seq, prefix)?;
+        let start = have_tokens + prefix.num_cached_tokens;
+        let end = start + num_new_tokens;
+        if end > tokens.len() {
+            return Err(KvError::TokensShort {
+                seq: seq.0,
+                need: end,
+                have: tokens.len(),
+            });
+        }
+        let need = end
+            .div_ceil(self.pool.block_size())
+            .saturating_sub(have_blocks + prefix.blocks.len());
+        Ok((start, need))
     }
 
     /// Records that the first `num_computed` tokens of `seq` now have their

@@ -173,8 +173,8 @@ impl Scheduler {
         let flight = b
             .out
             .iter()
-            .map(|r| (r.id, self.entries[&r.id].serial, r.num_tokens(), r.samples))
-            .collect();
+            .map(|r| Ok((r.id, self.entry(r.id)?.serial, r.num_tokens(), r.samples)))
+            .collect::<Result<_, SchedError>>()?;
         self.in_flight = Some(flight);
         let out = SchedulerOutput {
             step: self.step,
@@ -192,7 +192,7 @@ impl Scheduler {
         let mut i = 0;
         while i < self.running.len() && b.budget > 0 {
             let id = self.running[i];
-            let e = &self.entries[&id];
+            let e = self.entry(id)?;
             let left = e.tokens.len() - e.num_computed;
             if (left == 1) != decodes || b.out.iter().any(|r| r.id == id) {
                 i += 1;
@@ -202,7 +202,7 @@ impl Scheduler {
             match self.allocate_or_preempt(id, n, b)? {
                 Some(slots) => {
                     b.budget -= n;
-                    let s = self.scheduled(id, ScheduleKind::Running, slots);
+                    let s = self.scheduled(id, ScheduleKind::Running, slots)?;
                     b.out.push(s);
                     i += 1;
                 }
@@ -222,7 +222,11 @@ impl Scheduler {
         b: &mut StepBuild,
     ) -> Result<Option<Vec<Slot>>, SchedError> {
         loop {
-            let tokens = &self.entries[&id].tokens;
+            let tokens = &self
+                .entries
+                .get(&id)
+                .ok_or(SchedError::UnknownRequest { id })?
+                .tokens;
             if let Some(slots) = self.kv.allocate_slots(SeqId(id.0), tokens, None, n)? {
                 return Ok(Some(slots));
             }
@@ -261,7 +265,10 @@ impl Scheduler {
             let Some(&id) = self.waiting.front() else {
                 break;
             };
-            let e = &self.entries[&id];
+            let e = self
+                .entries
+                .get(&id)
+                .ok_or(SchedError::UnknownRequest { id })?;
             let prefix = if self.config.enable_prefix_caching {
                 self.kv.find_cached_prefix(&e.tokens)
             } else {
@@ -285,18 +292,23 @@ impl Scheduler {
                 ScheduleKind::New
             };
             b.budget -= n;
-            let s = self.scheduled(id, kind, slots);
+            let s = self.scheduled(id, kind, slots)?;
             b.out.push(s);
         }
         Ok(())
     }
 
     /// The plain-data record of `id` computing `slots.len()` tokens now.
-    fn scheduled(&self, id: RequestId, kind: ScheduleKind, slots: Vec<Slot>) -> ScheduledRequest {
-        let e = &self.entries[&id];
+    fn scheduled(
+        &self,
+        id: RequestId,
+        kind: ScheduleKind,
+        slots: Vec<Slot>,
+    ) -> Result<ScheduledRequest, SchedError> {
+        let e = self.entry(id)?;
         let start = e.num_computed;
         let end = start + slots.len();
-        ScheduledRequest {
+        Ok(ScheduledRequest {
             id,
             kind,
             start,
@@ -308,7 +320,13 @@ impl Scheduler {
                 .unwrap_or_default(),
             slots,
             samples: end == e.tokens.len(),
-        }
+        })
+    }
+
+    pub(crate) fn entry(&self, id: RequestId) -> Result<&Entry, SchedError> {
+        self.entries
+            .get(&id)
+            .ok_or(SchedError::UnknownRequest { id })
     }
 
     pub(crate) fn entry_mut(&mut self, id: RequestId) -> Result<&mut Entry, SchedError> {

@@ -69,10 +69,19 @@ impl Scheduler {
             let e = self.entry_mut(id)?;
             e.num_computed += n;
             let computed = e.num_computed;
-            self.kv
-                .commit_computed(SeqId(id.0), &self.entries[&id].tokens, computed)?;
-            if samples {
-                self.append_token(id, tokens[&id], stop, &mut events)?;
+            let e = self
+                .entries
+                .get(&id)
+                .ok_or(SchedError::UnknownRequest { id })?;
+            self.kv.commit_computed(SeqId(id.0), &e.tokens, computed)?;
+            match (samples, tokens.get(&id)) {
+                (true, Some(&token)) => self.append_token(id, token, stop, &mut events)?,
+                (true, None) => {
+                    return Err(SchedError::Internal {
+                        detail: format!("{id} lost its checked sample"),
+                    })
+                }
+                (false, _) => {}
             }
         }
         Ok(events)
