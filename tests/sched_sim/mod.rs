@@ -8,6 +8,7 @@
 use std::collections::HashMap;
 
 use hearth::kv::Slot;
+use hearth::sample::{Sampler, SamplingParams};
 use hearth::sched::{Request, RequestId, SchedEvent, Scheduler, SchedulerConfig, SchedulerOutput};
 
 /// The fake model's end-of-sequence token.
@@ -29,6 +30,13 @@ pub fn fake_token(id: RequestId, position: usize) -> u32 {
     } else {
         2 + (h % 997) as u32
     }
+}
+
+/// Logits over a 32-token vocabulary, a pure function of (request, position).
+pub fn fake_logits(id: RequestId, position: usize) -> Vec<f32> {
+    (0..32u64)
+        .map(|v| (mix(id.0 ^ (position as u64) << 20 ^ v << 40) % 1000) as f32 / 250.0)
+        .collect()
 }
 
 /// The output the fake model gives `req` when run alone.
@@ -62,6 +70,9 @@ impl TestRng {
 pub struct FakeKv {
     pub cells: Vec<Option<(u32, usize)>>,
     pub block_size: usize,
+    /// When set, tokens are drawn by one seeded [`Sampler`] per request from
+    /// [`fake_logits`] (so a token sampled twice would shift the stream).
+    pub samplers: Option<HashMap<RequestId, Sampler>>,
 }
 
 impl FakeKv {
@@ -69,6 +80,7 @@ impl FakeKv {
         FakeKv {
             cells: vec![None; cfg.num_blocks * cfg.block_size],
             block_size: cfg.block_size,
+            samplers: None,
         }
     }
 
@@ -113,10 +125,31 @@ impl FakeKv {
                 );
             }
             if r.samples {
-                sampled.push((r.id, fake_token(r.id, end)));
+                sampled.push((r.id, self.next_token(sched, r.id, end)));
             }
         }
         sampled
+    }
+}
+
+impl FakeKv {
+    fn next_token(&mut self, sched: &Scheduler, id: RequestId, position: usize) -> u32 {
+        let Some(samplers) = self.samplers.as_mut() else {
+            return fake_token(id, position);
+        };
+        let s = samplers.entry(id).or_insert_with(|| {
+            let params = SamplingParams {
+                seed: id.0,
+                repeat_penalty: 1.3,
+                top_k: 20,
+                ..SamplingParams::default()
+            };
+            Sampler::new(params).expect("params")
+        });
+        let history = sched.all_tokens(id).expect("live");
+        s.sample(&fake_logits(id, position), history)
+            .expect("sample")
+            .token
     }
 }
 
@@ -138,8 +171,22 @@ pub fn run(
     cancels: &[(RequestId, u64)],
     max_steps: u64,
 ) -> RunResult {
+    run_with(cfg, reqs, cancels, max_steps, false)
+}
+
+/// [`run`], with tokens drawn by real samplers when `sampling`.
+pub fn run_with(
+    cfg: &SchedulerConfig,
+    reqs: &[(u64, Request)],
+    cancels: &[(RequestId, u64)],
+    max_steps: u64,
+    sampling: bool,
+) -> RunResult {
     let mut sched = Scheduler::new(cfg.clone()).expect("config");
     let mut kv = FakeKv::new(cfg);
+    if sampling {
+        kv.samplers = Some(HashMap::new());
+    }
     let mut res = RunResult::default();
     let mut arrival = HashMap::new();
     let mut step = 0u64;
