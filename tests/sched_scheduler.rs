@@ -328,3 +328,43 @@ fn protocol_and_request_errors() {
     })
     .is_err());
 }
+
+#[test]
+fn an_aborted_step_is_recomputed_with_the_same_outputs() {
+    let c = cfg(48, 4, 64);
+    let (mut s, mut kv) = (Scheduler::new(c.clone()).unwrap(), FakeKv::new(&c));
+    let reqs: Vec<_> = (1..=3)
+        .map(|i| request(i, seq_prompt(i as u32, 20 + i as usize), 12))
+        .collect();
+    for r in &reqs {
+        s.add_request(r.clone()).unwrap();
+    }
+    step(&mut s, &mut kv);
+    step(&mut s, &mut kv);
+    let out = s.schedule().unwrap();
+    let ids: Vec<_> = out.requests.iter().map(|r| r.id).collect();
+    assert!(matches!(
+        s.update_from_output(&[]),
+        Err(SchedError::BadSamples { .. })
+    ));
+    let aborted = s.abort_step().unwrap();
+    let mut sorted = ids.clone();
+    sorted.sort();
+    assert_eq!(
+        aborted, sorted,
+        "every live request of the step, oldest first"
+    );
+    assert!(matches!(s.abort_step(), Err(SchedError::NoStepInFlight)));
+    let (out, _) = step(&mut s, &mut kv);
+    assert!(out
+        .requests
+        .iter()
+        .filter(|r| aborted.contains(&r.id))
+        .all(|r| r.kind == ScheduleKind::Resumed));
+    let mut done = run_to_end(&mut s, &mut kv);
+    done.sort();
+    for (id, out) in done {
+        assert_eq!(out, reference_output(&reqs[id.0 as usize - 1]), "{id}");
+    }
+    assert_eq!(s.kv().num_free_blocks(), s.kv().num_usable_blocks());
+}

@@ -40,6 +40,16 @@ impl ScheduledRequest {
     pub fn num_tokens(&self) -> usize {
         self.tokens.len()
     }
+
+    /// Positions of the input tokens: `start .. start + num_tokens()`.
+    pub fn positions(&self) -> std::ops::Range<usize> {
+        self.start..self.start + self.tokens.len()
+    }
+
+    /// Tokens attention sees after this step's writes: `start + num_tokens()`.
+    pub fn context_len(&self) -> usize {
+        self.start + self.tokens.len()
+    }
 }
 
 /// The step's batch: requests in batch order (decodes, then prefill chunks of

@@ -248,14 +248,28 @@ impl Scheduler {
         if let Some(pos) = b.out.iter().position(|r| r.id == victim) {
             b.budget += b.out.remove(pos).num_tokens();
         }
-        self.kv.free(SeqId(victim.0))?;
-        let e = self.entry_mut(victim)?;
+        self.requeue(victim)?;
+        b.preempted.push(victim);
+        Ok(())
+    }
+
+    /// Frees the blocks of `id` (already out of the running list) and puts
+    /// it at the head of the waiting queue, to be recomputed from token 0
+    /// (prefix-cache hits permitting) with its output kept.
+    pub(crate) fn requeue(&mut self, id: RequestId) -> Result<(), SchedError> {
+        debug_assert!(
+            !self.running.contains(&id),
+            "{id} is still in the running list"
+        );
+        if self.kv.contains(SeqId(id.0)) {
+            self.kv.free(SeqId(id.0))?;
+        }
+        let e = self.entry_mut(id)?;
         e.num_computed = 0;
         e.status = Status::Waiting;
         e.num_preemptions += 1;
-        self.waiting.push_front(victim);
+        self.waiting.push_front(id);
         self.num_preemptions += 1;
-        b.preempted.push(victim);
         Ok(())
     }
 
@@ -308,6 +322,11 @@ impl Scheduler {
         let e = self.entry(id)?;
         let start = e.num_computed;
         let end = start + slots.len();
+        debug_assert_eq!(
+            self.kv.num_tokens(SeqId(id.0)),
+            Some(end),
+            "{id}: KV slots and computed tokens disagree"
+        );
         Ok(ScheduledRequest {
             id,
             kind,

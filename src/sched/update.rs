@@ -152,6 +152,11 @@ impl Scheduler {
     /// Stops `id` now, wherever it is: its blocks are released at once and
     /// the returned event is its `Finished(Cancelled)`. A token sampled for it
     /// in the step in flight is ignored. Error when `id` is not live.
+    ///
+    /// Cancelling during a step is safe as long as that step's forward pass
+    /// ends before the next [`schedule`](Self::schedule): the step writes only
+    /// into the request's unshared tail blocks, which no one else holds
+    /// until they are allocated again.
     pub fn cancel(&mut self, id: RequestId) -> Result<SchedEvent, SchedError> {
         self.finish(id, FinishReason::Cancelled)
     }
@@ -174,6 +179,34 @@ impl Scheduler {
             reason,
             output_tokens,
         })
+    }
+
+    /// Drops the step in flight without counting any of it as computed, for
+    /// when the forward pass failed: every live request of the step is
+    /// preempted (blocks freed, back at the head of the waiting queue in
+    /// admission order) and recomputed later. Returns them, oldest first.
+    pub fn abort_step(&mut self) -> Result<Vec<RequestId>, SchedError> {
+        let batch = self.in_flight.take().ok_or(SchedError::NoStepInFlight)?;
+        let live =
+            |id: RequestId, serial: u64| self.entries.get(&id).is_some_and(|e| e.serial == serial);
+        let hit: Vec<RequestId> = batch
+            .iter()
+            .filter(|&&(id, serial, _, _)| live(id, serial))
+            .map(|b| b.0)
+            .collect();
+        let mut newest_first: Vec<RequestId> = self
+            .running
+            .iter()
+            .rev()
+            .filter(|id| hit.contains(id))
+            .copied()
+            .collect();
+        self.running.retain(|id| !hit.contains(id));
+        for &id in &newest_first {
+            self.requeue(id)?;
+        }
+        newest_first.reverse();
+        Ok(newest_first)
     }
 
     /// Whether any request is waiting or running.
