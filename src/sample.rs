@@ -387,3 +387,58 @@ fn min_p(cand: &mut Vec<Cand>, p: f32) {
     let floor = max + p.ln();
     cand.retain(|c| c.logit >= floor);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cands(logits: &[f32]) -> Vec<Cand> {
+        logits
+            .iter()
+            .enumerate()
+            .map(|(i, &logit)| Cand {
+                id: i as u32,
+                logit,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn sort_prefix_orders_ties_by_id() {
+        let mut c = cands(&[1.0, 2.0, 2.0, 0.5, 2.0]);
+        sort_prefix(&mut c, 3);
+        assert_eq!(
+            c[..3].iter().map(|c| c.id).collect::<Vec<_>>(),
+            vec![1, 2, 4]
+        );
+    }
+
+    #[test]
+    fn top_p_counts_the_token_that_crosses_p() {
+        // Probabilities 0.5, 0.25, 0.25: p = 0.5 keeps one token, p = 0.51 two.
+        let l = [0.5f32.ln(), 0.25f32.ln(), 0.25f32.ln()];
+        for (p, keep) in [(0.5, 1), (0.51, 2), (0.99, 3)] {
+            let mut c = cands(&l);
+            let mut sorted = false;
+            top_p(&mut c, p, &mut sorted);
+            assert_eq!(c.len(), keep, "top_p {p}");
+        }
+    }
+
+    #[test]
+    fn min_p_threshold_is_relative_to_the_best() {
+        let mut c = cands(&[0.0, -1.0, -3.0]);
+        // e^-1 = 0.37 >= 0.3, e^-3 = 0.05 < 0.3.
+        min_p(&mut c, 0.3);
+        assert_eq!(c.iter().map(|c| c.id).collect::<Vec<_>>(), vec![0, 1]);
+    }
+
+    #[test]
+    fn pcg_uniform_stays_in_range() {
+        let mut r = Pcg32::new(3, 5);
+        let xs: Vec<f64> = (0..1000).map(|_| r.next_f64()).collect();
+        assert!(xs.iter().all(|x| (0.0..1.0).contains(x)));
+        let mean = xs.iter().sum::<f64>() / 1000.0;
+        assert!((mean - 0.5).abs() < 0.05, "mean {mean}");
+    }
+}

@@ -421,3 +421,41 @@ impl BlockPool {
         b.on = On::None;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Unlinking from the head, the middle and the tail keeps the list whole.
+    #[test]
+    fn unlink_anywhere_keeps_links() {
+        let mut p = BlockPool::new(6, 1).unwrap();
+        let ids: Vec<u32> = (0..5).map(|_| p.allocate().unwrap().0).collect();
+        for (i, &id) in ids.iter().enumerate() {
+            let h = BlockHash(1000 + i as u128);
+            assert!(p.register(BlockId(id), h, &[i as u32]).unwrap());
+            p.release(BlockId(id)).unwrap();
+        }
+        for &victim in &[ids[2], ids[0], ids[4]] {
+            p.acquire(BlockId(victim)).unwrap();
+            p.check_invariants().unwrap();
+        }
+        let order: Vec<u32> = std::iter::from_fn(|| p.pop_front(On::Cached)).collect();
+        assert_eq!(order, vec![ids[1], ids[3]]);
+    }
+
+    #[test]
+    fn release_to_zero_picks_the_list_by_hash() {
+        let mut p = BlockPool::new(3, 1).unwrap();
+        let a = p.allocate().unwrap();
+        let b = p.allocate().unwrap();
+        p.acquire(a).unwrap();
+        p.release(a).unwrap();
+        assert_eq!(p.ref_count(a), Some(1), "still held once");
+        p.register(b, BlockHash(7), &[9]).unwrap();
+        p.release(a).unwrap();
+        p.release(b).unwrap();
+        assert_eq!((p.fresh.len, p.cached.len), (1, 1));
+        assert_eq!(p.blocks[b.0 as usize].on, On::Cached);
+    }
+}
