@@ -267,7 +267,7 @@ impl Sampler {
         }
     }
 
-    /// Argmax (first, i.e. lowest id, on ties) with softmax log-probs.
+    /// Argmax (first, i.e. lowest id, on ties).
     fn greedy(&mut self) -> Sampled {
         let mut best = self.cand[0];
         for &c in &self.cand[1..] {
@@ -275,14 +275,7 @@ impl Sampler {
                 best = c;
             }
         }
-        let lse = log_sum_exp(&self.cand);
-        let logprob = (f64::from(best.logit) - lse) as f32;
-        let top_logprobs = self.top_logprobs(lse);
-        Sampled {
-            token: best.id,
-            logprob,
-            top_logprobs,
-        }
+        self.report(best)
     }
 
     /// Draws from the softmax of the remaining candidates.
@@ -298,6 +291,13 @@ impl Sampler {
                 break;
             }
         }
+        self.report(pick)
+    }
+
+    /// `pick` with its log-probability and the top alternatives, all from
+    /// the softmax of the current candidates.
+    fn report(&mut self, pick: Cand) -> Sampled {
+        let lse = log_sum_exp(&self.cand);
         let logprob = (f64::from(pick.logit) - lse) as f32;
         let top_logprobs = self.top_logprobs(lse);
         Sampled {

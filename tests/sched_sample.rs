@@ -66,66 +66,55 @@ fn top_k_keeps_the_k_most_likely() {
 }
 
 #[test]
-fn top_p_keeps_the_smallest_set_reaching_p() {
-    // Probabilities 0.5, 0.3, 0.15, 0.05.
+fn top_p_and_min_p_filter_hand_made_distributions() {
+    // Probabilities 0.15, 0.5, 0.05, 0.3.
     let logits = ln_probs(&[0.15, 0.5, 0.05, 0.3]);
-    assert_eq!(
-        support(
+    let cases: [(&str, SamplingParams, Vec<u32>); 5] = [
+        (
+            "top_p 0.75 keeps 0.5 + 0.3",
             SamplingParams {
                 top_p: 0.75,
                 ..plain(1.0)
             },
-            &logits
+            vec![1, 3],
         ),
-        vec![1, 3]
-    );
-    assert_eq!(
-        support(
+        (
+            "top_p 0.85 adds 0.15",
             SamplingParams {
                 top_p: 0.85,
                 ..plain(1.0)
             },
-            &logits
+            vec![0, 1, 3],
         ),
-        vec![0, 1, 3]
-    );
-    assert_eq!(
-        support(
+        (
+            "top_p 0.1 keeps at least one",
             SamplingParams {
                 top_p: 0.1,
                 ..plain(1.0)
             },
-            &logits
+            vec![1],
         ),
-        vec![1],
-        "at least one token stays"
-    );
-}
-
-#[test]
-fn min_p_drops_tokens_below_a_fraction_of_the_best() {
-    let logits = ln_probs(&[0.15, 0.5, 0.05, 0.3]);
-    // 0.5 * 0.25 = 0.125: 0.05 goes, 0.15 stays.
-    assert_eq!(
-        support(
+        // min_p: threshold = 0.5 * min_p.
+        (
+            "min_p 0.25 drops 0.05 only",
             SamplingParams {
                 min_p: 0.25,
                 ..plain(1.0)
             },
-            &logits
+            vec![0, 1, 3],
         ),
-        vec![0, 1, 3]
-    );
-    assert_eq!(
-        support(
+        (
+            "min_p 0.65 keeps the best",
             SamplingParams {
                 min_p: 0.65,
                 ..plain(1.0)
             },
-            &logits
+            vec![1],
         ),
-        vec![1]
-    );
+    ];
+    for (what, params, want) in cases {
+        assert_eq!(support(params, &logits), want, "{what}");
+    }
 }
 
 #[test]
