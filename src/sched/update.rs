@@ -209,6 +209,12 @@ impl Scheduler {
         Ok(newest_first)
     }
 
+    /// Forgets cached free blocks (new weights, or cached K/V that can no
+    /// longer be trusted); blocks of live requests are untouched.
+    pub fn reset_prefix_cache(&mut self) {
+        self.kv.reset_prefix_cache();
+    }
+
     /// Whether any request is waiting or running.
     pub fn has_unfinished(&self) -> bool {
         !self.entries.is_empty()
