@@ -22,6 +22,15 @@ pub enum Error {
     /// Rendering a chat template failed.
     #[error(transparent)]
     Chat(#[from] crate::model::chat::ChatError),
+    /// KV cache bookkeeping refused an operation.
+    #[error(transparent)]
+    Kv(#[from] crate::kv::KvError),
+    /// The scheduler refused a request or an out-of-order call.
+    #[error(transparent)]
+    Sched(#[from] crate::sched::SchedError),
+    /// Bad sampling parameters or logits.
+    #[error(transparent)]
+    Sample(#[from] crate::sample::SampleError),
 }
 
 /// `Result` with the crate's [`Error`].

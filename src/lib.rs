@@ -8,13 +8,19 @@
 //! The modules, in data-flow order:
 //! - [`gguf`]: the streaming GGUF reader (metadata first, tensor data in bounded chunks);
 //! - [`quant`]: the ggml type table, block layouts and the scalar reference oracle;
-//! - [`model`]: model configuration, tokenizers and chat templates.
+//! - [`model`]: model configuration, tokenizers and chat templates;
+//! - [`kv`]: paged KV cache bookkeeping (block pool, block tables, prefix cache);
+//! - [`sched`]: the continuous-batching scheduler;
+//! - [`sample`]: the token sampler.
 
 #![deny(missing_docs)]
 
 pub mod error;
 pub mod gguf;
+pub mod kv;
 pub mod model;
 pub mod quant;
+pub mod sample;
+pub mod sched;
 
 pub use error::{Error, Result};
