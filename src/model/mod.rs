@@ -1,7 +1,10 @@
-//! Models: configuration from metadata, tokenizers and chat templates.
+//! Models: configuration from metadata, tokenizers, chat templates, and the
+//! forward-pass seam every model implements.
 
 pub mod chat;
 pub mod config;
+pub mod forward;
 pub mod tokenizer;
 
 pub use config::{ConfigError, ModelConfig, SUPPORTED_ARCHITECTURES};
+pub use forward::{Batch, ForwardModel, KvCacheConfig, KvType, LogitsWanted, SeqInput};

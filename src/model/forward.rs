@@ -1,0 +1,102 @@
+//! The seam between the engine and a model: one forward pass over a ragged
+//! batch of sequences, K/V written through slot mappings and read through
+//! block tables (paged attention).
+//!
+//! The engine builds a [`Batch`] from the scheduler's output; any model on any
+//! backend implements [`ForwardModel`]. Tests drive the engine with a fake
+//! model and the models with hand-made batches.
+
+use crate::kv::{BlockId, Slot};
+use crate::model::ModelConfig;
+
+/// Which logits rows a sequence wants back from a forward pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogitsWanted {
+    /// None (a prefill chunk that is not the prompt's last).
+    None,
+    /// The row of the last input token (decode, or the last prefill chunk).
+    Last,
+    /// A row for every input token (conformance tools, perplexity).
+    All,
+}
+
+/// One sequence's part of a batch.
+#[derive(Debug, Clone, Copy)]
+pub struct SeqInput<'a> {
+    /// Input token ids, at positions `start .. start + tokens.len()`.
+    pub tokens: &'a [u32],
+    /// Position of `tokens[0]`; positions before it are already in the KV cache.
+    pub start: usize,
+    /// Where each input token's K/V goes (`slots.len() == tokens.len()`).
+    pub slots: &'a [Slot],
+    /// The sequence's block table: attention reads positions
+    /// `0 .. start + tokens.len()` through it.
+    pub block_table: &'a [BlockId],
+    /// Which logits rows to return.
+    pub logits: LogitsWanted,
+}
+
+impl SeqInput<'_> {
+    /// Rows of logits this sequence contributes to the output.
+    pub fn logits_rows(&self) -> usize {
+        match self.logits {
+            LogitsWanted::None => 0,
+            LogitsWanted::Last => 1,
+            LogitsWanted::All => self.tokens.len(),
+        }
+    }
+}
+
+/// A ragged batch: every sequence's tokens go through the model in ONE pass
+/// (one matmul per weight for all rows).
+#[derive(Debug, Clone, Copy)]
+pub struct Batch<'a> {
+    /// The sequences, in the order their logits rows are returned.
+    pub seqs: &'a [SeqInput<'a>],
+}
+
+impl Batch<'_> {
+    /// Input tokens over all sequences.
+    pub fn num_tokens(&self) -> usize {
+        self.seqs.iter().map(|s| s.tokens.len()).sum()
+    }
+
+    /// Logits rows the pass returns.
+    pub fn logits_rows(&self) -> usize {
+        self.seqs.iter().map(SeqInput::logits_rows).sum()
+    }
+}
+
+/// Element type of the K/V cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum KvType {
+    /// Half precision (the default: half the memory, llama.cpp's default too).
+    #[default]
+    F16,
+    /// Single precision (conformance: llama.cpp's references were made with it).
+    F32,
+}
+
+/// Size and type of the paged K/V cache a model allocates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KvCacheConfig {
+    /// Blocks in the pool (block 0 is the null block and is never written).
+    pub num_blocks: usize,
+    /// Tokens per block.
+    pub block_size: usize,
+    /// Element type.
+    pub dtype: KvType,
+}
+
+/// A model ready to run: weights loaded on a backend, K/V cache allocated.
+///
+/// The future is not `Send`: browser GPU handles are not.
+#[allow(async_fn_in_trait)]
+pub trait ForwardModel {
+    /// The model's shapes.
+    fn config(&self) -> &ModelConfig;
+
+    /// Runs one forward pass and returns the wanted logits rows,
+    /// `[batch.logits_rows()][n_vocab]` row-major, in sequence order.
+    async fn forward(&mut self, batch: &Batch<'_>) -> crate::Result<Vec<f32>>;
+}
