@@ -189,6 +189,10 @@ pub enum GgufError {
     #[error("cannot write GGUF: {0}")]
     InvalidWrite(String),
 
+    /// An argument out of its documented range (a zero chunk size, ...).
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+
     /// An I/O error, with what was being done.
     #[error("{context}: {source}")]
     Io {

@@ -12,14 +12,24 @@ mod error;
 mod parse;
 pub mod reader;
 pub mod source;
+pub mod split;
+pub mod stream;
 pub mod value;
+pub mod writer;
 
 pub use error::GgufError;
 pub use parse::{GGUF_MAGIC, MAX_ARRAY_DEPTH, MAX_DIMS, MAX_STRING_LEN};
 #[cfg(not(target_arch = "wasm32"))]
 pub use reader::open_path;
-pub use reader::{align_up, GgufFile, TensorInfo, ALIGNMENT_KEY, DEFAULT_ALIGNMENT};
+pub use reader::{align_up, GgufFile, ReadOptions, TensorInfo, ALIGNMENT_KEY, DEFAULT_ALIGNMENT};
 #[cfg(not(target_arch = "wasm32"))]
 pub use source::MmapSource;
 pub use source::{ByteSource, MemSource};
+#[cfg(not(target_arch = "wasm32"))]
+pub use split::open_model;
+pub use split::{parse_split_path, split_path, GgufModel, SplitInfo};
+pub use stream::{
+    read_tensor, read_tensor_data, stream_tensors, Progress, TensorChunk, TensorStream,
+};
 pub use value::{Array, Metadata, Value, ValueType};
+pub use writer::{write_gguf, GgufWriter, TensorSpec};

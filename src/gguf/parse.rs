@@ -140,10 +140,13 @@ impl<'a> SliceReader<'a> {
     /// A GGUF string: `u64` length, then UTF-8 bytes.
     pub(crate) fn string(&mut self, what: Field<'_>) -> Result<String, Stop> {
         let len = self.u64(what)?;
+        let offset = self.offset();
+        if len > self.remaining_in_file() {
+            return Err(truncated(what, offset, len, self.remaining_in_file()));
+        }
         if len > MAX_STRING_LEN {
             return Err(limit(format!("the length of {what}"), len, MAX_STRING_LEN));
         }
-        let offset = self.offset();
         let bytes = self.take(len, what)?;
         String::from_utf8(bytes.to_vec()).map_err(|_| {
             Stop::Fail(GgufError::InvalidUtf8 {
@@ -320,13 +323,21 @@ pub(crate) fn parse_preamble(r: &mut SliceReader<'_>) -> Result<Preamble, Stop> 
     }
     let n_tensors = r.u64(Field::Header("tensor count"))?;
     let n_kv = r.u64(Field::Header("metadata count"))?;
-    let max_tensors = r.remaining_in_file() / MIN_TENSOR_INFO_BYTES;
-    if n_tensors > max_tensors {
-        return Err(limit("the tensor count".into(), n_tensors, max_tensors));
-    }
-    let max_kv = r.remaining_in_file() / MIN_KV_BYTES;
-    if n_kv > max_kv {
-        return Err(limit("the metadata count".into(), n_kv, max_kv));
+    // Counts the rest of the file cannot hold are rejected before anything
+    // is sized by them.
+    let rest = r.remaining_in_file();
+    let needed = n_tensors
+        .saturating_mul(MIN_TENSOR_INFO_BYTES)
+        .saturating_add(n_kv.saturating_mul(MIN_KV_BYTES));
+    if needed > rest {
+        let what =
+            format!("the {n_kv} metadata pairs and {n_tensors} tensor infos the header declares");
+        return Err(Stop::Fail(GgufError::Truncated {
+            what,
+            offset: r.offset(),
+            needed,
+            available: rest,
+        }));
     }
     Ok(Preamble {
         version,

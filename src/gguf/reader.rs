@@ -21,10 +21,10 @@ use crate::quant::GgmlType;
 pub const DEFAULT_ALIGNMENT: u64 = 32;
 /// The metadata key that sets the alignment.
 pub const ALIGNMENT_KEY: &str = "general.alignment";
-/// First header read size over a source without a slice.
-const FIRST_CHUNK: u64 = 1 << 20;
-/// Largest header read size (chunks double up to this).
-const MAX_CHUNK: u64 = 16 << 20;
+/// First header read size over a source without a slice: 1 MiB.
+pub const FIRST_CHUNK: u64 = 1 << 20;
+/// Largest header read size (chunks double up to this): 16 MiB.
+pub const MAX_CHUNK: u64 = 16 << 20;
 /// Largest single header unit (one metadata pair) the window may hold: 256 MiB.
 pub const MAX_HEADER_UNIT: u64 = 256 << 20;
 
@@ -97,8 +97,21 @@ impl GgufFile {
 
     /// Like [`read`](Self::read), tagging every tensor with split index `split`.
     pub async fn read_split<S: ByteSource>(src: &S, split: usize) -> Result<Self, GgufError> {
+        Self::read_with(
+            src,
+            &ReadOptions {
+                split,
+                ..ReadOptions::default()
+            },
+        )
+        .await
+    }
+
+    /// Like [`read`](Self::read), with options.
+    pub async fn read_with<S: ByteSource>(src: &S, opts: &ReadOptions) -> Result<Self, GgufError> {
         let file_size = src.len();
-        let mut win = Window::new(file_size);
+        let split = opts.split;
+        let mut win = Window::new(file_size, opts.first_chunk.max(1), opts.max_chunk);
         let pre = win.run(src, parse_preamble).await?;
         let mut metadata = Metadata::new();
         for i in 0..pre.n_kv {
@@ -153,8 +166,31 @@ impl GgufFile {
     }
 }
 
+/// How [`GgufFile::read_with`] reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadOptions {
+    /// Split index recorded in every [`TensorInfo::split`] (0 for a single file).
+    pub split: usize,
+    /// Size of the first header read over a source without a slice (default
+    /// [`FIRST_CHUNK`]); each further read doubles it, up to `max_chunk`.
+    pub first_chunk: u64,
+    /// Largest header read (default [`MAX_CHUNK`]); a single metadata pair
+    /// may still need a larger one, up to [`MAX_HEADER_UNIT`].
+    pub max_chunk: u64,
+}
+
+impl Default for ReadOptions {
+    fn default() -> Self {
+        Self {
+            split: 0,
+            first_chunk: FIRST_CHUNK,
+            max_chunk: MAX_CHUNK,
+        }
+    }
+}
+
 /// The alignment from `general.alignment`, or the default.
-fn alignment_of(metadata: &Metadata) -> Result<u64, GgufError> {
+pub(crate) fn alignment_of(metadata: &Metadata) -> Result<u64, GgufError> {
     let Some(value) = metadata.get(ALIGNMENT_KEY) else {
         return Ok(DEFAULT_ALIGNMENT);
     };
@@ -244,7 +280,7 @@ impl Layout {
 }
 
 /// Why a shape was rejected.
-enum ShapeError {
+pub(crate) enum ShapeError {
     Bad(String),
     Row { row_len: u64, block: u64 },
 }
@@ -252,7 +288,7 @@ enum ShapeError {
 /// Byte size of a tensor of type `ty` and shape `dims` (ggml order), checking
 /// for zero dimensions, element counts above `i64::MAX` (ggml counts in
 /// `int64_t`) and partial blocks.
-fn tensor_size(ty: GgmlType, dims: &[u64]) -> Result<u64, ShapeError> {
+pub(crate) fn tensor_size(ty: GgmlType, dims: &[u64]) -> Result<u64, ShapeError> {
     if dims.contains(&0) {
         return Err(ShapeError::Bad("a dimension is zero".into()));
     }
@@ -302,7 +338,7 @@ fn check_unique_and_disjoint(tensors: &[TensorInfo]) -> Result<(), GgufError> {
 ///
 /// Over a source with a slice the window is the whole file; otherwise it is a
 /// buffer holding file bytes `[start, start + buf.len())` that grows in chunks
-/// (doubling from 1 MiB to 16 MiB) and drops what has been parsed.
+/// (doubling, by default from 1 MiB to 16 MiB) and drops what has been parsed.
 struct Window {
     buf: Vec<u8>,
     start: u64,
@@ -310,17 +346,19 @@ struct Window {
     /// Absolute parse offset when parsing a slice in place.
     slice_pos: u64,
     chunk: u64,
+    max_chunk: u64,
     file_size: u64,
 }
 
 impl Window {
-    fn new(file_size: u64) -> Self {
+    fn new(file_size: u64, chunk: u64, max_chunk: u64) -> Self {
         Self {
             buf: Vec::new(),
             start: 0,
             pos: 0,
             slice_pos: 0,
-            chunk: FIRST_CHUNK,
+            chunk,
+            max_chunk,
             file_size,
         }
     }
@@ -402,7 +440,7 @@ impl Window {
         // new_len <= MAX_HEADER_UNIT (256 MiB), which fits usize on every target.
         self.buf.resize(new_len as usize, 0);
         src.read_at(end, &mut self.buf[old_len..]).await?;
-        self.chunk = (self.chunk * 2).min(MAX_CHUNK);
+        self.chunk = self.chunk.saturating_mul(2).min(self.max_chunk.max(1));
         Ok(())
     }
 }
