@@ -1,16 +1,25 @@
-//! The streaming GGUF reader.
+//! The streaming GGUF reader and writer.
+//!
+//! - [`ByteSource`]: where bytes come from ([`MemSource`], [`MmapSource`]
+//!   natively; Blob and HTTP range sources in the browser facade).
+//! - [`GgufFile::read`]: parse and validate one file's header (metadata and
+//!   tensor infos) without reading tensor data; [`open_path`] natively.
+//! - [`GgufModel`]: split models (`NAME-00001-of-0000N.gguf`) as one model.
+//! - [`stream_tensors`] / [`read_tensor`]: tensor data in bounded chunks.
+//! - [`GgufWriter`]: write GGUF v3.
 
+mod error;
+mod parse;
+pub mod reader;
+pub mod source;
 pub mod value;
 
+pub use error::GgufError;
+pub use parse::{GGUF_MAGIC, MAX_ARRAY_DEPTH, MAX_DIMS, MAX_STRING_LEN};
+#[cfg(not(target_arch = "wasm32"))]
+pub use reader::open_path;
+pub use reader::{align_up, GgufFile, TensorInfo, ALIGNMENT_KEY, DEFAULT_ALIGNMENT};
+#[cfg(not(target_arch = "wasm32"))]
+pub use source::MmapSource;
+pub use source::{ByteSource, MemSource};
 pub use value::{Array, Metadata, Value, ValueType};
-
-use thiserror::Error;
-
-/// Errors reading a GGUF file.
-#[derive(Debug, Error)]
-#[non_exhaustive]
-pub enum GgufError {
-    /// The file does not start with `GGUF`.
-    #[error("not a GGUF file (magic {0:02x?}); check that the path points at a .gguf model")]
-    BadMagic([u8; 4]),
-}
