@@ -197,8 +197,9 @@ pub struct BlockIQ4XS {
 }
 
 /// The 16 non-linear levels of IQ4_NL and IQ4_XS (`kvalues_iq4nl`).
-pub const KVALUES_IQ4NL: [i8; 16] =
-    [-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113];
+pub const KVALUES_IQ4NL: [i8; 16] = [
+    -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
+];
 
 /// A single F16 element viewed as a one-element block.
 pub type BlockF16 = f16;
@@ -232,7 +233,12 @@ pub fn cast_blocks<B: Pod>(bytes: &[u8]) -> Option<Vec<B>> {
     if size == 0 || bytes.len() % size != 0 {
         return None;
     }
-    Some(bytes.chunks_exact(size).map(bytemuck::pod_read_unaligned).collect())
+    Some(
+        bytes
+            .chunks_exact(size)
+            .map(bytemuck::pod_read_unaligned)
+            .collect(),
+    )
 }
 
 #[cfg(test)]

@@ -70,7 +70,14 @@ const fn row(
     block_bytes: usize,
     has_reference: bool,
 ) -> TypeInfo {
-    TypeInfo { ty, id, name, block_elems, block_bytes, has_reference }
+    TypeInfo {
+        ty,
+        id,
+        name,
+        block_elems,
+        block_bytes,
+        has_reference,
+    }
 }
 
 /// Every ggml type, in id order.
@@ -117,7 +124,10 @@ impl GgmlType {
 
     /// The type named `name`, case-insensitive (`q4_k`, `Q4_K`, `f16`).
     pub fn from_name(name: &str) -> Option<Self> {
-        TYPES.iter().find(|t| t.name.eq_ignore_ascii_case(name)).map(|t| t.ty)
+        TYPES
+            .iter()
+            .find(|t| t.name.eq_ignore_ascii_case(name))
+            .map(|t| t.ty)
     }
 
     /// This type's row of [`TYPES`].

@@ -9,7 +9,9 @@ use super::Tokenizer;
 /// control and unknown tokens are empty unless `special`; `lstrip` drops up to that many
 /// leading spaces. Ids outside the vocabulary give nothing.
 pub(crate) fn token_to_piece(vocab: &Vocab, id: u32, lstrip: usize, special: bool) -> Vec<u8> {
-    let Some(text) = vocab.texts.get(id as usize) else { return Vec::new() };
+    let Some(text) = vocab.texts.get(id as usize) else {
+        return Vec::new();
+    };
     let a = vocab.attr(id);
     let shown = attr::UNKNOWN | attr::CONTROL;
     if !special && a & shown != 0 {
@@ -29,7 +31,11 @@ pub(crate) fn token_to_piece(vocab: &Vocab, id: u32, lstrip: usize, special: boo
     } else {
         Vec::new()
     };
-    let skip = piece.iter().take(lstrip).take_while(|&&b| b == b' ').count();
+    let skip = piece
+        .iter()
+        .take(lstrip)
+        .take_while(|&&b| b == b' ')
+        .count();
     piece.drain(..skip);
     piece
 }
@@ -56,19 +62,35 @@ fn decode_gpt2_text(text: &str) -> Vec<u8> {
 }
 
 /// `llama_detokenize(ids, remove_special, unparse_special)` as bytes.
-pub(crate) fn detokenize(vocab: &Vocab, ids: &[u32], remove_special: bool, unparse_special: bool) -> Vec<u8> {
+pub(crate) fn detokenize(
+    vocab: &Vocab,
+    ids: &[u32],
+    remove_special: bool,
+    unparse_special: bool,
+) -> Vec<u8> {
     let mut ids = ids;
     let mut remove_space = vocab.flags.add_space_prefix;
-    if remove_special && vocab.flags.add_bos && ids.first().is_some_and(|&t| Some(t) == vocab.special.bos) {
+    if remove_special
+        && vocab.flags.add_bos
+        && ids.first().is_some_and(|&t| Some(t) == vocab.special.bos)
+    {
         remove_space = false;
         ids = &ids[1..];
     }
-    if remove_special && vocab.flags.add_eos && ids.last().is_some_and(|&t| Some(t) == vocab.special.eos) {
+    if remove_special
+        && vocab.flags.add_eos
+        && ids.last().is_some_and(|&t| Some(t) == vocab.special.eos)
+    {
         ids = &ids[..ids.len() - 1];
     }
     let mut text = Vec::new();
     for &id in ids {
-        text.extend(token_to_piece(vocab, id, usize::from(remove_space), unparse_special));
+        text.extend(token_to_piece(
+            vocab,
+            id,
+            usize::from(remove_space),
+            unparse_special,
+        ));
         remove_space = false;
     }
     if vocab.flags.clean_spaces {
@@ -117,7 +139,7 @@ fn clean_spaces(text: &mut Vec<u8>) {
                 total -= 1;
             } else if x1 != b't' && x1 != b'd' && i + 2 < n {
                 let x2 = text[i + 2];
-                if (x1 == b'r' && x2 == b'e') || (x1 == b'v' && x2 == b'e') {
+                if (x1 == b'r' || x1 == b'v') && x2 == b'e' {
                     total -= 1;
                 }
             }
@@ -146,7 +168,12 @@ pub struct StreamDecoder<'t> {
 impl<'t> StreamDecoder<'t> {
     /// A decoder for `tok`; `special` renders control tokens as their text.
     pub fn new(tok: &'t Tokenizer, special: bool) -> Self {
-        StreamDecoder { tok, special, pending: Vec::new(), first: true }
+        StreamDecoder {
+            tok,
+            special,
+            pending: Vec::new(),
+            first: true,
+        }
     }
 
     /// Adds one token; returns the text that is now complete (possibly empty).
@@ -154,7 +181,8 @@ impl<'t> StreamDecoder<'t> {
         let vocab = &self.tok.vocab;
         let lstrip = usize::from(self.first && vocab.flags.add_space_prefix);
         self.first = false;
-        self.pending.extend(token_to_piece(vocab, id, lstrip, self.special));
+        self.pending
+            .extend(token_to_piece(vocab, id, lstrip, self.special));
         self.take_complete(false)
     }
 

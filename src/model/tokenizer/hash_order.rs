@@ -37,7 +37,10 @@ fn hash_bytes(data: &[u8]) -> u64 {
     }
     let tail = &data[aligned..];
     if !tail.is_empty() {
-        let d = tail.iter().rev().fold(0u64, |acc, &b| (acc << 8) + u64::from(b));
+        let d = tail
+            .iter()
+            .rev()
+            .fold(0u64, |acc, &b| (acc << 8) + u64::from(b));
         hash ^= d;
         hash = hash.wrapping_mul(MUL);
     }
@@ -123,7 +126,10 @@ impl Table {
 /// Token ids in the order llama.cpp's `token_to_id` map iterates them, given the texts
 /// inserted in id order (`texts`) and the final map (`to_id`: duplicates keep the last id).
 /// Vocabularies larger than the known bucket table fall back to id order.
-pub(crate) fn libstdcxx_iteration_order(texts: &[String], to_id: &HashMap<String, u32>) -> Vec<u32> {
+pub(crate) fn libstdcxx_iteration_order(
+    texts: &[String],
+    to_id: &HashMap<String, u32>,
+) -> Vec<u32> {
     let mut seen = HashMap::with_capacity(texts.len());
     let mut keys: Vec<&str> = Vec::with_capacity(texts.len());
     for t in texts {
@@ -170,8 +176,15 @@ mod tests {
         // g++ 12: inserting "a".."p" into std::unordered_map<std::string,int> in order and
         // iterating yields this order.
         let texts: Vec<String> = (b'a'..=b'p').map(|c| (c as char).to_string()).collect();
-        let to_id: HashMap<String, u32> = texts.iter().enumerate().map(|(i, t)| (t.clone(), i as u32)).collect();
+        let to_id: HashMap<String, u32> = texts
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.clone(), i as u32))
+            .collect();
         let order = libstdcxx_iteration_order(&texts, &to_id);
-        assert_eq!(order, [14, 0, 1, 15, 7, 13, 3, 10, 2, 8, 5, 6, 4, 9, 11, 12]);
+        assert_eq!(
+            order,
+            [14, 0, 1, 15, 7, 13, 3, 10, 2, 8, 5, 6, 4, 9, 11, 12]
+        );
     }
 }

@@ -45,17 +45,31 @@ where
             start: s,
             len: end - s,
             prev: k.checked_sub(1),
-            next: if k + 1 < starts.len() { Some(k + 1) } else { None },
+            next: if k + 1 < starts.len() {
+                Some(k + 1)
+            } else {
+                None
+            },
         });
     }
     let mut queue = BinaryHeap::new();
-    let mut try_add = |symbols: &[Symbol], queue: &mut BinaryHeap<Bigram<K>>, left: Option<usize>, right: Option<usize>| {
-        let (Some(l), Some(r)) = (left, right) else { return };
+    let mut try_add = |symbols: &[Symbol],
+                       queue: &mut BinaryHeap<Bigram<K>>,
+                       left: Option<usize>,
+                       right: Option<usize>| {
+        let (Some(l), Some(r)) = (left, right) else {
+            return;
+        };
         let (ls, rs) = (&symbols[l], &symbols[r]);
         let lt = &text[ls.start..ls.start + ls.len];
         let rt = &text[rs.start..rs.start + rs.len];
         if let Some(key) = priority(lt, rt, l) {
-            queue.push(Bigram { key, left: l, right: r, size: ls.len + rs.len });
+            queue.push(Bigram {
+                key,
+                left: l,
+                right: r,
+                size: ls.len + rs.len,
+            });
         }
     };
     for i in 1..symbols.len() {

@@ -123,7 +123,12 @@ impl Tokenizer {
     /// `add_special` adds BOS (and EOS) where the model's flags say so; `parse_special`
     /// turns control-token text such as `<|im_start|>` into its id (otherwise it is
     /// tokenized as plain text). Errors only when the model asks for a BOS/EOS it lacks.
-    pub fn encode(&self, text: &str, add_special: bool, parse_special: bool) -> Result<Vec<u32>, TokenizerError> {
+    pub fn encode(
+        &self,
+        text: &str,
+        add_special: bool,
+        parse_special: bool,
+    ) -> Result<Vec<u32>, TokenizerError> {
         let v = &self.vocab;
         let fragments = special::partition(v, &self.trie, text, parse_special);
         let mut out = Vec::with_capacity(text.len() / 3 + 2);
@@ -168,13 +173,19 @@ impl Tokenizer {
     /// Ids to bytes, as `llama_detokenize(ids, remove_special, unparse_special)`:
     /// `remove_special` drops a leading BOS / trailing EOS the model would have added,
     /// `unparse_special` renders control tokens as their text.
-    pub fn decode_bytes(&self, ids: &[u32], remove_special: bool, unparse_special: bool) -> Vec<u8> {
+    pub fn decode_bytes(
+        &self,
+        ids: &[u32],
+        remove_special: bool,
+        unparse_special: bool,
+    ) -> Vec<u8> {
         detok::detokenize(&self.vocab, ids, remove_special, unparse_special)
     }
 
     /// [`Tokenizer::decode_bytes`] as a string (invalid UTF-8 becomes U+FFFD).
     pub fn decode(&self, ids: &[u32], remove_special: bool, unparse_special: bool) -> String {
-        String::from_utf8_lossy(&self.decode_bytes(ids, remove_special, unparse_special)).into_owned()
+        String::from_utf8_lossy(&self.decode_bytes(ids, remove_special, unparse_special))
+            .into_owned()
     }
 
     /// Number of tokens in the vocabulary.
@@ -226,7 +237,9 @@ impl Tokenizer {
     pub fn kind(&self) -> TokenizerKind {
         match self.vocab.vtype {
             VocabType::Spm => TokenizerKind::Spm,
-            VocabType::Bpe => TokenizerKind::Bpe { pre: self.vocab.pre.clone() },
+            VocabType::Bpe => TokenizerKind::Bpe {
+                pre: self.vocab.pre.clone(),
+            },
         }
     }
 }

@@ -43,14 +43,21 @@ pub(crate) fn split(text: &str, steps: &[SplitStep]) -> Vec<std::ops::Range<usiz
     }
     starts.push(text.len());
     let flags: Vec<CptFlags> = cpts.iter().map(|&c| cpt_flags(c)).collect();
-    let text = Text { cpts: &cpts, flags: &flags };
+    let text = Text {
+        cpts: &cpts,
+        flags: &flags,
+    };
 
     let mut chunks = vec![cpts.len()];
     for step in steps {
         let mut out = Vec::with_capacity(chunks.len());
         let mut start = 0;
         for &len in &chunks {
-            let chunk = Chunk { text: &text, ini: start, end: start + len };
+            let chunk = Chunk {
+                text: &text,
+                ini: start,
+                end: start + len,
+            };
             match *step {
                 SplitStep::Gpt2 => chunk.split_gpt2(&mut out),
                 SplitStep::Llama3 { digits_max } => chunk.split_llama3(digits_max, &mut out),
@@ -130,9 +137,18 @@ impl Chunk<'_> {
             return 0;
         }
         // llama.cpp's `unicode_tolower` only maps ASCII letters onto the letters tested here.
-        let low = |c: u32| if fold && (0x41..=0x5A).contains(&c) { c + 32 } else { c };
+        let low = |c: u32| {
+            if fold && (0x41..=0x5A).contains(&c) {
+                c + 32
+            } else {
+                c
+            }
+        };
         let next = low(self.cpt(pos + 1));
-        if [b's', b't', b'm', b'd'].iter().any(|&b| next == u32::from(b)) {
+        if [b's', b't', b'm', b'd']
+            .iter()
+            .any(|&b| next == u32::from(b))
+        {
             return 2;
         }
         if pos + 2 < self.end {
@@ -161,9 +177,13 @@ impl Chunk<'_> {
 
     /// Port of `unicode_regex_split_custom_gpt2`.
     fn split_gpt2(&self, out: &mut Vec<usize>) {
-        let mut em = Emitter { out, prev_end: self.ini };
+        let mut em = Emitter {
+            out,
+            prev_end: self.ini,
+        };
         let mut pos = self.ini;
-        let not_word = |f: CptFlags| !(f.is_whitespace() || f.is_letter() || f.is_number()) && f.is_some();
+        let not_word =
+            |f: CptFlags| !(f.is_whitespace() || f.is_letter() || f.is_number()) && f.is_some();
         while pos < self.end {
             let cpt = self.cpt(pos);
             let n = self.contraction(pos, false);
@@ -172,7 +192,11 @@ impl Chunk<'_> {
                 continue;
             }
             let space = cpt == u32::from(b' ');
-            let mut f2 = if space { self.flags(pos + 1) } else { self.flags(pos) };
+            let mut f2 = if space {
+                self.flags(pos + 1)
+            } else {
+                self.flags(pos)
+            };
             let class: Option<fn(CptFlags) -> bool> = if f2.is_letter() {
                 Some(CptFlags::is_letter)
             } else if f2.is_number() {
@@ -191,18 +215,7 @@ impl Chunk<'_> {
                 em.add(pos);
                 continue;
             }
-            let (num_ws, _) = self.whitespace_run(pos);
-            if num_ws > 1 && self.cpt(pos + num_ws) != OUT_OF_RANGE {
-                pos += num_ws - 1;
-                em.add(pos);
-                continue;
-            }
-            if num_ws > 0 {
-                pos += num_ws;
-                em.add(pos);
-                continue;
-            }
-            pos += 1;
+            pos = self.whitespace_end(pos, false);
             em.add(pos);
         }
     }
@@ -210,7 +223,10 @@ impl Chunk<'_> {
     /// Port of `unicode_regex_split_custom_llama3` (`digits_max` 3) and
     /// `unicode_regex_split_custom_qwen2` (`digits_max` 1).
     fn split_llama3(&self, digits_max: usize, out: &mut Vec<usize>) {
-        let mut em = Emitter { out, prev_end: self.ini };
+        let mut em = Emitter {
+            out,
+            prev_end: self.ini,
+        };
         let mut pos = self.ini;
         let is_rn = |c: u32| c == u32::from(b'\r') || c == u32::from(b'\n');
         while pos < self.end {
@@ -222,7 +238,9 @@ impl Chunk<'_> {
                 continue;
             }
             // [^\r\n\p{L}\p{N}]?\p{L}+
-            if !(is_rn(cpt) || flags.is_number()) && (flags.is_letter() || self.flags(pos + 1).is_letter()) {
+            if !(is_rn(cpt) || flags.is_number())
+                && (flags.is_letter() || self.flags(pos + 1).is_letter())
+            {
                 pos += 1;
                 while self.flags(pos).is_letter() {
                     pos += 1;
@@ -236,7 +254,11 @@ impl Chunk<'_> {
                 continue;
             }
             // <space>?[^\s\p{L}\p{N}]+[\r\n]*
-            let mut f2 = if cpt == u32::from(b' ') { self.flags(pos + 1) } else { flags };
+            let mut f2 = if cpt == u32::from(b' ') {
+                self.flags(pos + 1)
+            } else {
+                flags
+            };
             let not_word = |f: CptFlags| !(f.is_whitespace() || f.is_letter() || f.is_number());
             if not_word(f2) && flags.is_some() {
                 pos += usize::from(cpt == u32::from(b' '));
@@ -250,27 +272,23 @@ impl Chunk<'_> {
                 em.add(pos);
                 continue;
             }
-            let (num_ws, last_rn) = self.whitespace_run(pos);
-            // \s*[\r\n]+
-            if last_rn > 0 {
-                pos = last_rn;
-                em.add(pos);
-                continue;
-            }
-            // \s+(?!\S)
-            if num_ws > 1 && self.cpt(pos + num_ws) != OUT_OF_RANGE {
-                pos += num_ws - 1;
-                em.add(pos);
-                continue;
-            }
-            // \s+
-            if num_ws > 0 {
-                pos += num_ws;
-                em.add(pos);
-                continue;
-            }
-            pos += 1;
+            pos = self.whitespace_end(pos, true);
             em.add(pos);
+        }
+    }
+
+    /// The alternatives after the word classes: `\s*[\r\n]+` (when `rn`), `\s+(?!\S)`,
+    /// `\s+`, else one code point. Returns where the piece starting at `pos` ends.
+    fn whitespace_end(&self, pos: usize, rn: bool) -> usize {
+        let (num_ws, last_rn) = self.whitespace_run(pos);
+        if rn && last_rn > 0 {
+            last_rn
+        } else if num_ws > 1 && self.cpt(pos + num_ws) != OUT_OF_RANGE {
+            pos + num_ws - 1
+        } else if num_ws > 0 {
+            pos + num_ws
+        } else {
+            pos + 1
         }
     }
 
@@ -291,7 +309,10 @@ impl Chunk<'_> {
     /// `C` (`runs` false) or `C+` (`runs` true) for a code point class `C`, with
     /// `std::regex_iterator` semantics: matches and the gaps between them become pieces.
     fn split_class(&self, class: fn(u32, CptFlags) -> bool, runs: bool, out: &mut Vec<usize>) {
-        let mut em = Emitter { out, prev_end: self.ini };
+        let mut em = Emitter {
+            out,
+            prev_end: self.ini,
+        };
         let mut pos = self.ini;
         while pos < self.end {
             if !class(self.text.cpts[pos], self.text.flags[pos]) {
@@ -310,7 +331,10 @@ impl Chunk<'_> {
 
     /// `[0-9][0-9][0-9]`: leftmost non-overlapping triples of ASCII digits.
     fn split_digit_triples(&self, out: &mut Vec<usize>) {
-        let mut em = Emitter { out, prev_end: self.ini };
+        let mut em = Emitter {
+            out,
+            prev_end: self.ini,
+        };
         let is_digit = |c: u32| (0x30..=0x39).contains(&c);
         let mut pos = self.ini;
         while pos + 3 <= self.end {
@@ -362,7 +386,10 @@ mod tests {
 
     #[test]
     fn llama3_groups_digits_by_three() {
-        let w = words("x 1234567 ok!!\n\nI'M", &[SplitStep::Llama3 { digits_max: 3 }]);
+        let w = words(
+            "x 1234567 ok!!\n\nI'M",
+            &[SplitStep::Llama3 { digits_max: 3 }],
+        );
         assert_eq!(w, ["x", " ", "123", "456", "7", " ok", "!!\n\n", "I", "'M"]);
         let w = words("ab 12", &[SplitStep::Llama3 { digits_max: 1 }]);
         assert_eq!(w, ["ab", " ", "1", "2"]);
@@ -370,9 +397,15 @@ mod tests {
 
     #[test]
     fn number_and_punct_classes() {
-        assert_eq!(words("a12b", &[SplitStep::EachNumber]), ["a", "1", "2", "b"]);
+        assert_eq!(
+            words("a12b", &[SplitStep::EachNumber]),
+            ["a", "1", "2", "b"]
+        );
         assert_eq!(words("a12b", &[SplitStep::NumberRuns]), ["a", "12", "b"]);
         assert_eq!(words("x...y`", &[SplitStep::PunctRuns]), ["x", "...", "y`"]);
-        assert_eq!(words("1234567", &[SplitStep::AsciiDigitTriples]), ["123", "456", "7"]);
+        assert_eq!(
+            words("1234567", &[SplitStep::AsciiDigitTriples]),
+            ["123", "456", "7"]
+        );
     }
 }

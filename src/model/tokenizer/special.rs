@@ -35,7 +35,10 @@ pub(crate) struct SpecialTrie {
 impl SpecialTrie {
     /// Builds the trie for `vocab.special_cache`.
     pub(crate) fn new(vocab: &Vocab) -> Self {
-        let mut trie = SpecialTrie { edges: vec![Vec::new()], value: vec![None] };
+        let mut trie = SpecialTrie {
+            edges: vec![Vec::new()],
+            value: vec![None],
+        };
         for (prio, &id) in vocab.special_cache.iter().enumerate() {
             let mut node = 0usize;
             for &b in vocab.texts[id as usize].as_bytes() {
@@ -60,13 +63,20 @@ impl SpecialTrie {
 
     fn child(&self, node: usize, b: u8) -> Option<usize> {
         let e = &self.edges[node];
-        e.binary_search_by_key(&b, |e| e.0).ok().map(|i| e[i].1 as usize)
+        e.binary_search_by_key(&b, |e| e.0)
+            .ok()
+            .map(|i| e[i].1 as usize)
     }
 }
 
 /// Splits `text` into fragments. With `parse_special` false, control and unknown tokens
 /// stay text; user-defined tokens are split out either way (as llama.cpp does).
-pub(crate) fn partition(vocab: &Vocab, trie: &SpecialTrie, text: &str, parse_special: bool) -> Vec<Fragment> {
+pub(crate) fn partition(
+    vocab: &Vocab,
+    trie: &SpecialTrie,
+    text: &str,
+    parse_special: bool,
+) -> Vec<Fragment> {
     let bytes = text.as_bytes();
     if bytes.is_empty() {
         return Vec::new();
@@ -76,7 +86,9 @@ pub(crate) fn partition(vocab: &Vocab, trie: &SpecialTrie, text: &str, parse_spe
     for start in 0..bytes.len() {
         let mut node = 0usize;
         for &b in &bytes[start..] {
-            let Some(next) = trie.child(node, b) else { break };
+            let Some(next) = trie.child(node, b) else {
+                break;
+            };
             node = next;
             if let Some(prio) = trie.value[node] {
                 let id = vocab.special_cache[prio as usize];

@@ -120,7 +120,11 @@ mod tests {
     #[test]
     fn gpt2_byte_map_round_trips() {
         for b in 0..=255u8 {
-            assert_eq!(unicode_to_byte(byte_to_unicode(b)), Some(b), "byte {b:#04x}");
+            assert_eq!(
+                unicode_to_byte(byte_to_unicode(b)),
+                Some(b),
+                "byte {b:#04x}"
+            );
         }
         assert_eq!(byte_to_unicode(b' '), '\u{120}');
         assert_eq!(byte_to_unicode(b'\n'), '\u{10A}');

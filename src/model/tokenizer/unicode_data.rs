@@ -6,6 +6,7 @@
 /// `(first code point, flags)`: the flags hold up to the next entry's first code point.
 /// Flags are llama.cpp's `unicode_cpt_flags` bits (NUMBER 0x2, LETTER 0x4, ...).
 /// The last entry starts at 0x110000 (one past the last code point).
+#[rustfmt::skip]
 pub(crate) static RANGES_FLAGS: [(u32, u16); 2273] = [
     (0x000000, 0x0080), (0x000020, 0x0008), (0x000021, 0x0020), (0x000024, 0x0040), (0x000025, 0x0020), (0x00002B, 0x0040),
     (0x00002C, 0x0020), (0x000030, 0x0002), (0x00003A, 0x0020), (0x00003C, 0x0040), (0x00003F, 0x0020), (0x000041, 0x0004),
@@ -389,6 +390,7 @@ pub(crate) static RANGES_FLAGS: [(u32, u16); 2273] = [
 ];
 
 /// Code points llama.cpp treats as whitespace (`\s`), sorted.
+#[rustfmt::skip]
 pub(crate) static WHITESPACE: [u32; 25] = [
     0x000009, 0x00000A, 0x00000B, 0x00000C, 0x00000D, 0x000020, 0x000085, 0x0000A0,
     0x001680, 0x002000, 0x002001, 0x002002, 0x002003, 0x002004, 0x002005, 0x002006,

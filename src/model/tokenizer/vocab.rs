@@ -93,9 +93,30 @@ struct PreConfig {
 
 /// The `tokenizer.ggml.pre` values (BPE pre-tokenizers) Hearth reproduces exactly.
 pub const SUPPORTED_PRE: &[&str] = &[
-    "default", "llama3", "llama-v3", "llama-bpe", "falcon3", "pixtral", "dbrx", "smaug-bpe",
-    "gpt-2", "phi-2", "mpt", "olmo", "jais", "starcoder", "refact", "command-r", "smollm",
-    "codeshell", "exaone", "qwen2", "deepseek-r1-qwen", "stablelm2", "megrez", "falcon",
+    "default",
+    "llama3",
+    "llama-v3",
+    "llama-bpe",
+    "falcon3",
+    "pixtral",
+    "dbrx",
+    "smaug-bpe",
+    "gpt-2",
+    "phi-2",
+    "mpt",
+    "olmo",
+    "jais",
+    "starcoder",
+    "refact",
+    "command-r",
+    "smollm",
+    "codeshell",
+    "exaone",
+    "qwen2",
+    "deepseek-r1-qwen",
+    "stablelm2",
+    "megrez",
+    "falcon",
 ];
 
 fn pre_config(pre: &str) -> Option<PreConfig> {
@@ -109,11 +130,20 @@ fn pre_config(pre: &str) -> Option<PreConfig> {
         add_bos,
     };
     Some(match pre {
-        "" | "default" => cfg(vec![PunctRuns, Gpt2, NumberRuns, AsciiDigitTriples], true, false, false),
-        "llama3" | "llama-v3" | "llama-bpe" | "falcon3" | "pixtral" => cfg(llama3, true, true, true),
+        "" | "default" => cfg(
+            vec![PunctRuns, Gpt2, NumberRuns, AsciiDigitTriples],
+            true,
+            false,
+            false,
+        ),
+        "llama3" | "llama-v3" | "llama-bpe" | "falcon3" | "pixtral" => {
+            cfg(llama3, true, true, true)
+        }
         "dbrx" | "smaug-bpe" => cfg(llama3, true, false, false),
         "gpt-2" | "phi-2" | "mpt" | "olmo" | "jais" => cfg(gpt2, true, false, false),
-        "starcoder" | "refact" | "codeshell" | "exaone" => cfg(vec![EachNumber, Gpt2], true, false, false),
+        "starcoder" | "refact" | "codeshell" | "exaone" => {
+            cfg(vec![EachNumber, Gpt2], true, false, false)
+        }
         "command-r" | "smollm" => cfg(vec![EachNumber, Gpt2], false, false, false),
         "qwen2" | "deepseek-r1-qwen" => cfg(vec![Llama3 { digits_max: 1 }], false, false, false),
         "stablelm2" | "megrez" => cfg(vec![Llama3 { digits_max: 1 }], true, false, false),
@@ -122,30 +152,59 @@ fn pre_config(pre: &str) -> Option<PreConfig> {
     })
 }
 
+/// Accessor of one field of [`SpecialIds`].
+type Slot = fn(&mut SpecialIds) -> &mut Option<u32>;
+
 /// Reads an optional string array.
-fn str_array<'a>(md: &'a Metadata, key: &'static str) -> Result<Option<&'a [String]>, TokenizerError> {
+fn str_array<'a>(
+    md: &'a Metadata,
+    key: &'static str,
+) -> Result<Option<&'a [String]>, TokenizerError> {
     match md.get(key) {
         None => Ok(None),
         Some(v) => match v.as_array() {
             Some(Array::String(s)) => Ok(Some(s)),
-            _ => Err(TokenizerError::BadType { key, expected: "array of strings" }),
+            _ => Err(TokenizerError::BadType {
+                key,
+                expected: "array of strings",
+            }),
         },
     }
 }
 
 /// Reads an optional numeric array of at least `n` elements as `f32` (scores) or `i64` (types).
-fn num_array(md: &Metadata, key: &'static str, n: usize) -> Result<Option<Vec<f64>>, TokenizerError> {
-    let Some(v) = md.get(key) else { return Ok(None) };
+fn num_array(
+    md: &Metadata,
+    key: &'static str,
+    n: usize,
+) -> Result<Option<Vec<f64>>, TokenizerError> {
+    let Some(v) = md.get(key) else {
+        return Ok(None);
+    };
     let vals: Vec<f64> = match v.as_array() {
         Some(Array::F32(a)) => a.iter().map(|&x| f64::from(x)).collect(),
         Some(a) => match a.to_i64_vec() {
             Some(ints) => ints.into_iter().map(|x| x as f64).collect(),
-            None => return Err(TokenizerError::BadType { key, expected: "numeric array" }),
+            None => {
+                return Err(TokenizerError::BadType {
+                    key,
+                    expected: "numeric array",
+                })
+            }
         },
-        None => return Err(TokenizerError::BadType { key, expected: "numeric array" }),
+        None => {
+            return Err(TokenizerError::BadType {
+                key,
+                expected: "numeric array",
+            })
+        }
     };
     if vals.len() < n {
-        return Err(TokenizerError::ShortArray { key, len: vals.len(), n_tokens: n });
+        return Err(TokenizerError::ShortArray {
+            key,
+            len: vals.len(),
+            n_tokens: n,
+        });
     }
     Ok(Some(vals))
 }
@@ -166,30 +225,11 @@ fn type_to_attr(t: i64) -> u32 {
 impl Vocab {
     /// Builds the vocabulary from GGUF metadata (`llama_vocab::impl::load`).
     pub(crate) fn from_metadata(md: &Metadata) -> Result<Self, TokenizerError> {
-        let model = md.get_str("tokenizer.ggml.model").ok_or(TokenizerError::MissingKey("tokenizer.ggml.model"))?;
+        let model = md
+            .get_str("tokenizer.ggml.model")
+            .ok_or(TokenizerError::MissingKey("tokenizer.ggml.model"))?;
         let pre = md.get_str("tokenizer.ggml.pre").unwrap_or("").to_string();
-        let (vtype, mut special, mut flags, split_steps) = match model {
-            "llama" => {
-                let special = SpecialIds { bos: Some(1), eos: Some(2), unk: Some(0), ..Default::default() };
-                let flags = Flags { add_space_prefix: true, add_bos: true, ..Default::default() };
-                (VocabType::Spm, special, flags, Vec::new())
-            }
-            "gpt2" => {
-                let cfg = pre_config(&pre).ok_or_else(|| TokenizerError::UnsupportedPre {
-                    pre: pre.clone(),
-                    supported: SUPPORTED_PRE.join(", "),
-                })?;
-                let special = SpecialIds { bos: Some(11), eos: Some(11), ..Default::default() };
-                let flags = Flags {
-                    add_bos: cfg.add_bos,
-                    ignore_merges: cfg.ignore_merges,
-                    clean_spaces: cfg.clean_spaces,
-                    ..Default::default()
-                };
-                (VocabType::Bpe, special, flags, cfg.steps)
-            }
-            other => return Err(TokenizerError::UnsupportedModel(other.to_string())),
-        };
+        let (vtype, mut special, mut flags, split_steps) = model_defaults(model, &pre)?;
         if let Some(v) = md.get_bool("tokenizer.ggml.add_space_prefix") {
             flags.add_space_prefix = v;
         }
@@ -197,27 +237,8 @@ impl Vocab {
             VocabType::Bpe => read_merges(md)?,
             VocabType::Spm => HashMap::new(),
         };
-
-        let tokens = str_array(md, "tokenizer.ggml.tokens")?.ok_or(TokenizerError::MissingKey("tokenizer.ggml.tokens"))?;
-        let n = tokens.len();
-        let scores = num_array(md, "tokenizer.ggml.scores", n)?;
-        let types = num_array(md, "tokenizer.ggml.token_type", n)?;
-        let mut texts = Vec::with_capacity(n);
-        let mut to_id = HashMap::with_capacity(n);
-        for (i, word) in tokens.iter().enumerate() {
-            let word = if word.is_empty() { format!("[EMPTY_{i}]") } else { word.clone() };
-            to_id.insert(word.clone(), i as u32);
-            texts.push(word);
-        }
-        let scores: Vec<f32> = match scores {
-            Some(s) => s[..n].iter().map(|&x| x as f32).collect(),
-            None => vec![0.0; n],
-        };
-        let attrs: Vec<u32> = match types {
-            Some(t) => t[..n].iter().map(|&x| type_to_attr(x as i64)).collect(),
-            None => vec![attr::NORMAL; n],
-        };
-
+        let (texts, to_id, scores, attrs) = read_tokens(md)?;
+        let n = texts.len();
         let mut vocab = Vocab {
             vtype,
             pre,
@@ -261,7 +282,11 @@ impl Vocab {
     /// SPM byte fallback token for `b` (`byte_to_token`): `<0xXX>`, else the byte as text.
     pub(crate) fn byte_to_token(&self, b: u8) -> Option<u32> {
         let hex = format!("<0x{b:02X}>");
-        self.text_to_token(&hex).or_else(|| std::str::from_utf8(&[b]).ok().and_then(|s| self.text_to_token(s)))
+        self.text_to_token(&hex).or_else(|| {
+            std::str::from_utf8(&[b])
+                .ok()
+                .and_then(|s| self.text_to_token(s))
+        })
     }
 
     fn find_newline(&self) -> Option<u32> {
@@ -275,7 +300,6 @@ impl Vocab {
     /// Auto-detection of EOT/EOM/FIM and end-of-generation tokens by their text, unused
     /// control tokens, and the attribute overrides that come with them.
     fn detect_special_tokens(&mut self) {
-        type Slot = fn(&mut SpecialIds) -> &mut Option<u32>;
         let roles: [(&[&str], Slot); 8] = [
             (EOT_TEXTS, |s| &mut s.eot),
             (&["<|eom_id|>"], |s| &mut s.eom),
@@ -297,7 +321,8 @@ impl Vocab {
                 1 => ids[0],
                 // Several candidates: llama.cpp takes the first in its hash map's iteration order.
                 _ => {
-                    let order = order.get_or_insert_with(|| libstdcxx_iteration_order(&self.texts, &self.to_id));
+                    let order = order
+                        .get_or_insert_with(|| libstdcxx_iteration_order(&self.texts, &self.to_id));
                     match order.iter().find(|id| ids.contains(id)) {
                         Some(&id) => id,
                         None => ids[0],
@@ -318,7 +343,10 @@ impl Vocab {
 
     fn collect_eog(&mut self) {
         let s = &self.special;
-        let mut eog: BTreeSet<u32> = [s.fim_pad, s.fim_rep, s.fim_sep].into_iter().flatten().collect();
+        let mut eog: BTreeSet<u32> = [s.fim_pad, s.fim_rep, s.fim_sep]
+            .into_iter()
+            .flatten()
+            .collect();
         for text in EOG_TEXTS {
             if let Some(id) = self.text_to_token(text) {
                 eog.insert(id);
@@ -332,12 +360,14 @@ impl Vocab {
         }
         let s = &self.special;
         eog.extend([s.eos, s.eot, s.eom].into_iter().flatten());
-        let find = |eog: &BTreeSet<u32>, t: &str| eog.iter().copied().find(|&id| self.texts[id as usize] == t);
+        let find = |eog: &BTreeSet<u32>, t: &str| {
+            eog.iter().copied().find(|&id| self.texts[id as usize] == t)
+        };
         let has = |eog: &BTreeSet<u32>, t: &str| find(eog, t).is_some();
         let mut reset: Vec<(u32, u32)> = Vec::new();
         if let Some(end) = find(&eog, "<|end|>") {
             let call = has(&eog, "<|call|>") || has(&eog, "<|calls|>");
-            if (has(&eog, "<|return|>") && call) || (call && has(&eog, "<|flush|>")) {
+            if call && (has(&eog, "<|return|>") || has(&eog, "<|flush|>")) {
                 eog.remove(&end);
                 reset.push((end, attr::USER_DEFINED));
             }
@@ -356,7 +386,9 @@ impl Vocab {
 
     fn build_special_cache(&mut self) {
         let mask = attr::CONTROL | attr::USER_DEFINED | attr::UNKNOWN;
-        let mut cache: Vec<u32> = (0..self.texts.len() as u32).filter(|&id| self.attrs[id as usize] & mask != 0).collect();
+        let mut cache: Vec<u32> = (0..self.texts.len() as u32)
+            .filter(|&id| self.attrs[id as usize] & mask != 0)
+            .collect();
         // Longest text first; llama.cpp's sort is not stable, ties keep id order here.
         cache.sort_by_key(|&id| std::cmp::Reverse(self.texts[id as usize].len()));
         self.special_cache = cache;
@@ -372,7 +404,11 @@ impl Vocab {
             let mut set = |t: &str, on: bool| {
                 if let Some(id) = self.to_id.get(t) {
                     let a = &mut self.attrs[*id as usize];
-                    *a = if on { *a | attr::RSTRIP } else { *a & !attr::RSTRIP };
+                    *a = if on {
+                        *a | attr::RSTRIP
+                    } else {
+                        *a & !attr::RSTRIP
+                    };
                 }
             };
             set("</s>", true);
@@ -383,8 +419,84 @@ impl Vocab {
     }
 }
 
+/// Per-model-type defaults: (type, special ids, flags, pre-tokenizer steps).
+fn model_defaults(
+    model: &str,
+    pre: &str,
+) -> Result<(VocabType, SpecialIds, Flags, Vec<SplitStep>), TokenizerError> {
+    match model {
+        "llama" => {
+            let special = SpecialIds {
+                bos: Some(1),
+                eos: Some(2),
+                unk: Some(0),
+                ..Default::default()
+            };
+            let flags = Flags {
+                add_space_prefix: true,
+                add_bos: true,
+                ..Default::default()
+            };
+            Ok((VocabType::Spm, special, flags, Vec::new()))
+        }
+        "gpt2" => {
+            let cfg = pre_config(pre).ok_or_else(|| TokenizerError::UnsupportedPre {
+                pre: pre.to_string(),
+                supported: SUPPORTED_PRE.join(", "),
+            })?;
+            let special = SpecialIds {
+                bos: Some(11),
+                eos: Some(11),
+                ..Default::default()
+            };
+            let flags = Flags {
+                add_bos: cfg.add_bos,
+                ignore_merges: cfg.ignore_merges,
+                clean_spaces: cfg.clean_spaces,
+                ..Default::default()
+            };
+            Ok((VocabType::Bpe, special, flags, cfg.steps))
+        }
+        other => Err(TokenizerError::UnsupportedModel(other.to_string())),
+    }
+}
+
+/// Token texts (empty ones renamed `[EMPTY_i]`), the text -> id map (duplicates keep
+/// the last id), scores and attributes.
+#[allow(clippy::type_complexity)]
+fn read_tokens(
+    md: &Metadata,
+) -> Result<(Vec<String>, HashMap<String, u32>, Vec<f32>, Vec<u32>), TokenizerError> {
+    let tokens = str_array(md, "tokenizer.ggml.tokens")?
+        .ok_or(TokenizerError::MissingKey("tokenizer.ggml.tokens"))?;
+    let n = tokens.len();
+    let scores = num_array(md, "tokenizer.ggml.scores", n)?;
+    let types = num_array(md, "tokenizer.ggml.token_type", n)?;
+    let mut texts = Vec::with_capacity(n);
+    let mut to_id = HashMap::with_capacity(n);
+    for (i, word) in tokens.iter().enumerate() {
+        let word = if word.is_empty() {
+            format!("[EMPTY_{i}]")
+        } else {
+            word.clone()
+        };
+        to_id.insert(word.clone(), i as u32);
+        texts.push(word);
+    }
+    let scores: Vec<f32> = match scores {
+        Some(s) => s[..n].iter().map(|&x| x as f32).collect(),
+        None => vec![0.0; n],
+    };
+    let attrs: Vec<u32> = match types {
+        Some(t) => t[..n].iter().map(|&x| type_to_attr(x as i64)).collect(),
+        None => vec![attr::NORMAL; n],
+    };
+    Ok((texts, to_id, scores, attrs))
+}
+
 fn read_merges(md: &Metadata) -> Result<HashMap<String, u32>, TokenizerError> {
-    let list = str_array(md, "tokenizer.ggml.merges")?.ok_or(TokenizerError::MissingKey("tokenizer.ggml.merges"))?;
+    let list = str_array(md, "tokenizer.ggml.merges")?
+        .ok_or(TokenizerError::MissingKey("tokenizer.ggml.merges"))?;
     let mut merges = HashMap::with_capacity(list.len());
     for (i, m) in list.iter().enumerate() {
         merges.entry(m.clone()).or_insert(i as u32);
@@ -395,7 +507,7 @@ fn read_merges(md: &Metadata) -> Result<HashMap<String, u32>, TokenizerError> {
 /// Overrides the default special ids with those in the metadata; ids outside the
 /// vocabulary are ignored (defaults outside it are disabled), as llama.cpp does.
 fn read_special_ids(md: &Metadata, n: usize, s: &mut SpecialIds) {
-    let keys: [(&str, fn(&mut SpecialIds) -> &mut Option<u32>); 17] = [
+    let keys: [(&str, Slot); 17] = [
         ("bos_token_id", |s| &mut s.bos),
         ("eos_token_id", |s| &mut s.eos),
         ("eot_token_id", |s| &mut s.eot),
@@ -428,26 +540,77 @@ fn read_special_ids(md: &Metadata, n: usize, s: &mut SpecialIds) {
 }
 
 const EOT_TEXTS: &[&str] = &[
-    "<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|end_of_text|>",
-    "<EOT>", "_<EOT>", "[EOT]", "<｜end▁of▁sentence｜>", "<end_of_utterance>",
+    "<|eot_id|>",
+    "<|im_end|>",
+    "<|end|>",
+    "<end_of_turn>",
+    "<|endoftext|>",
+    "<|end_of_text|>",
+    "<EOT>",
+    "_<EOT>",
+    "[EOT]",
+    "<｜end▁of▁sentence｜>",
+    "<end_of_utterance>",
 ];
 const FIM_PRE_TEXTS: &[&str] = &[
-    "<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<｜fim▁begin｜>", "<PRE>", "▁<PRE>",
-    "<|code_prefix|>", "<|prefix|>",
+    "<|fim_prefix|>",
+    "<fim-prefix>",
+    "<fim_prefix>",
+    "<｜fim▁begin｜>",
+    "<PRE>",
+    "▁<PRE>",
+    "<|code_prefix|>",
+    "<|prefix|>",
 ];
 const FIM_SUF_TEXTS: &[&str] = &[
-    "<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<｜fim▁hole｜>", "<SUF>", "▁<SUF>",
-    "<|code_suffix|>", "<|suffix|>",
+    "<|fim_suffix|>",
+    "<fim-suffix>",
+    "<fim_suffix>",
+    "<｜fim▁hole｜>",
+    "<SUF>",
+    "▁<SUF>",
+    "<|code_suffix|>",
+    "<|suffix|>",
 ];
 const FIM_MID_TEXTS: &[&str] = &[
-    "<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<｜fim▁end｜>", "<MID>", "▁<MID>",
-    "<|code_middle|>", "<|middle|>",
+    "<|fim_middle|>",
+    "<fim-middle>",
+    "<fim_middle>",
+    "<｜fim▁end｜>",
+    "<MID>",
+    "▁<MID>",
+    "<|code_middle|>",
+    "<|middle|>",
 ];
 const FIM_PAD_TEXTS: &[&str] = &["<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"];
-const FIM_REP_TEXTS: &[&str] = &["<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"];
+const FIM_REP_TEXTS: &[&str] = &[
+    "<|fim_repo|>",
+    "<|repo_name|>",
+    "<fim-repo>",
+    "<REPO>",
+    "<reponame>",
+];
 const EOG_TEXTS: &[&str] = &[
-    "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>",
-    "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]",
-    "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>",
-    "<｜end▁of▁sentence｜>", "[e~[",
+    "<|eot_id|>",
+    "<|im_end|>",
+    "<|end|>",
+    "<|return|>",
+    "<|call|>",
+    "<|flush|>",
+    "<|calls|>",
+    "<end_of_turn>",
+    "<|endoftext|>",
+    "</s>",
+    "<|eom_id|>",
+    "<EOT>",
+    "_<EOT>",
+    "[EOT]",
+    "[EOS]",
+    "<|end_of_text|>",
+    "<end_of_utterance>",
+    "<eos>",
+    "<turn|>",
+    "<|tool_response>",
+    "<｜end▁of▁sentence｜>",
+    "[e~[",
 ];
