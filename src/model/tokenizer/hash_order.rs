@@ -11,6 +11,8 @@
 
 use std::collections::HashMap;
 
+use super::fxhash::FxHashMap;
+
 /// libstdc++'s bucket counts as an `unordered_map` grows one insertion at a time: the
 /// table rehashes to the next count when an insertion would exceed the current count.
 const BUCKET_COUNTS: [u64; 21] = [
@@ -128,7 +130,7 @@ impl Table {
 /// Vocabularies larger than the known bucket table fall back to id order.
 pub(crate) fn libstdcxx_iteration_order(
     texts: &[String],
-    to_id: &HashMap<String, u32>,
+    to_id: &FxHashMap<String, u32>,
 ) -> Vec<u32> {
     let mut seen = HashMap::with_capacity(texts.len());
     let mut keys: Vec<&str> = Vec::with_capacity(texts.len());
@@ -176,7 +178,7 @@ mod tests {
         // g++ 12: inserting "a".."p" into std::unordered_map<std::string,int> in order and
         // iterating yields this order.
         let texts: Vec<String> = (b'a'..=b'p').map(|c| (c as char).to_string()).collect();
-        let to_id: HashMap<String, u32> = texts
+        let to_id: FxHashMap<String, u32> = texts
             .iter()
             .enumerate()
             .map(|(i, t)| (t.clone(), i as u32))

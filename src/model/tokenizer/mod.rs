@@ -26,6 +26,7 @@
 
 mod bpe;
 mod detok;
+mod fxhash;
 mod hash_order;
 mod merge;
 mod pretokenize;

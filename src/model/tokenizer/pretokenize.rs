@@ -27,8 +27,12 @@ pub(crate) enum SplitStep {
     EachNumber,
     /// `\p{N}+`: runs of number code points.
     NumberRuns,
-    /// `[\p{P}\$\+<=>\^~\|]+`: runs of punctuation and those ASCII symbols.
-    PunctRuns,
+    /// `[\p{P}\$\+<=>\^~\|]+` (default) or, with `backtick`, falcon's
+    /// ``[\p{P}\$\+<=>\^~\|`]+``: runs of punctuation and those ASCII symbols.
+    PunctRuns {
+        /// Whether `` ` `` is in the class.
+        backtick: bool,
+    },
     /// `[0-9][0-9][0-9]`: groups of three ASCII digits.
     AsciiDigitTriples,
 }
@@ -63,7 +67,12 @@ pub(crate) fn split(text: &str, steps: &[SplitStep]) -> Vec<std::ops::Range<usiz
                 SplitStep::Llama3 { digits_max } => chunk.split_llama3(digits_max, &mut out),
                 SplitStep::EachNumber => chunk.split_class(is_collapsed_number, false, &mut out),
                 SplitStep::NumberRuns => chunk.split_class(is_collapsed_number, true, &mut out),
-                SplitStep::PunctRuns => chunk.split_class(is_collapsed_punct, true, &mut out),
+                SplitStep::PunctRuns { backtick: false } => {
+                    chunk.split_class(is_collapsed_punct, true, &mut out)
+                }
+                SplitStep::PunctRuns { backtick: true } => {
+                    chunk.split_class(|c, f| c == 0x60 || is_collapsed_punct(c, f), true, &mut out)
+                }
                 SplitStep::AsciiDigitTriples => chunk.split_digit_triples(&mut out),
             }
             start += len;
@@ -402,7 +411,14 @@ mod tests {
             ["a", "1", "2", "b"]
         );
         assert_eq!(words("a12b", &[SplitStep::NumberRuns]), ["a", "12", "b"]);
-        assert_eq!(words("x...y`", &[SplitStep::PunctRuns]), ["x", "...", "y`"]);
+        assert_eq!(
+            words("x...y`", &[SplitStep::PunctRuns { backtick: false }]),
+            ["x", "...", "y`"]
+        );
+        assert_eq!(
+            words("x.`y", &[SplitStep::PunctRuns { backtick: true }]),
+            ["x", ".`", "y"]
+        );
         assert_eq!(
             words("1234567", &[SplitStep::AsciiDigitTriples]),
             ["123", "456", "7"]

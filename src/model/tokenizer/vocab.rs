@@ -2,7 +2,9 @@
 //! token texts, scores and attributes, special token ids, flags and their per-model
 //! defaults, and the auto-detected end-of-generation and control tokens.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
+
+use super::fxhash::FxHashMap;
 
 use super::hash_order::libstdcxx_iteration_order;
 use super::pretokenize::SplitStep;
@@ -70,7 +72,7 @@ pub(crate) struct Vocab {
     pub texts: Vec<String>,
     pub scores: Vec<f32>,
     pub attrs: Vec<u32>,
-    pub to_id: HashMap<String, u32>,
+    pub to_id: FxHashMap<String, u32>,
     pub special: SpecialIds,
     pub flags: Flags,
     pub eog: BTreeSet<u32>,
@@ -78,7 +80,7 @@ pub(crate) struct Vocab {
     /// llama.cpp splits text on them.
     pub special_cache: Vec<u32>,
     /// BPE merges: `"left right"` -> rank (first occurrence wins, like `emplace`).
-    pub merges: HashMap<String, u32>,
+    pub merges: FxHashMap<String, u32>,
     /// The newline token (`linefeed_id`).
     pub nl: Option<u32>,
 }
@@ -131,7 +133,12 @@ fn pre_config(pre: &str) -> Option<PreConfig> {
     };
     Some(match pre {
         "" | "default" => cfg(
-            vec![PunctRuns, Gpt2, NumberRuns, AsciiDigitTriples],
+            vec![
+                PunctRuns { backtick: false },
+                Gpt2,
+                NumberRuns,
+                AsciiDigitTriples,
+            ],
             true,
             false,
             false,
@@ -147,7 +154,12 @@ fn pre_config(pre: &str) -> Option<PreConfig> {
         "command-r" | "smollm" => cfg(vec![EachNumber, Gpt2], false, false, false),
         "qwen2" | "deepseek-r1-qwen" => cfg(vec![Llama3 { digits_max: 1 }], false, false, false),
         "stablelm2" | "megrez" => cfg(vec![Llama3 { digits_max: 1 }], true, false, false),
-        "falcon" => cfg(vec![PunctRuns, Gpt2, AsciiDigitTriples], true, false, false),
+        "falcon" => cfg(
+            vec![PunctRuns { backtick: true }, Gpt2, AsciiDigitTriples],
+            true,
+            false,
+            false,
+        ),
         _ => return None,
     })
 }
@@ -235,7 +247,7 @@ impl Vocab {
         }
         let merges = match vtype {
             VocabType::Bpe => read_merges(md)?,
-            VocabType::Spm => HashMap::new(),
+            VocabType::Spm => FxHashMap::default(),
         };
         let (texts, to_id, scores, attrs) = read_tokens(md)?;
         let n = texts.len();
@@ -466,14 +478,14 @@ fn model_defaults(
 #[allow(clippy::type_complexity)]
 fn read_tokens(
     md: &Metadata,
-) -> Result<(Vec<String>, HashMap<String, u32>, Vec<f32>, Vec<u32>), TokenizerError> {
+) -> Result<(Vec<String>, FxHashMap<String, u32>, Vec<f32>, Vec<u32>), TokenizerError> {
     let tokens = str_array(md, "tokenizer.ggml.tokens")?
         .ok_or(TokenizerError::MissingKey("tokenizer.ggml.tokens"))?;
     let n = tokens.len();
     let scores = num_array(md, "tokenizer.ggml.scores", n)?;
     let types = num_array(md, "tokenizer.ggml.token_type", n)?;
     let mut texts = Vec::with_capacity(n);
-    let mut to_id = HashMap::with_capacity(n);
+    let mut to_id = FxHashMap::with_capacity_and_hasher(n, Default::default());
     for (i, word) in tokens.iter().enumerate() {
         let word = if word.is_empty() {
             format!("[EMPTY_{i}]")
@@ -494,10 +506,10 @@ fn read_tokens(
     Ok((texts, to_id, scores, attrs))
 }
 
-fn read_merges(md: &Metadata) -> Result<HashMap<String, u32>, TokenizerError> {
+fn read_merges(md: &Metadata) -> Result<FxHashMap<String, u32>, TokenizerError> {
     let list = str_array(md, "tokenizer.ggml.merges")?
         .ok_or(TokenizerError::MissingKey("tokenizer.ggml.merges"))?;
-    let mut merges = HashMap::with_capacity(list.len());
+    let mut merges = FxHashMap::with_capacity_and_hasher(list.len(), Default::default());
     for (i, m) in list.iter().enumerate() {
         merges.entry(m.clone()).or_insert(i as u32);
     }
