@@ -43,8 +43,8 @@ pub(crate) fn cpt_flags(cpt: u32) -> CptFlags {
         return CptFlags(CptFlags::UNDEFINED);
     }
     // The table is sorted by first code point; find the last entry starting at or before `cpt`.
-    let i = RANGES_FLAGS.partition_point(|&(start, _)| start <= cpt) - 1;
-    let mut flags = RANGES_FLAGS[i].1;
+    let i = RANGES_FLAGS.partition_point(|&entry| entry >> 8 <= cpt) - 1;
+    let mut flags = (RANGES_FLAGS[i] & 0xFF) as u16;
     if WHITESPACE.binary_search(&cpt).is_ok() {
         flags |= CptFlags::WHITESPACE;
     }
