@@ -1,0 +1,158 @@
+//! `hearth info`: what a model is, how it is stored, and what it needs to run.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use anyhow::Result;
+use hearth::gguf::GgufModel;
+use hearth::model::tokenizer::Tokenizer;
+use hearth::model::ModelConfig;
+use hearth::quant::GgmlType;
+use serde_json::json;
+
+use super::human_bytes;
+
+/// Arguments of `hearth info`.
+#[derive(clap::Args)]
+pub struct Args {
+    /// The GGUF model (the first file of a split model).
+    model: PathBuf,
+    /// Context length for the memory estimate (default: the model's trained length, at most 4096).
+    #[arg(long)]
+    ctx: Option<usize>,
+    /// Print one JSON object instead of the table.
+    #[arg(long)]
+    json: bool,
+    /// Also list every metadata key (long arrays abbreviated).
+    #[arg(long)]
+    metadata: bool,
+}
+
+/// Count and bytes of the tensors of one type.
+#[derive(Default)]
+struct TypeStats {
+    count: usize,
+    bytes: u64,
+    elems: u64,
+}
+
+/// Runs `hearth info`.
+pub fn run(args: Args) -> Result<()> {
+    let (file, _sources) = super::open_model(&args.model)?;
+    let file_bytes: u64 = file.splits.iter().map(|s| s.file_size).sum();
+    let version = file.splits.first().map_or(0, |s| s.version);
+    let cfg = ModelConfig::from_metadata(file.metadata())?;
+    let tokenizer = Tokenizer::from_metadata(file.metadata())
+        .map(|t| format!("{:?}", t.kind()))
+        .unwrap_or_else(|e| format!("unavailable ({e})"));
+    let histogram = type_histogram(&file);
+    let weight_bytes: u64 = histogram.values().map(|s| s.bytes).sum();
+    let params: u64 = histogram.values().map(|s| s.elems).sum();
+    let ctx = args.ctx.unwrap_or(cfg.n_ctx_train.min(4096));
+    let kv_bytes = cfg.kv_cache_bytes(ctx, 2);
+    // Activations for one token plus the logits row; small next to weights and KV.
+    let scratch = (cfg.n_vocab as u64 + 8 * cfg.n_embd.max(cfg.n_ff) as u64) * 4;
+    let total = weight_bytes + kv_bytes + scratch;
+
+    if args.json {
+        let types: BTreeMap<String, _> = histogram
+            .iter()
+            .map(|(ty, s)| {
+                (
+                    ty.to_string(),
+                    json!({"tensors": s.count, "bytes": s.bytes}),
+                )
+            })
+            .collect();
+        let out = json!({
+            "file": args.model.display().to_string(),
+            "gguf_version": version, "splits": file.splits.len(),
+            "file_bytes": file_bytes,
+            "architecture": cfg.arch,
+            "name": cfg.name,
+            "layers": cfg.n_layer, "embedding": cfg.n_embd, "heads": cfg.n_head,
+            "kv_heads": cfg.n_head_kv, "head_dim": cfg.head_dim_k, "ffn": cfg.n_ff,
+            "experts": cfg.n_expert, "experts_used": cfg.n_expert_used,
+            "vocab": cfg.n_vocab, "context_length": cfg.n_ctx_train,
+            "rope_base": cfg.rope_base, "sliding_window": cfg.sliding_window,
+            "tokenizer": tokenizer, "parameters": params, "tensors": file.tensors.len(),
+            "types": types,
+            "memory": {"ctx": ctx, "weights": weight_bytes, "kv_cache_f16": kv_bytes, "total": total},
+        });
+        println!("{out}");
+        return Ok(());
+    }
+
+    println!(
+        "file          {} ({}, GGUF v{})",
+        args.model.display(),
+        human_bytes(file_bytes),
+        version
+    );
+    println!("name          {}", cfg.name.as_deref().unwrap_or("-"));
+    println!("architecture  {}", cfg.arch);
+    println!(
+        "parameters    {:.1} M in {} tensors",
+        params as f64 / 1e6,
+        file.tensors.len()
+    );
+    println!("layers        {}", cfg.n_layer);
+    println!("embedding     {}", cfg.n_embd);
+    println!(
+        "heads         {} query, {} key/value, head dim {}",
+        cfg.n_head, cfg.n_head_kv, cfg.head_dim_k
+    );
+    println!("ffn           {}", cfg.n_ff);
+    if cfg.n_expert > 0 {
+        println!(
+            "experts       {} ({} per token)",
+            cfg.n_expert, cfg.n_expert_used
+        );
+    }
+    println!("vocab         {}", cfg.n_vocab);
+    println!("context       {} (trained)", cfg.n_ctx_train);
+    println!("rope base     {}", cfg.rope_base);
+    if let Some(w) = cfg.sliding_window {
+        println!("sliding win   {w}");
+    }
+    println!("tokenizer     {tokenizer}");
+    println!();
+    println!(
+        "{:<8} {:>8} {:>12} {:>8}",
+        "type", "tensors", "bytes", "share"
+    );
+    for (ty, s) in &histogram {
+        let share = 100.0 * s.bytes as f64 / weight_bytes.max(1) as f64;
+        println!(
+            "{:<8} {:>8} {:>12} {:>7.1}%",
+            ty.to_string(),
+            s.count,
+            human_bytes(s.bytes),
+            share
+        );
+    }
+    println!();
+    println!("memory at context {ctx}:");
+    println!("  weights          {:>12}", human_bytes(weight_bytes));
+    println!("  KV cache (f16)   {:>12}", human_bytes(kv_bytes));
+    println!("  scratch          {:>12}", human_bytes(scratch));
+    println!("  total            {:>12}", human_bytes(total));
+    if args.metadata {
+        println!();
+        for (key, value) in file.metadata().iter() {
+            println!("{key:<44} {value}");
+        }
+    }
+    Ok(())
+}
+
+fn type_histogram(file: &GgufModel) -> BTreeMap<GgmlType, TypeStats> {
+    let mut histogram: BTreeMap<GgmlType, TypeStats> = BTreeMap::new();
+    for t in &file.tensors {
+        let s = histogram.entry(t.ty).or_default();
+        s.count += 1;
+        s.bytes += t.size;
+        s.elems += t.shape.iter().product::<u64>();
+    }
+    histogram
+}
