@@ -271,3 +271,21 @@ fn long_prompt_speed() {
         assert!(per100 < Duration::from_millis(if cfg!(debug_assertions) { 20 } else { 2 }));
     }
 }
+
+#[test]
+fn load_time() {
+    for file in [
+        "SmolLM2-135M-Instruct.Q4_1.gguf",
+        "gemma-3-270m-q4_k_m.gguf",
+    ] {
+        let path = models_dir().join(file);
+        let (f, _src) = hearth::gguf::open_path(&path).expect("open");
+        let t = Instant::now();
+        let tok = Tokenizer::from_metadata(&f.metadata).expect("tokenizer");
+        println!(
+            "{file}: {} tokens, tokenizer built in {:?}",
+            tok.vocab_size(),
+            t.elapsed()
+        );
+    }
+}

@@ -28,6 +28,7 @@ mod bpe;
 mod detok;
 mod fxhash;
 mod hash_order;
+mod index;
 mod merge;
 mod pretokenize;
 mod special;
