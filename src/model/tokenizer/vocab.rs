@@ -413,27 +413,28 @@ impl Vocab {
         self.special_cache = cache;
     }
 
-    /// Per-model strip attributes llama.cpp sets by model name (Phi-3).
+    /// Per-model strip attributes llama.cpp sets by model name: Phi-3 strips whitespace
+    /// after its special tokens, ModernBERT before `[MASK]`. (llama.cpp fails to load
+    /// such a model when one of the named tokens is missing; here it is skipped.)
     fn apply_model_attrs(&mut self, general_name: &str) {
         let name = general_name.to_ascii_lowercase();
         if name.contains("phi-3") || name.contains("phi3") {
             for &id in &self.special_cache {
                 self.attrs[id as usize] |= attr::RSTRIP;
             }
-            let mut set = |t: &str, on: bool| {
-                if let Some(id) = self.to_id.get(&self.texts, t) {
-                    let a = &mut self.attrs[id as usize];
-                    *a = if on {
-                        *a | attr::RSTRIP
-                    } else {
-                        *a & !attr::RSTRIP
-                    };
-                }
-            };
-            set("</s>", true);
+            self.set_attr("</s>", attr::RSTRIP, true);
             for t in ["<unk>", "<s>", "<|endoftext|>"] {
-                set(t, false);
+                self.set_attr(t, attr::RSTRIP, false);
             }
+        } else if name.contains("modern-bert") {
+            self.set_attr("[MASK]", attr::LSTRIP, true);
+        }
+    }
+
+    fn set_attr(&mut self, text: &str, bit: u32, on: bool) {
+        if let Some(id) = self.text_to_token(text) {
+            let a = &mut self.attrs[id as usize];
+            *a = if on { *a | bit } else { *a & !bit };
         }
     }
 }
