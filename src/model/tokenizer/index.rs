@@ -27,7 +27,7 @@ fn hash(text: &str) -> u64 {
 }
 
 impl TokenIndex {
-    /// Indexes `texts` (ids are positions). Panics never; `texts.len()` must fit `u32`.
+    /// Indexes `texts` (ids are positions). Precondition: fewer than `u32::MAX` texts.
     pub(crate) fn new(texts: &[String]) -> Self {
         let cap = (texts.len() * 2).max(16).next_power_of_two();
         let mut index = TokenIndex {
