@@ -289,3 +289,13 @@ fn load_time() {
         );
     }
 }
+
+#[test]
+fn debug_output_is_a_summary() {
+    let s = format!("{:?}", smollm2());
+    assert!(
+        s.contains("vocab_size: 49152") && s.contains("smollm"),
+        "{s}"
+    );
+    assert!(s.len() < 300, "{s}");
+}
