@@ -271,3 +271,31 @@ fn long_prompt_speed() {
         assert!(per100 < Duration::from_millis(if cfg!(debug_assertions) { 20 } else { 2 }));
     }
 }
+
+#[test]
+fn load_time() {
+    for file in [
+        "SmolLM2-135M-Instruct.Q4_1.gguf",
+        "gemma-3-270m-q4_k_m.gguf",
+    ] {
+        let path = models_dir().join(file);
+        let (f, _src) = hearth::gguf::open_path(&path).expect("open");
+        let t = Instant::now();
+        let tok = Tokenizer::from_metadata(&f.metadata).expect("tokenizer");
+        println!(
+            "{file}: {} tokens, tokenizer built in {:?}",
+            tok.vocab_size(),
+            t.elapsed()
+        );
+    }
+}
+
+#[test]
+fn debug_output_is_a_summary() {
+    let s = format!("{:?}", smollm2());
+    assert!(
+        s.contains("vocab_size: 49152") && s.contains("smollm"),
+        "{s}"
+    );
+    assert!(s.len() < 300, "{s}");
+}

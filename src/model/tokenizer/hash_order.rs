@@ -11,8 +11,6 @@
 
 use std::collections::HashMap;
 
-use super::fxhash::FxHashMap;
-
 /// libstdc++'s bucket counts as an `unordered_map` grows one insertion at a time: the
 /// table rehashes to the next count when an insertion would exceed the current count.
 const BUCKET_COUNTS: [u64; 21] = [
@@ -126,11 +124,11 @@ impl Table {
 }
 
 /// Token ids in the order llama.cpp's `token_to_id` map iterates them, given the texts
-/// inserted in id order (`texts`) and the final map (`to_id`: duplicates keep the last id).
+/// inserted in id order (`texts`) and the final lookup (`to_id`: duplicates keep the last id).
 /// Vocabularies larger than the known bucket table fall back to id order.
 pub(crate) fn libstdcxx_iteration_order(
     texts: &[String],
-    to_id: &FxHashMap<String, u32>,
+    to_id: impl Fn(&str) -> Option<u32>,
 ) -> Vec<u32> {
     let mut seen = HashMap::with_capacity(texts.len());
     let mut keys: Vec<&str> = Vec::with_capacity(texts.len());
@@ -140,7 +138,7 @@ pub(crate) fn libstdcxx_iteration_order(
         }
     }
     if keys.len() as u64 > BUCKET_COUNTS[BUCKET_COUNTS.len() - 1] {
-        return keys.iter().filter_map(|k| to_id.get(*k).copied()).collect();
+        return keys.iter().filter_map(|k| to_id(k)).collect();
     }
     let mut table = Table {
         hashes: keys.iter().map(|k| hash_bytes(k.as_bytes())).collect(),
@@ -161,7 +159,7 @@ pub(crate) fn libstdcxx_iteration_order(
     let mut order = Vec::with_capacity(keys.len());
     let mut p = table.head;
     while p != NIL {
-        if let Some(&id) = to_id.get(keys[p as usize]) {
+        if let Some(id) = to_id(keys[p as usize]) {
             order.push(id);
         }
         p = table.next[p as usize];
@@ -178,12 +176,12 @@ mod tests {
         // g++ 12: inserting "a".."p" into std::unordered_map<std::string,int> in order and
         // iterating yields this order.
         let texts: Vec<String> = (b'a'..=b'p').map(|c| (c as char).to_string()).collect();
-        let to_id: FxHashMap<String, u32> = texts
+        let to_id: HashMap<String, u32> = texts
             .iter()
             .enumerate()
             .map(|(i, t)| (t.clone(), i as u32))
             .collect();
-        let order = libstdcxx_iteration_order(&texts, &to_id);
+        let order = libstdcxx_iteration_order(&texts, |t| to_id.get(t).copied());
         assert_eq!(
             order,
             [14, 0, 1, 15, 7, 13, 3, 10, 2, 8, 5, 6, 4, 9, 11, 12]

@@ -28,6 +28,7 @@ mod bpe;
 mod detok;
 mod fxhash;
 mod hash_order;
+mod index;
 mod merge;
 mod pretokenize;
 mod special;
@@ -99,10 +100,24 @@ pub enum TokenizerKind {
 
 /// A tokenizer built from a model's GGUF metadata. Immutable and cheap to share;
 /// encoding allocates only per call.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Tokenizer {
     vocab: Vocab,
     trie: SpecialTrie,
+}
+
+impl std::fmt::Debug for Tokenizer {
+    /// A summary; the vocabulary itself is too large to print.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tokenizer")
+            .field("kind", &self.kind())
+            .field("vocab_size", &self.vocab_size())
+            .field("bos", &self.bos())
+            .field("eos", &self.eos())
+            .field("eot", &self.eot())
+            .field("add_bos_eos", &self.adds_bos_eos())
+            .finish()
+    }
 }
 
 impl Tokenizer {

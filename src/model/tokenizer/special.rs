@@ -172,3 +172,76 @@ impl CSpace for u8 {
         matches!(*self, b' ' | b'\t' | b'\n' | 0x0B | 0x0C | b'\r')
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gguf::{Array, Metadata, Value};
+
+    /// A tiny SPM vocabulary: (text, token type).
+    fn vocab(name: &str, tokens: &[(&str, i32)]) -> Vocab {
+        let mut md = Metadata::new();
+        md.set("general.name", Value::String(name.into()));
+        md.set("tokenizer.ggml.model", Value::String("llama".into()));
+        let texts = tokens.iter().map(|t| t.0.to_string()).collect();
+        md.set("tokenizer.ggml.tokens", Value::Array(Array::String(texts)));
+        let types = tokens.iter().map(|t| t.1).collect();
+        md.set("tokenizer.ggml.token_type", Value::Array(Array::I32(types)));
+        match Vocab::from_metadata(&md) {
+            Ok(v) => v,
+            Err(e) => panic!("vocab: {e}"),
+        }
+    }
+
+    fn split(v: &Vocab, text: &str, parse_special: bool) -> Vec<String> {
+        let trie = SpecialTrie::new(v);
+        partition(v, &trie, text, parse_special)
+            .into_iter()
+            .map(|f| match f {
+                Fragment::Text(r) => text[r].to_string(),
+                Fragment::Token(id) => format!("#{id}"),
+            })
+            .collect()
+    }
+
+    const TOKENS: &[(&str, i32)] = &[
+        ("<unk>", 2),
+        ("<s>", 3),
+        ("</s>", 3),
+        ("<|user|>", 3),
+        ("<|endoftext|>", 3),
+        ("ab", 4),
+        ("bcd", 4),
+        ("[MASK]", 3),
+        ("x", 1),
+    ];
+
+    #[test]
+    fn longer_tokens_win_anywhere_in_the_text() {
+        let v = vocab("test", TOKENS);
+        // "bcd" (3 bytes) is taken before "ab" even though "ab" starts earlier.
+        assert_eq!(split(&v, "xabcd", true), ["xa", "#6"]);
+        assert_eq!(split(&v, "abab x", true), ["#5", "#5", " x"]);
+        // Control tokens stay text without parse_special; user-defined ones never do.
+        assert_eq!(split(&v, "<s>ab", false), ["<s>", "#5"]);
+        assert_eq!(split(&v, "<s>ab", true), ["#1", "#5"]);
+    }
+
+    #[test]
+    fn phi3_strips_whitespace_after_special_tokens() {
+        let v = vocab("Phi-3 mini", TOKENS);
+        assert_eq!(split(&v, "<|user|> \n x", true), ["#3", "x"]);
+        assert_eq!(split(&v, "</s>  x", true), ["#2", "x"]);
+        // llama.cpp exempts these three.
+        assert_eq!(split(&v, "<s>  x", true), ["#1", "  x"]);
+        let plain = vocab("test", TOKENS);
+        assert_eq!(split(&plain, "<|user|> x", true), ["#3", " x"]);
+    }
+
+    #[test]
+    fn modern_bert_strips_whitespace_before_mask() {
+        let v = vocab("modern-bert base", TOKENS);
+        assert_eq!(split(&v, "x  [MASK] x", true), ["x", "#7", " x"]);
+        assert_eq!(split(&v, "  [MASK]", true), ["#7"]);
+    }
+}

@@ -5,11 +5,12 @@
 use std::collections::BTreeSet;
 
 use super::fxhash::FxHashMap;
+use super::index::TokenIndex;
 
 use super::hash_order::libstdcxx_iteration_order;
 use super::pretokenize::SplitStep;
 use super::TokenizerError;
-use crate::gguf::{Array, Metadata};
+use crate::gguf::{Array, Metadata, Value};
 
 /// Token attribute bits (llama.cpp's `llama_token_attr`).
 pub(crate) mod attr {
@@ -72,7 +73,7 @@ pub(crate) struct Vocab {
     pub texts: Vec<String>,
     pub scores: Vec<f32>,
     pub attrs: Vec<u32>,
-    pub to_id: FxHashMap<String, u32>,
+    pub to_id: TokenIndex,
     pub special: SpecialIds,
     pub flags: Flags,
     pub eog: BTreeSet<u32>,
@@ -249,7 +250,12 @@ impl Vocab {
             VocabType::Bpe => read_merges(md)?,
             VocabType::Spm => FxHashMap::default(),
         };
-        let (texts, to_id, scores, attrs) = read_tokens(md)?;
+        let TokenTable {
+            texts,
+            index: to_id,
+            scores,
+            attrs,
+        } = read_tokens(md)?;
         let n = texts.len();
         let mut vocab = Vocab {
             vtype,
@@ -283,7 +289,7 @@ impl Vocab {
 
     /// The id of exactly `text`, if it is a token.
     pub(crate) fn text_to_token(&self, text: &str) -> Option<u32> {
-        self.to_id.get(text).copied()
+        self.to_id.get(&self.texts, text)
     }
 
     /// The attribute bits of `id` (0 for ids outside the vocabulary).
@@ -333,8 +339,9 @@ impl Vocab {
                 1 => ids[0],
                 // Several candidates: llama.cpp takes the first in its hash map's iteration order.
                 _ => {
-                    let order = order
-                        .get_or_insert_with(|| libstdcxx_iteration_order(&self.texts, &self.to_id));
+                    let order = order.get_or_insert_with(|| {
+                        libstdcxx_iteration_order(&self.texts, |t| self.text_to_token(t))
+                    });
                     match order.iter().find(|id| ids.contains(id)) {
                         Some(&id) => id,
                         None => ids[0],
@@ -344,9 +351,9 @@ impl Vocab {
             *slot(&mut self.special) = Some(chosen);
             self.attrs[chosen as usize] |= attr::CONTROL;
         }
-        for (text, &id) in &self.to_id {
+        for id in self.to_id.ids() {
             let a = &mut self.attrs[id as usize];
-            if *a & attr::CONTROL != 0 && text.contains("unused") {
+            if *a & attr::CONTROL != 0 && self.texts[id as usize].contains("unused") {
                 *a |= attr::UNUSED;
             }
         }
@@ -406,27 +413,28 @@ impl Vocab {
         self.special_cache = cache;
     }
 
-    /// Per-model strip attributes llama.cpp sets by model name (Phi-3).
+    /// Per-model strip attributes llama.cpp sets by model name: Phi-3 strips whitespace
+    /// after its special tokens, ModernBERT before `[MASK]`. (llama.cpp fails to load
+    /// such a model when one of the named tokens is missing; here it is skipped.)
     fn apply_model_attrs(&mut self, general_name: &str) {
         let name = general_name.to_ascii_lowercase();
         if name.contains("phi-3") || name.contains("phi3") {
             for &id in &self.special_cache {
                 self.attrs[id as usize] |= attr::RSTRIP;
             }
-            let mut set = |t: &str, on: bool| {
-                if let Some(id) = self.to_id.get(t) {
-                    let a = &mut self.attrs[*id as usize];
-                    *a = if on {
-                        *a | attr::RSTRIP
-                    } else {
-                        *a & !attr::RSTRIP
-                    };
-                }
-            };
-            set("</s>", true);
+            self.set_attr("</s>", attr::RSTRIP, true);
             for t in ["<unk>", "<s>", "<|endoftext|>"] {
-                set(t, false);
+                self.set_attr(t, attr::RSTRIP, false);
             }
+        } else if name.contains("modern-bert") {
+            self.set_attr("[MASK]", attr::LSTRIP, true);
+        }
+    }
+
+    fn set_attr(&mut self, text: &str, bit: u32, on: bool) {
+        if let Some(id) = self.text_to_token(text) {
+            let a = &mut self.attrs[id as usize];
+            *a = if on { *a | bit } else { *a & !bit };
         }
     }
 }
@@ -473,37 +481,59 @@ fn model_defaults(
     }
 }
 
-/// Token texts (empty ones renamed `[EMPTY_i]`), the text -> id map (duplicates keep
-/// the last id), scores and attributes.
-#[allow(clippy::type_complexity)]
-fn read_tokens(
-    md: &Metadata,
-) -> Result<(Vec<String>, FxHashMap<String, u32>, Vec<f32>, Vec<u32>), TokenizerError> {
+/// The per-token arrays of the metadata.
+struct TokenTable {
+    /// Texts; empty ones renamed `[EMPTY_i]` as llama.cpp does.
+    texts: Vec<String>,
+    /// Text -> id (duplicates keep the last id).
+    index: TokenIndex,
+    scores: Vec<f32>,
+    attrs: Vec<u32>,
+}
+
+fn read_tokens(md: &Metadata) -> Result<TokenTable, TokenizerError> {
     let tokens = str_array(md, "tokenizer.ggml.tokens")?
         .ok_or(TokenizerError::MissingKey("tokenizer.ggml.tokens"))?;
     let n = tokens.len();
-    let scores = num_array(md, "tokenizer.ggml.scores", n)?;
-    let types = num_array(md, "tokenizer.ggml.token_type", n)?;
-    let mut texts = Vec::with_capacity(n);
-    let mut to_id = FxHashMap::with_capacity_and_hasher(n, Default::default());
-    for (i, word) in tokens.iter().enumerate() {
-        let word = if word.is_empty() {
-            format!("[EMPTY_{i}]")
-        } else {
-            word.clone()
-        };
-        to_id.insert(word.clone(), i as u32);
-        texts.push(word);
-    }
-    let scores: Vec<f32> = match scores {
-        Some(s) => s[..n].iter().map(|&x| x as f32).collect(),
+    let texts: Vec<String> = tokens
+        .iter()
+        .enumerate()
+        .map(|(i, w)| {
+            if w.is_empty() {
+                format!("[EMPTY_{i}]")
+            } else {
+                w.clone()
+            }
+        })
+        .collect();
+    let scores = match md.get("tokenizer.ggml.scores") {
+        Some(Value::Array(Array::F32(s))) if s.len() >= n => s[..n].to_vec(),
+        Some(_) => num_array(md, "tokenizer.ggml.scores", n)?
+            .map(|v| v.into_iter().take(n).map(|x| x as f32).collect())
+            .unwrap_or_default(),
         None => vec![0.0; n],
     };
-    let attrs: Vec<u32> = match types {
-        Some(t) => t[..n].iter().map(|&x| type_to_attr(x as i64)).collect(),
+    let attrs = match md.get("tokenizer.ggml.token_type") {
+        Some(Value::Array(Array::I32(t))) if t.len() >= n => {
+            t[..n].iter().map(|&x| type_to_attr(i64::from(x))).collect()
+        }
+        Some(_) => num_array(md, "tokenizer.ggml.token_type", n)?
+            .map(|v| {
+                v.into_iter()
+                    .take(n)
+                    .map(|x| type_to_attr(x as i64))
+                    .collect()
+            })
+            .unwrap_or_default(),
         None => vec![attr::NORMAL; n],
     };
-    Ok((texts, to_id, scores, attrs))
+    let index = TokenIndex::new(&texts);
+    Ok(TokenTable {
+        texts,
+        index,
+        scores,
+        attrs,
+    })
 }
 
 fn read_merges(md: &Metadata) -> Result<FxHashMap<String, u32>, TokenizerError> {
