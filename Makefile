@@ -32,6 +32,7 @@ test: setup lint check-wasm
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc -p hearth --no-deps
 
 check-wasm:
 	$(CARGO) check -p hearth --target wasm32-unknown-unknown

@@ -1,5 +1,5 @@
 //! The crate's one error type. Each module has its own error enum with the
-//! details; [`Error`] wraps them so callers can match on the module.
+//! details; [`Error`](enum@Error) wraps them so callers can match on the module.
 
 use thiserror::Error;
 
@@ -33,5 +33,5 @@ pub enum Error {
     Sample(#[from] crate::sample::SampleError),
 }
 
-/// `Result` with the crate's [`Error`].
+/// `Result` with the crate's [`Error`](enum@Error).
 pub type Result<T, E = Error> = std::result::Result<T, E>;
