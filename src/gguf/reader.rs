@@ -427,7 +427,10 @@ impl Window {
         self.start += self.pos as u64;
         self.pos = 0;
         let end = self.start + self.buf.len() as u64;
-        let want = need.max(self.chunk).min(self.file_size.saturating_sub(end));
+        // At least double what is buffered: a unit that keeps asking for more
+        // (a huge vocabulary array) is then re-parsed O(log n) times, not O(n).
+        let grow = need.max(self.chunk).max(self.buf.len() as u64);
+        let want = grow.min(self.file_size.saturating_sub(end));
         let new_len = self.buf.len() as u64 + want;
         if want < need || new_len > MAX_HEADER_UNIT {
             return Err(GgufError::LimitExceeded {

@@ -38,11 +38,27 @@ pub struct TensorChunk<'a> {
 
 /// An async, lending iterator over the chunks of a set of tensors in file order.
 ///
-/// ```ignore
-/// let mut stream = TensorStream::new(&file, &src, 4 << 20)?;
-/// while let Some(chunk) = stream.next().await? {
-///     upload(chunk.tensor, chunk.offset, chunk.data)?;
-/// }
+/// ```
+/// use hearth::gguf::{write_gguf, GgufFile, MemSource, Metadata, TensorSpec, TensorStream};
+/// use hearth::quant::GgmlType;
+///
+/// # fn main() -> Result<(), hearth::gguf::GgufError> {
+/// let data: Vec<u8> = (0..=255).collect(); // 64 f32 values
+/// let spec = TensorSpec { name: "w".into(), shape: vec![64], ty: GgmlType::F32 };
+/// let bytes = write_gguf(Vec::new(), &Metadata::new(), &[(spec, &data[..])])?;
+/// let src = MemSource::new(bytes);
+/// pollster::block_on(async {
+///     let file = GgufFile::read(&src).await?;
+///     let mut stream = TensorStream::new(&file, &src, 100)?;
+///     let mut sizes = Vec::new();
+///     while let Some(chunk) = stream.next().await? {
+///         assert_eq!(chunk.data, &data[chunk.offset as usize..][..chunk.data.len()]);
+///         sizes.push(chunk.data.len());
+///     }
+///     assert_eq!(sizes, [100, 100, 56]);
+///     Ok(())
+/// })
+/// # }
 /// ```
 pub struct TensorStream<'a, S> {
     /// Tensors in file order: by split, then offset.
