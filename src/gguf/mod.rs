@@ -18,7 +18,7 @@ pub mod value;
 pub mod writer;
 
 pub use error::GgufError;
-pub use parse::{GGUF_MAGIC, MAX_ARRAY_DEPTH, MAX_DIMS, MAX_STRING_LEN};
+pub use parse::{GGUF_MAGIC, MAX_ARRAY_BYTES, MAX_ARRAY_DEPTH, MAX_DIMS, MAX_STRING_LEN};
 #[cfg(not(target_arch = "wasm32"))]
 pub use reader::open_path;
 pub use reader::{align_up, GgufFile, ReadOptions, TensorInfo, ALIGNMENT_KEY, DEFAULT_ALIGNMENT};

@@ -13,7 +13,9 @@
 
 use std::collections::HashSet;
 
-use super::parse::{parse_kv, parse_preamble, parse_tensor_info, RawTensorInfo, SliceReader, Stop};
+use super::parse::{
+    parse_kv, parse_preamble, parse_tensor_info, RawTensorInfo, SliceReader, Stop, MAX_PREALLOC,
+};
 use super::{ByteSource, GgufError, Metadata, Value};
 use crate::quant::GgmlType;
 
@@ -123,8 +125,12 @@ impl GgufFile {
             metadata.insert(key, value);
         }
         let alignment = alignment_of(&metadata)?;
-        // n_tensors was checked against the bytes left, so this is bounded by the file size.
-        let mut raw = Vec::with_capacity(usize::try_from(pre.n_tensors).unwrap_or(0));
+        // The count is only a claim (a remote file can be as large as it says),
+        // so reserve a bounded amount and grow as infos actually parse.
+        let cap = usize::try_from(pre.n_tensors)
+            .unwrap_or(usize::MAX)
+            .min(MAX_PREALLOC);
+        let mut raw = Vec::with_capacity(cap);
         for i in 0..pre.n_tensors {
             raw.push(win.run(src, |r| parse_tensor_info(r, i)).await?);
         }
