@@ -48,13 +48,32 @@ fuzz_target!(|data: &[u8]| {
         for t in &file.tensors {
             assert!(t.offset >= file.data_offset && t.end() <= data.len() as u64);
         }
-        let mut total = 0u64;
-        let done = pollster::block_on(stream_tensors::<_, GgufError, _>(&file, &src, 1000, |c| {
-            assert!(c.data.len() <= 1000);
-            total += c.data.len() as u64;
+        // Stream in place and through the read-ahead buffer: same chunks.
+        let chunk = 1 + first_chunk as usize * 37;
+        let mut chunks = Vec::new();
+        let done = pollster::block_on(stream_tensors::<_, GgufError, _>(&file, &src, chunk, |c| {
+            assert!(!c.data.is_empty() && c.data.len() <= chunk);
+            chunks.push((c.tensor.offset + c.offset, c.data.to_vec()));
             Ok(())
         }));
+        let total: u64 = chunks.iter().map(|(_, d)| d.len() as u64).sum();
         assert_eq!(done.map(|p| p.bytes_done).ok(), Some(total));
         assert_eq!(total, file.tensor_bytes());
+        let slow_src = NoSlice(MemSource::borrowed(data));
+        let mut i = 0;
+        let done = pollster::block_on(stream_tensors::<_, GgufError, _>(
+            &file,
+            &slow_src,
+            chunk,
+            |c| {
+                assert_eq!(
+                    (c.tensor.offset + c.offset, c.data),
+                    (chunks[i].0, &chunks[i].1[..])
+                );
+                i += 1;
+                Ok(())
+            },
+        ));
+        assert!(done.is_ok() && i == chunks.len());
     }
 });
