@@ -463,3 +463,61 @@ fn random_header_corruption_never_panics() {
         let _ = parse(&b);
     }
 }
+
+/// A remote-like source that claims 1 TiB: a real prefix, then zeros. Counts
+/// that such a file could hold must not be trusted for allocation.
+struct Huge(Vec<u8>);
+
+impl hearth::gguf::ByteSource for Huge {
+    fn len(&self) -> u64 {
+        1 << 40
+    }
+
+    async fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), GgufError> {
+        for (i, b) in buf.iter_mut().enumerate() {
+            *b = self.0.get(offset as usize + i).copied().unwrap_or(0);
+        }
+        Ok(())
+    }
+}
+
+#[test]
+fn declared_counts_are_not_preallocated() {
+    let header = |n_tensors: u64, n_kv: u64| {
+        let mut b = b"GGUF".to_vec();
+        b.extend_from_slice(&3u32.to_le_bytes());
+        b.extend_from_slice(&n_tensors.to_le_bytes());
+        b.extend_from_slice(&n_kv.to_le_bytes());
+        b
+    };
+    // 2^35 tensor infos fit in 1 TiB by size; the first one is invalid.
+    let mut b = header(1 << 35, 0);
+    b.extend_from_slice(&1u64.to_le_bytes());
+    b.push(b'x');
+    b.extend_from_slice(&9u32.to_le_bytes());
+    let e = pollster::block_on(GgufFile::read(&Huge(b))).unwrap_err();
+    assert!(matches!(e, GgufError::TooManyDims { n_dims: 9, .. }), "{e}");
+
+    // An array of 2^34 strings: above the array size limit.
+    let mut b = header(0, 1);
+    b.extend_from_slice(&1u64.to_le_bytes());
+    b.push(b'k');
+    b.extend_from_slice(&9u32.to_le_bytes());
+    b.extend_from_slice(&8u32.to_le_bytes());
+    b.extend_from_slice(&(1u64 << 34).to_le_bytes());
+    let e = pollster::block_on(GgufFile::read(&Huge(b))).unwrap_err();
+    assert!(matches!(e, GgufError::LimitExceeded { .. }), "{e}");
+
+    // 2^24 strings fit the limit; the first has invalid UTF-8 and nothing
+    // was reserved for the rest.
+    let mut b = header(0, 1);
+    b.extend_from_slice(&1u64.to_le_bytes());
+    b.push(b'k');
+    b.extend_from_slice(&9u32.to_le_bytes());
+    b.extend_from_slice(&8u32.to_le_bytes());
+    b.extend_from_slice(&(1u64 << 24).to_le_bytes());
+    b.extend_from_slice(&1u64.to_le_bytes());
+    b.push(0xff);
+    let e = pollster::block_on(GgufFile::read(&Huge(b))).unwrap_err();
+    assert!(matches!(e, GgufError::InvalidUtf8 { .. }), "{e}");
+}

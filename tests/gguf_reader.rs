@@ -252,3 +252,93 @@ fn mem_and_mmap_sources_agree() {
         );
     }
 }
+
+/// Files written by gguf-py (`tests/fixtures/gguf/make_fixtures.py`): every
+/// value type, a nested array, custom alignment; values as gguf-py 0.19 reads them.
+#[test]
+fn gguf_py_fixtures_parse() {
+    use hearth::gguf::Array;
+    let dir = gguf_support::root().join("tests/fixtures/gguf");
+    for (name, alignment, data_offset) in [
+        ("gguf-py-small.gguf", 32, 800),
+        ("gguf-py-align64.gguf", 64, 832),
+    ] {
+        let (f, src) = open_path(&dir.join(name)).unwrap();
+        let m = &f.metadata;
+        assert_eq!(
+            (f.alignment, f.data_offset),
+            (alignment, data_offset),
+            "{name}"
+        );
+        assert_eq!(m.architecture(), Some("llama"));
+        assert_eq!(m.get("test.u8"), Some(&Value::U8(200)));
+        assert_eq!(m.get("test.i8"), Some(&Value::I8(-100)));
+        assert_eq!(m.get("test.u16"), Some(&Value::U16(60000)));
+        assert_eq!(m.get("test.i16"), Some(&Value::I16(-30000)));
+        assert_eq!(m.get("test.u32"), Some(&Value::U32(4_000_000_000)));
+        assert_eq!(m.get("test.i32"), Some(&Value::I32(-2_000_000_000)));
+        assert_eq!(m.get("test.f32"), Some(&Value::F32(0.15625)));
+        assert_eq!(m.get("test.u64"), Some(&Value::U64((1 << 63) + 5)));
+        assert_eq!(m.get("test.i64"), Some(&Value::I64(-(1 << 62))));
+        assert_eq!(m.get("test.f64"), Some(&Value::F64(-2.5)));
+        assert_eq!(m.get("test.bool"), Some(&Value::Bool(true)));
+        assert_eq!(m.get_str("test.string"), Some("héllo wörld ✓"));
+        let strings = ["a", "", "ü猫"].map(String::from).to_vec();
+        assert_eq!(m.get_str_array("test.strings"), Some(strings.as_slice()));
+        assert_eq!(m.get_array("test.ints"), Some(&Array::I32(vec![1, -2, 3])));
+        assert_eq!(
+            m.get_array("test.floats"),
+            Some(&Array::F32(vec![0.5, -1.25]))
+        );
+        let nested = Array::Array(vec![Array::I32(vec![1, 2]), Array::I32(vec![3])]);
+        assert_eq!(m.get_array("test.nested"), Some(&nested));
+        let shapes: Vec<_> = f
+            .tensors
+            .iter()
+            .map(|t| (t.name.as_str(), t.shape.clone(), t.ty, t.size))
+            .collect();
+        assert_eq!(
+            shapes,
+            [
+                ("t.f32", vec![8, 3], GgmlType::F32, 96),
+                ("t.f16", vec![64, 2], GgmlType::F16, 256),
+                ("t.q8_0", vec![64, 2], GgmlType::Q8_0, 136),
+            ]
+        );
+        let a = pollster::block_on(hearth::gguf::read_tensor(&f, &src, "t.f32")).unwrap();
+        let bits = |i: usize| u32::from_le_bytes(a[4 * i..4 * i + 4].try_into().unwrap());
+        assert_eq!(
+            (bits(0), bits(1)),
+            (0xbfc86d30, 0x3d897766),
+            "f32 bits as gguf-py reads them"
+        );
+        let b = pollster::block_on(hearth::gguf::read_tensor(&f, &src, "t.f16")).unwrap();
+        assert_eq!(u16::from_le_bytes([b[0], b[1]]), 0xb2aa);
+    }
+}
+
+#[test]
+fn open_path_errors_name_the_path() {
+    let dir = gguf_support::temp_dir("open-errors");
+    let missing = dir.join("missing.gguf");
+    let e = open_path(&missing).unwrap_err();
+    assert!(matches!(e, hearth::gguf::GgufError::Io { .. }), "{e}");
+    assert!(e.to_string().contains("missing.gguf"), "{e}");
+    let empty = dir.join("empty.gguf");
+    std::fs::write(&empty, b"").unwrap();
+    let e = open_path(&empty).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            hearth::gguf::GgufError::Truncated {
+                offset: 0,
+                available: 0,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    let e = open_path(&dir).unwrap_err();
+    assert!(e.to_string().contains(dir.to_str().unwrap()), "{e}");
+    let _ = std::fs::remove_dir_all(dir);
+}

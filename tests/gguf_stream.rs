@@ -66,6 +66,23 @@ fn streams_every_synthetic_model_in_bounded_chunks() {
         let slow = no_slice(whole.clone());
         check_stream(&file, &slow, &whole, chunk);
         assert!(slow.max_read.get() <= chunk, "a read larger than one chunk");
+        // Reads cover whole chunks of the file, not one tensor each.
+        let span = file.file_size - file.data_offset;
+        let max_reads = 2 * span.div_ceil(chunk as u64) as usize;
+        assert!(
+            slow.reads.get() <= max_reads,
+            "{} reads, {} tensors",
+            slow.reads.get(),
+            file.tensors.len()
+        );
+        if chunk == 1 << 20 {
+            assert!(
+                slow.reads.get() <= 3,
+                "{}: {} reads",
+                path.display(),
+                slow.reads.get()
+            );
+        }
     }
 }
 
@@ -227,6 +244,27 @@ fn split_model_reads_as_one() {
     assert_eq!(names.len(), file.tensors.len());
     assert_eq!(stream.progress().bytes_done, file.tensor_bytes());
 
+    // The same over sources without a slice: identical bytes, chunk-sized reads.
+    let slow: Vec<_> = paths
+        .iter()
+        .map(|p| no_slice(gguf_support::read(p.as_ref())))
+        .collect();
+    let mut a = TensorStream::for_model(&model, &sources, 3000).unwrap();
+    let mut b = TensorStream::for_model(&model, &slow, 3000).unwrap();
+    loop {
+        let x = pollster::block_on(a.next())
+            .unwrap()
+            .map(|c| (c.tensor.name.clone(), c.offset, c.data.to_vec()));
+        let y = pollster::block_on(b.next())
+            .unwrap()
+            .map(|c| (c.tensor.name.clone(), c.offset, c.data.to_vec()));
+        assert_eq!(x, y);
+        if x.is_none() {
+            break;
+        }
+    }
+    assert!(slow.iter().all(|s| s.max_read.get() <= 3000));
+
     // Async reading from in-memory sources agrees.
     let mems: Vec<_> = paths
         .iter()
@@ -285,4 +323,61 @@ fn split_errors() {
     assert_eq!((model.splits.len(), sources.len()), (1, 1));
     assert!(model.tensors.iter().all(|t| t.split == 0));
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A source whose third read fails once, like a dropped HTTP request.
+struct Flaky {
+    inner: MemSource<'static>,
+    reads: std::cell::Cell<usize>,
+}
+
+impl ByteSource for Flaky {
+    fn len(&self) -> u64 {
+        self.inner.len()
+    }
+
+    async fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), GgufError> {
+        self.reads.set(self.reads.get() + 1);
+        if self.reads.get() == 3 {
+            return Err(GgufError::Source("connection reset".into()));
+        }
+        self.inner.read_at(offset, buf).await
+    }
+}
+
+#[test]
+fn a_failed_read_can_be_retried() {
+    let path = &synthetic_models()[3];
+    let whole = gguf_support::read(path);
+    let (file, _) = open_path(path).unwrap();
+    let src = Flaky {
+        inner: MemSource::new(whole.clone()),
+        reads: Default::default(),
+    };
+    let mut stream = TensorStream::new(&file, &src, 5000).unwrap();
+    let mut got: Vec<(String, u64, Vec<u8>)> = Vec::new();
+    let mut failures = 0;
+    loop {
+        match pollster::block_on(stream.next()) {
+            Ok(Some(c)) => got.push((c.tensor.name.clone(), c.offset, c.data.to_vec())),
+            Ok(None) => break,
+            Err(e) => {
+                assert!(matches!(e, GgufError::Source(_)));
+                failures += 1;
+            }
+        }
+    }
+    assert_eq!(failures, 1);
+    let mut rebuilt: std::collections::HashMap<String, Vec<u8>> = Default::default();
+    for (name, offset, data) in got {
+        let v = rebuilt.entry(name).or_default();
+        assert_eq!(v.len() as u64, offset, "no chunk lost or repeated");
+        v.extend(data);
+    }
+    for t in &file.tensors {
+        assert_eq!(
+            rebuilt[&t.name],
+            &whole[t.offset as usize..t.end() as usize]
+        );
+    }
 }

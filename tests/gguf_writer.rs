@@ -39,6 +39,13 @@ fn synthetic_models_round_trip_byte_identical() {
 }
 
 #[test]
+fn gguf_py_files_round_trip_byte_identical() {
+    let dir = gguf_support::root().join("tests/fixtures/gguf");
+    round_trip(&dir.join("gguf-py-small.gguf"), 5);
+    round_trip(&dir.join("gguf-py-align64.gguf"), 64);
+}
+
+#[test]
 fn real_models_round_trip_byte_identical() {
     round_trip(&real_model("SmolLM2-135M-Instruct.Q4_1.gguf"), 1 << 20);
     round_trip(&real_model("gemma-3-270m-q4_k_m.gguf"), usize::MAX);

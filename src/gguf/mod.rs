@@ -7,6 +7,11 @@
 //! - [`GgufModel`]: split models (`NAME-00001-of-0000N.gguf`) as one model.
 //! - [`stream_tensors`] / [`read_tensor`]: tensor data in bounded chunks.
 //! - [`GgufWriter`]: write GGUF v3.
+//!
+//! Headers are untrusted input: every count, length and offset is checked
+//! against the file size and the limits ([`MAX_DIMS`], [`MAX_ARRAY_DEPTH`],
+//! [`MAX_STRING_LEN`], [`MAX_ARRAY_BYTES`]) before it is used, and each
+//! failure is a specific [`GgufError`] variant, never a panic.
 
 mod error;
 mod parse;
@@ -18,7 +23,7 @@ pub mod value;
 pub mod writer;
 
 pub use error::GgufError;
-pub use parse::{GGUF_MAGIC, MAX_ARRAY_DEPTH, MAX_DIMS, MAX_STRING_LEN};
+pub use parse::{GGUF_MAGIC, MAX_ARRAY_BYTES, MAX_ARRAY_DEPTH, MAX_DIMS, MAX_STRING_LEN};
 #[cfg(not(target_arch = "wasm32"))]
 pub use reader::open_path;
 pub use reader::{align_up, GgufFile, ReadOptions, TensorInfo, ALIGNMENT_KEY, DEFAULT_ALIGNMENT};

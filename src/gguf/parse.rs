@@ -22,6 +22,12 @@ pub const MAX_DIMS: u32 = 4;
 pub const MAX_ARRAY_DEPTH: u32 = 8;
 /// Longest string accepted (keys, tensor names, string values): 64 MiB.
 pub const MAX_STRING_LEN: u64 = 64 << 20;
+/// Most elements reserved up front for a declared count: a count is only a
+/// claim, so larger collections grow as their elements actually parse.
+pub(crate) const MAX_PREALLOC: usize = 4096;
+/// Largest encoded array accepted in one metadata value: 256 MiB (a 262k-token
+/// vocabulary takes a few MB).
+pub const MAX_ARRAY_BYTES: u64 = 256 << 20;
 /// Smallest possible encoded metadata pair: key length, empty key, type tag, one byte.
 const MIN_KV_BYTES: u64 = 8 + 4 + 1;
 /// Smallest possible encoded tensor info: name length, n_dims, type, offset.
@@ -219,8 +225,11 @@ impl<'a> SliceReader<'a> {
                 self.remaining_in_file(),
             ));
         }
-        // `count * min_elem <= file size`, so `count` fits usize on any target
-        // whose address space holds the file's header.
+        if min_bytes > MAX_ARRAY_BYTES {
+            let what = format!("the encoded size of the array of metadata key '{key}'");
+            return Err(limit(what, min_bytes, MAX_ARRAY_BYTES));
+        }
+        // `count * min_elem <= 256 MiB`, so `count` fits usize on every target.
         let n = usize::try_from(count).map_err(|_| {
             limit(
                 format!("the array length of metadata key '{key}'"),
@@ -270,14 +279,14 @@ impl<'a> SliceReader<'a> {
                 Array::Bool(self.take(n as u64, what)?.iter().map(|&b| b != 0).collect())
             }
             ValueType::String => {
-                let mut v = Vec::with_capacity(n);
+                let mut v = Vec::with_capacity(n.min(MAX_PREALLOC));
                 for _ in 0..n {
                     v.push(self.string(what)?);
                 }
                 Array::String(v)
             }
             ValueType::Array => {
-                let mut v = Vec::with_capacity(n);
+                let mut v = Vec::with_capacity(n.min(MAX_PREALLOC));
                 for _ in 0..n {
                     v.push(self.array(key, depth + 1)?);
                 }

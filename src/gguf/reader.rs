@@ -13,7 +13,9 @@
 
 use std::collections::HashSet;
 
-use super::parse::{parse_kv, parse_preamble, parse_tensor_info, RawTensorInfo, SliceReader, Stop};
+use super::parse::{
+    parse_kv, parse_preamble, parse_tensor_info, RawTensorInfo, SliceReader, Stop, MAX_PREALLOC,
+};
 use super::{ByteSource, GgufError, Metadata, Value};
 use crate::quant::GgmlType;
 
@@ -34,7 +36,8 @@ pub struct TensorInfo {
     /// Tensor name (`blk.0.attn_q.weight`).
     pub name: String,
     /// Dimensions in ggml order: `shape[0]` (`ne[0]`) is the row length, the
-    /// fastest-varying index. 1 to 4 entries, all nonzero.
+    /// fastest-varying index. At most 4 entries, all nonzero; none means a
+    /// single element, as llama.cpp reads `n_dims = 0`.
     pub shape: Vec<u64>,
     /// Element type.
     pub ty: GgmlType,
@@ -122,8 +125,12 @@ impl GgufFile {
             metadata.insert(key, value);
         }
         let alignment = alignment_of(&metadata)?;
-        // n_tensors was checked against the bytes left, so this is bounded by the file size.
-        let mut raw = Vec::with_capacity(usize::try_from(pre.n_tensors).unwrap_or(0));
+        // The count is only a claim (a remote file can be as large as it says),
+        // so reserve a bounded amount and grow as infos actually parse.
+        let cap = usize::try_from(pre.n_tensors)
+            .unwrap_or(usize::MAX)
+            .min(MAX_PREALLOC);
+        let mut raw = Vec::with_capacity(cap);
         for i in 0..pre.n_tensors {
             raw.push(win.run(src, |r| parse_tensor_info(r, i)).await?);
         }
@@ -340,11 +347,12 @@ fn check_unique_and_disjoint(tensors: &[TensorInfo]) -> Result<(), GgufError> {
 /// buffer holding file bytes `[start, start + buf.len())` that grows in chunks
 /// (doubling, by default from 1 MiB to 16 MiB) and drops what has been parsed.
 struct Window {
+    /// Buffered file bytes (sources without a slice only).
     buf: Vec<u8>,
+    /// Absolute offset of `buf[0]`.
     start: u64,
-    pos: usize,
-    /// Absolute parse offset when parsing a slice in place.
-    slice_pos: u64,
+    /// Absolute offset of the next unparsed byte (`>= start` when buffering).
+    parsed: u64,
     chunk: u64,
     max_chunk: u64,
     file_size: u64,
@@ -355,8 +363,7 @@ impl Window {
         Self {
             buf: Vec::new(),
             start: 0,
-            pos: 0,
-            slice_pos: 0,
+            parsed: 0,
             chunk,
             max_chunk,
             file_size,
@@ -365,7 +372,13 @@ impl Window {
 
     /// Absolute offset of the next unparsed byte.
     fn offset(&self) -> u64 {
-        self.slice_pos.max(self.start + self.pos as u64)
+        self.parsed
+    }
+
+    /// Index in `buf` of the next unparsed byte (`parsed - start` fits usize
+    /// because it never exceeds `buf.len()`).
+    fn pos(&self) -> usize {
+        (self.parsed - self.start) as usize
     }
 
     /// Runs one parse unit, reading more of the source as the unit needs.
@@ -378,14 +391,10 @@ impl Window {
             return self.run_in_slice(all, unit);
         }
         loop {
-            let mut r = SliceReader::new(
-                &self.buf[self.pos..],
-                self.start + self.pos as u64,
-                self.file_size,
-            );
+            let mut r = SliceReader::new(&self.buf[self.pos()..], self.parsed, self.file_size);
             match unit(&mut r) {
                 Ok(t) => {
-                    self.pos += r.consumed();
+                    self.parsed += r.consumed() as u64;
                     return Ok(t);
                 }
                 Err(Stop::Fail(e)) => return Err(e),
@@ -398,22 +407,22 @@ impl Window {
     where
         F: FnMut(&mut SliceReader<'_>) -> Result<T, Stop>,
     {
-        let start = usize::try_from(self.slice_pos)
+        let rest = usize::try_from(self.parsed)
             .ok()
             .and_then(|s| all.get(s..))
             .unwrap_or(&[]);
         // The slice is the whole file, so `Stop::More` cannot happen unless the
         // source's `len` and slice disagree; that reads as truncation.
-        let mut r = SliceReader::new(start, self.slice_pos, all.len() as u64);
+        let mut r = SliceReader::new(rest, self.parsed, all.len() as u64);
         match unit(&mut r) {
             Ok(t) => {
-                self.slice_pos += r.consumed() as u64;
+                self.parsed += r.consumed() as u64;
                 Ok(t)
             }
             Err(Stop::Fail(e)) => Err(e),
             Err(Stop::More(n)) => Err(GgufError::Truncated {
                 what: "the header (the source's length and bytes disagree)".into(),
-                offset: self.slice_pos,
+                offset: self.parsed,
                 needed: n,
                 available: 0,
             }),
@@ -423,11 +432,13 @@ impl Window {
     /// Reads at least `need` more bytes after the window (a whole chunk when the
     /// file has it), first dropping the parsed prefix.
     async fn fill<S: ByteSource>(&mut self, src: &S, need: u64) -> Result<(), GgufError> {
-        self.buf.drain(..self.pos);
-        self.start += self.pos as u64;
-        self.pos = 0;
+        self.buf.drain(..self.pos());
+        self.start = self.parsed;
         let end = self.start + self.buf.len() as u64;
-        let want = need.max(self.chunk).min(self.file_size.saturating_sub(end));
+        // At least double what is buffered: a unit that keeps asking for more
+        // (a huge vocabulary array) is then re-parsed O(log n) times, not O(n).
+        let grow = need.max(self.chunk).max(self.buf.len() as u64);
+        let want = grow.min(self.file_size.saturating_sub(end));
         let new_len = self.buf.len() as u64 + want;
         if want < need || new_len > MAX_HEADER_UNIT {
             return Err(GgufError::LimitExceeded {

@@ -38,11 +38,27 @@ pub struct TensorChunk<'a> {
 
 /// An async, lending iterator over the chunks of a set of tensors in file order.
 ///
-/// ```ignore
-/// let mut stream = TensorStream::new(&file, &src, 4 << 20)?;
-/// while let Some(chunk) = stream.next().await? {
-///     upload(chunk.tensor, chunk.offset, chunk.data)?;
-/// }
+/// ```
+/// use hearth::gguf::{write_gguf, GgufFile, MemSource, Metadata, TensorSpec, TensorStream};
+/// use hearth::quant::GgmlType;
+///
+/// # fn main() -> Result<(), hearth::gguf::GgufError> {
+/// let data: Vec<u8> = (0..=255).collect(); // 64 f32 values
+/// let spec = TensorSpec { name: "w".into(), shape: vec![64], ty: GgmlType::F32 };
+/// let bytes = write_gguf(Vec::new(), &Metadata::new(), &[(spec, &data[..])])?;
+/// let src = MemSource::new(bytes);
+/// pollster::block_on(async {
+///     let file = GgufFile::read(&src).await?;
+///     let mut stream = TensorStream::new(&file, &src, 100)?;
+///     let mut sizes = Vec::new();
+///     while let Some(chunk) = stream.next().await? {
+///         assert_eq!(chunk.data, &data[chunk.offset as usize..][..chunk.data.len()]);
+///         sizes.push(chunk.data.len());
+///     }
+///     assert_eq!(sizes, [100, 100, 56]);
+///     Ok(())
+/// })
+/// # }
 /// ```
 pub struct TensorStream<'a, S> {
     /// Tensors in file order: by split, then offset.
@@ -51,7 +67,13 @@ pub struct TensorStream<'a, S> {
     /// Whether `TensorInfo::split` picks the source (a split model) or the one source serves all.
     by_split: bool,
     chunk: u64,
+    /// End of the last tensor's data in each split (index 0 only for one source).
+    span_end: Vec<u64>,
+    /// Read-ahead buffer for sources without a slice: file bytes
+    /// `[buf_start, buf_start + buf.len())` of split `buf_split`.
     buf: Vec<u8>,
+    buf_start: u64,
+    buf_split: usize,
     next_tensor: usize,
     next_offset: u64,
     progress: Progress,
@@ -96,7 +118,12 @@ impl<'a, S: ByteSource> TensorStream<'a, S> {
                 "the chunk size must be at least one byte".into(),
             ));
         }
-        order.sort_by_key(|t| (if by_split { t.split } else { 0 }, t.offset));
+        let key = |t: &TensorInfo| if by_split { t.split } else { 0 };
+        order.sort_by_key(|t| (key(t), t.offset));
+        let mut span_end = vec![0u64; order.last().map_or(0, |t| key(t) + 1)];
+        for t in &order {
+            span_end[key(t)] = span_end[key(t)].max(t.end());
+        }
         let progress = Progress {
             bytes_done: 0,
             bytes_total: order.iter().map(|t| t.size).sum(),
@@ -109,7 +136,10 @@ impl<'a, S: ByteSource> TensorStream<'a, S> {
             sources,
             by_split,
             chunk,
+            span_end,
             buf: Vec::new(),
+            buf_start: 0,
+            buf_split: 0,
             next_tensor: 0,
             next_offset: 0,
             progress,
@@ -119,6 +149,23 @@ impl<'a, S: ByteSource> TensorStream<'a, S> {
     /// Progress so far.
     pub fn progress(&self) -> Progress {
         self.progress
+    }
+
+    /// Fills the buffer with one chunk of split `split` from `abs`: the rest
+    /// of the current tensor and, when it is small, the tensors after it, so
+    /// a remote source sees one request per chunk rather than per tensor.
+    async fn read_ahead(&mut self, src: &S, split: usize, abs: u64) -> Result<(), GgufError> {
+        let end = self.span_end.get(split).copied().unwrap_or(abs);
+        // The caller's chunk lies in [abs, end), so this covers it; <= chunk, a usize.
+        let len = self.chunk.min(end.saturating_sub(abs)) as usize;
+        self.buf.resize(len, 0);
+        self.buf_start = abs;
+        self.buf_split = split;
+        let read = src.read_at(abs, &mut self.buf).await;
+        if read.is_err() {
+            self.buf.clear();
+        }
+        read
     }
 
     /// The next chunk, or `None` after the last.
@@ -137,6 +184,22 @@ impl<'a, S: ByteSource> TensorStream<'a, S> {
         let len = self.chunk.min(tensor.size - offset);
         let abs = tensor.offset + offset;
         let last = offset + len == tensor.size;
+        // len <= chunk_bytes, a usize.
+        let n = len as usize;
+        let data = match src.as_slice() {
+            Some(all) => slice_at(all, abs, n)?,
+            None => {
+                let in_buf = self.buf_split == split
+                    && abs >= self.buf_start
+                    && abs + len <= self.buf_start + self.buf.len() as u64;
+                if !in_buf {
+                    self.read_ahead(src, split, abs).await?;
+                }
+                let at = (abs - self.buf_start) as usize;
+                &self.buf[at..at + n]
+            }
+        };
+        // Advance only once the bytes are in hand, so a failed read can be retried.
         if last {
             self.next_tensor += 1;
             self.next_offset = 0;
@@ -145,16 +208,6 @@ impl<'a, S: ByteSource> TensorStream<'a, S> {
             self.next_offset += len;
         }
         self.progress.bytes_done += len;
-        // len <= chunk_bytes, a usize.
-        let n = len as usize;
-        let data = match src.as_slice() {
-            Some(all) => slice_at(all, abs, n)?,
-            None => {
-                self.buf.resize(n, 0);
-                src.read_at(abs, &mut self.buf).await?;
-                &self.buf[..]
-            }
-        };
         Ok(Some(TensorChunk {
             tensor,
             offset,
