@@ -40,7 +40,7 @@ check-wasm:
 FUZZ_SECONDS ?= 600
 fuzz:
 	command -v cargo-fuzz >/dev/null || $(CARGO) install cargo-fuzz --version 0.13.2
-	cd fuzz && $(CARGO) +nightly fuzz run gguf_header -- -max_total_time=$(FUZZ_SECONDS)
+	$(CARGO) +nightly fuzz run gguf_header -- -max_total_time=$(FUZZ_SECONDS) -malloc_limit_mb=512
 
 clean-cache:
 	rm -rf .cache
