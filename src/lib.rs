@@ -11,10 +11,12 @@
 //! - [`model`]: model configuration, tokenizers and chat templates;
 //! - [`kv`]: paged KV cache bookkeeping (block pool, block tables, prefix cache);
 //! - [`sched`]: the continuous-batching scheduler;
-//! - [`sample`]: the token sampler.
+//! - [`sample`]: the token sampler;
+//! - [`engine`]: requests in, token events out: the step loop every front end drives.
 
 #![deny(missing_docs)]
 
+pub mod engine;
 pub mod error;
 pub mod gguf;
 pub mod kv;
