@@ -176,7 +176,7 @@ mod tests {
     #[test]
     fn false_start_is_released_once_it_diverges() {
         let (out, stopped, tail) = run(&["END"], &[b"aE", b"Nx", b"E"]);
-        assert_eq!(out, ["a", "", "ENx"]);
+        assert_eq!(out, ["a", "ENx", ""]);
         assert!(!stopped);
         assert_eq!(tail, "E");
     }
