@@ -28,12 +28,12 @@ pub enum Error {
     /// The scheduler refused a request or an out-of-order call.
     #[error(transparent)]
     Sched(#[from] crate::sched::SchedError),
-    /// The engine refused a request or the model broke its contract.
-    #[error(transparent)]
-    Engine(#[from] crate::engine::EngineError),
     /// Bad sampling parameters or logits.
     #[error(transparent)]
     Sample(#[from] crate::sample::SampleError),
+    /// The engine refused a request or the model broke its contract.
+    #[error(transparent)]
+    Engine(#[from] crate::engine::EngineError),
 }
 
 /// `Result` with the crate's [`Error`].
