@@ -11,14 +11,18 @@
 //! - [`model`]: model configuration, tokenizers and chat templates;
 //! - [`kv`]: paged KV cache bookkeeping (block pool, block tables, prefix cache);
 //! - [`sched`]: the continuous-batching scheduler;
-//! - [`sample`]: the token sampler.
+//! - [`sample`]: the token sampler;
+//! - [`backend`], [`graph`], [`moe`]: where ops run, the ops, and the expert seam.
 
 #![deny(missing_docs)]
 
+pub mod backend;
 pub mod error;
 pub mod gguf;
+pub mod graph;
 pub mod kv;
 pub mod model;
+pub mod moe;
 pub mod quant;
 pub mod sample;
 pub mod sched;
