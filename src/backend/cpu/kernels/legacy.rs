@@ -1,0 +1,184 @@
+//! Scalar kernels of the 32-element formats: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
+//! and the Q8_0 / Q8_1 activation quantizers.
+//!
+//! Names follow ggml (`vec_dot_q4_0_q8_0`, `quantize_row_q8_0`). The dots sum
+//! integers per block and scale once per block, as ggml's CPU code does. The
+//! activation quantizers follow ggml's x86 path (`127 / amax`, round to
+//! nearest even), the one llama.cpp's reference logits were made with.
+
+use crate::quant::blocks::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, BlockQ8_1};
+use half::f16;
+
+/// Largest magnitude of `x` (0 for an empty slice).
+#[inline]
+fn absmax(x: &[f32]) -> f32 {
+    x.iter().fold(0.0f32, |m, v| m.max(v.abs()))
+}
+
+/// Quantizes 32 values to int8 with scale `amax / 127`; returns the scale.
+#[inline]
+fn quantize_32(x: &[f32], qs: &mut [i8; 32]) -> f32 {
+    let amax = absmax(x);
+    let d = amax / 127.0;
+    let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
+    for (q, &v) in qs.iter_mut().zip(x) {
+        *q = (v * id).round_ties_even() as i8;
+    }
+    d
+}
+
+/// Quantizes activations to Q8_0. Preconditions: `x.len() == y.len() * 32`.
+pub fn quantize_row_q8_0(x: &[f32], y: &mut [BlockQ8_0]) {
+    for (x, y) in x.chunks_exact(32).zip(y.iter_mut()) {
+        let d = quantize_32(x, &mut y.qs);
+        y.d = f16::from_f32(d);
+    }
+}
+
+/// Quantizes activations to Q8_1 (Q8_0 plus `s = d * sum(q)`).
+/// Preconditions: `x.len() == y.len() * 32`.
+pub fn quantize_row_q8_1(x: &[f32], y: &mut [BlockQ8_1]) {
+    for (x, y) in x.chunks_exact(32).zip(y.iter_mut()) {
+        let d = quantize_32(x, &mut y.qs);
+        let sum: i32 = y.qs.iter().map(|&q| i32::from(q)).sum();
+        y.d = f16::from_f32(d);
+        y.s = f16::from_f32(d * sum as f32);
+    }
+}
+
+/// Dot of a Q4_0 row with a Q8_0 row of the same length.
+pub fn vec_dot_q4_0_q8_0(x: &[BlockQ4_0], y: &[BlockQ8_0]) -> f32 {
+    let mut sumf = 0.0f32;
+    for (bx, by) in x.iter().zip(y) {
+        let mut sumi = 0i32;
+        for j in 0..16 {
+            let v0 = i32::from(bx.qs[j] & 0xF) - 8;
+            let v1 = i32::from(bx.qs[j] >> 4) - 8;
+            sumi += v0 * i32::from(by.qs[j]) + v1 * i32::from(by.qs[j + 16]);
+        }
+        sumf += sumi as f32 * (bx.d.to_f32() * by.d.to_f32());
+    }
+    sumf
+}
+
+/// Dot of a Q4_1 row with a Q8_1 row of the same length.
+pub fn vec_dot_q4_1_q8_1(x: &[BlockQ4_1], y: &[BlockQ8_1]) -> f32 {
+    let mut sumf = 0.0f32;
+    for (bx, by) in x.iter().zip(y) {
+        let mut sumi = 0i32;
+        for j in 0..16 {
+            let v0 = i32::from(bx.qs[j] & 0xF);
+            let v1 = i32::from(bx.qs[j] >> 4);
+            sumi += v0 * i32::from(by.qs[j]) + v1 * i32::from(by.qs[j + 16]);
+        }
+        sumf += (bx.d.to_f32() * by.d.to_f32()) * sumi as f32 + bx.m.to_f32() * by.s.to_f32();
+    }
+    sumf
+}
+
+/// The 32 5-bit quants of a Q5 block, low nibbles `qs` and fifth bits `qh`.
+#[inline]
+fn q5_values(qs: &[u8; 16], qh: [u8; 4], offset: i32) -> [i32; 32] {
+    let qh = u32::from_le_bytes(qh);
+    let mut v = [0i32; 32];
+    for j in 0..16 {
+        let h0 = ((qh >> j) << 4) & 0x10;
+        let h1 = (qh >> (j + 12)) & 0x10;
+        v[j] = (u32::from(qs[j] & 0xF) | h0) as i32 - offset;
+        v[j + 16] = (u32::from(qs[j] >> 4) | h1) as i32 - offset;
+    }
+    v
+}
+
+/// Integer dot of 32 quants with 32 int8 activations.
+#[inline]
+fn idot32(v: &[i32; 32], q: &[i8; 32]) -> i32 {
+    v.iter().zip(q).map(|(&a, &b)| a * i32::from(b)).sum()
+}
+
+/// Dot of a Q5_0 row with a Q8_0 row of the same length.
+pub fn vec_dot_q5_0_q8_0(x: &[BlockQ5_0], y: &[BlockQ8_0]) -> f32 {
+    let mut sumf = 0.0f32;
+    for (bx, by) in x.iter().zip(y) {
+        let sumi = idot32(&q5_values(&bx.qs, bx.qh, 16), &by.qs);
+        sumf += (bx.d.to_f32() * by.d.to_f32()) * sumi as f32;
+    }
+    sumf
+}
+
+/// Dot of a Q5_1 row with a Q8_1 row of the same length.
+pub fn vec_dot_q5_1_q8_1(x: &[BlockQ5_1], y: &[BlockQ8_1]) -> f32 {
+    let mut sumf = 0.0f32;
+    for (bx, by) in x.iter().zip(y) {
+        let sumi = idot32(&q5_values(&bx.qs, bx.qh, 0), &by.qs);
+        sumf += (bx.d.to_f32() * by.d.to_f32()) * sumi as f32 + bx.m.to_f32() * by.s.to_f32();
+    }
+    sumf
+}
+
+/// Dot of a Q8_0 row with a Q8_0 row of the same length.
+pub fn vec_dot_q8_0_q8_0(x: &[BlockQ8_0], y: &[BlockQ8_0]) -> f32 {
+    let mut sumf = 0.0f32;
+    for (bx, by) in x.iter().zip(y) {
+        let sumi: i32 = bx
+            .qs
+            .iter()
+            .zip(&by.qs)
+            .map(|(&a, &b)| i32::from(a) * i32::from(b))
+            .sum();
+        sumf += sumi as f32 * (bx.d.to_f32() * by.d.to_f32());
+    }
+    sumf
+}
+
+/// Expands Q4_0 blocks to f32. Preconditions: `y.len() == x.len() * 32`.
+pub fn dequantize_row_q4_0(x: &[BlockQ4_0], y: &mut [f32]) {
+    for (b, y) in x.iter().zip(y.chunks_exact_mut(32)) {
+        let d = b.d.to_f32();
+        for j in 0..16 {
+            y[j] = (i32::from(b.qs[j] & 0xF) - 8) as f32 * d;
+            y[j + 16] = (i32::from(b.qs[j] >> 4) - 8) as f32 * d;
+        }
+    }
+}
+
+/// Expands Q4_1 blocks to f32. Preconditions: `y.len() == x.len() * 32`.
+pub fn dequantize_row_q4_1(x: &[BlockQ4_1], y: &mut [f32]) {
+    for (b, y) in x.iter().zip(y.chunks_exact_mut(32)) {
+        let (d, m) = (b.d.to_f32(), b.m.to_f32());
+        for j in 0..16 {
+            y[j] = f32::from(b.qs[j] & 0xF) * d + m;
+            y[j + 16] = f32::from(b.qs[j] >> 4) * d + m;
+        }
+    }
+}
+
+/// Expands Q5_0 blocks to f32. Preconditions: `y.len() == x.len() * 32`.
+pub fn dequantize_row_q5_0(x: &[BlockQ5_0], y: &mut [f32]) {
+    for (b, y) in x.iter().zip(y.chunks_exact_mut(32)) {
+        let d = b.d.to_f32();
+        for (o, v) in y.iter_mut().zip(q5_values(&b.qs, b.qh, 16)) {
+            *o = v as f32 * d;
+        }
+    }
+}
+
+/// Expands Q5_1 blocks to f32. Preconditions: `y.len() == x.len() * 32`.
+pub fn dequantize_row_q5_1(x: &[BlockQ5_1], y: &mut [f32]) {
+    for (b, y) in x.iter().zip(y.chunks_exact_mut(32)) {
+        let (d, m) = (b.d.to_f32(), b.m.to_f32());
+        for (o, v) in y.iter_mut().zip(q5_values(&b.qs, b.qh, 0)) {
+            *o = v as f32 * d + m;
+        }
+    }
+}
+
+/// Expands Q8_0 blocks to f32. Preconditions: `y.len() == x.len() * 32`.
+pub fn dequantize_row_q8_0(x: &[BlockQ8_0], y: &mut [f32]) {
+    for (b, y) in x.iter().zip(y.chunks_exact_mut(32)) {
+        let d = b.d.to_f32();
+        for (o, &q) in y.iter_mut().zip(&b.qs) {
+            *o = f32::from(q) * d;
+        }
+    }
+}
