@@ -16,8 +16,11 @@ pub struct Args {
     #[command(flatten)]
     model: ModelArgs,
     /// The prompt.
-    #[arg(short, long)]
-    prompt: String,
+    #[arg(short, long, required_unless_present = "prompt_tokens")]
+    prompt: Option<String>,
+    /// The prompt as token ids, comma separated, used exactly as given.
+    #[arg(long, value_delimiter = ',', conflicts_with_all = ["prompt", "chat"])]
+    prompt_tokens: Vec<u32>,
     /// Most tokens to generate (-1: until the context is full).
     #[arg(
         short = 'n',
@@ -62,16 +65,7 @@ pub fn run(args: Args) -> Result<()> {
     };
     let mut loaded = load_engine(&args.model, &wish)?;
     let engine = &mut loaded.engine;
-    let prompt = if args.chat {
-        let mut messages = Vec::new();
-        if let Some(system) = &args.system {
-            messages.push(ChatMessage::new("system", system.as_str()));
-        }
-        messages.push(ChatMessage::new("user", args.prompt.as_str()));
-        Prompt::Chat(messages)
-    } else {
-        Prompt::Text(args.prompt.clone())
-    };
+    let prompt = prompt(&args);
     let sampling = args.sampling.params();
     let seed = sampling.seed;
     let mut req = GenerateRequest::new(prompt);
@@ -126,6 +120,23 @@ pub fn run(args: Args) -> Result<()> {
         eprintln!("{}", summary.line());
     }
     Ok(())
+}
+
+/// The request's prompt: token ids, a chat turn, or text.
+fn prompt(args: &Args) -> Prompt {
+    let text = args.prompt.clone().unwrap_or_default();
+    if !args.prompt_tokens.is_empty() {
+        return Prompt::Tokens(args.prompt_tokens.clone());
+    }
+    if !args.chat {
+        return Prompt::Text(text);
+    }
+    let mut messages = Vec::new();
+    if let Some(system) = &args.system {
+        messages.push(ChatMessage::new("system", system.as_str()));
+    }
+    messages.push(ChatMessage::new("user", text));
+    Prompt::Chat(messages)
 }
 
 /// The end-of-run numbers.
