@@ -330,6 +330,23 @@ fn failure(args: &[&str]) -> String {
     stderr
 }
 
+/// A copy of `model` whose `general.architecture` says `mamba`.
+fn unsupported_architecture(model: &Path) -> String {
+    let mut bytes = std::fs::read(model).expect("read model");
+    let key = b"general.architecture";
+    let at = bytes
+        .windows(key.len())
+        .position(|w| w == key)
+        .expect("architecture key");
+    // key, then the value's type (u32) and length (u64), then "llama".
+    let value = at + key.len() + 4 + 8;
+    assert_eq!(&bytes[value..value + 5], b"llama");
+    bytes[value..value + 5].copy_from_slice(b"mamba");
+    let out = std::env::temp_dir().join(format!("hearth-mamba-{}.gguf", std::process::id()));
+    std::fs::write(&out, bytes).expect("write copy");
+    out.to_str().expect("path").to_string()
+}
+
 #[test]
 fn errors_are_one_clear_line() {
     let synthetic = llamacpp().join("synthetic/models/llama-Q8_0.gguf");
@@ -359,6 +376,10 @@ fn errors_are_one_clear_line() {
         "/dev/null",
     ]);
     assert!(e.contains("outside the vocabulary"), "{e}");
+    let mamba = unsupported_architecture(&synthetic);
+    let e = failure(&["run", "-m", &mamba, "-p", "hi"]);
+    std::fs::remove_file(&mamba).ok();
+    assert!(e.contains("architecture \"mamba\" is not supported"), "{e}");
     let not_gguf = Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml");
     let e = failure(&["run", "-m", not_gguf.to_str().expect("path"), "-p", "hi"]);
     assert!(e.starts_with("error: "), "{e}");
