@@ -46,7 +46,7 @@ pub fn run(args: Args) -> Result<()> {
         chat_template: args.chat_template.as_deref(),
         need_chat_template: true,
         progress: true,
-        min_ctx: 0,
+        default_ctx: None,
     };
     let mut loaded = load_engine(&args.model, &wish)?;
     let interactive = std::io::stdin().is_terminal();

@@ -22,7 +22,7 @@ pub struct ModelArgs {
     #[arg(short, long)]
     pub model: PathBuf,
     /// Context length: most tokens of prompt plus output (0: the model's
-    /// trained length, at most 4096).
+    /// trained length, at most 4096; `logits`: the number of tokens).
     #[arg(long, default_value_t = 0)]
     pub ctx: usize,
     /// Worker threads (0: all cores).
@@ -112,8 +112,9 @@ pub struct EngineWish<'a> {
     pub need_chat_template: bool,
     /// Show the load progress bar (when stderr is a terminal).
     pub progress: bool,
-    /// Lowest context length to allow (`hearth logits` needs its tokens).
-    pub min_ctx: usize,
+    /// Context length when `--ctx` is not given (`None`: the model's
+    /// trained length, at most 4096).
+    pub default_ctx: Option<usize>,
 }
 
 /// A loaded engine and how long loading took.
@@ -139,11 +140,11 @@ pub fn load_engine(args: &ModelArgs, wish: &EngineWish<'_>) -> Result<Loaded> {
         Err(e) if wish.need_chat_template || wish.chat_template.is_some() => return Err(e.into()),
         Err(_) => None,
     };
-    let n_ctx = match args.ctx {
-        0 => mc.n_ctx_train.clamp(2, 4096),
-        n => n,
+    let n_ctx = match (args.ctx, wish.default_ctx) {
+        (0, Some(n)) => n,
+        (0, None) => mc.n_ctx_train.min(4096),
+        (n, _) => n,
     }
-    .max(wish.min_ctx)
     .max(2);
     let config = EngineConfig {
         n_ctx,

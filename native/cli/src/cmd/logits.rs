@@ -31,7 +31,7 @@ pub fn run(args: Args) -> Result<()> {
         chat_template: None,
         need_chat_template: false,
         progress: true,
-        min_ctx: args.tokens.len(),
+        default_ctx: Some(args.tokens.len()),
     };
     let mut loaded = load_engine(&args.model, &wish)?;
     let logits = pollster::block_on(loaded.engine.all_logits(&args.tokens))?;

@@ -61,7 +61,7 @@ pub fn run(args: Args) -> Result<()> {
         chat_template: args.chat_template.as_deref(),
         need_chat_template: args.chat,
         progress: !args.json,
-        min_ctx: 0,
+        default_ctx: None,
     };
     let mut loaded = load_engine(&args.model, &wish)?;
     let engine = &mut loaded.engine;
