@@ -109,3 +109,9 @@ fn batched_equals_solo_on_the_cpu_backend() {
         );
     }
 }
+
+#[test]
+fn an_engine_can_move_to_a_worker_thread() {
+    fn assert_send<T: Send>() {}
+    assert_send::<Engine<CpuModel>>();
+}
