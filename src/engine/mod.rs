@@ -1,4 +1,4 @@
-//! The engine: requests in, token events out, over any [`ForwardModel`].
+//! The engine: requests in, token events out, over any [`ForwardModel`](crate::model::ForwardModel).
 //!
 //! The CLI, the server and the browser worker all drive the same loop:
 //!
