@@ -13,9 +13,12 @@ fn kv(q: u8) -> i32 {
 /// Integer dot of 16 packed nibbles (elements `j`, `j + 16`) with 32 int8.
 #[inline]
 fn idot_nibbles(qs: &[u8], q8: &[i8]) -> i32 {
-    let mut sumi = 0;
+    // Wrapping ops: the sums stay far below 2^31 and vectorize unchecked.
+    let mut sumi = 0i32;
     for j in 0..16 {
-        sumi += kv(qs[j]) * i32::from(q8[j]) + kv(qs[j] >> 4) * i32::from(q8[j + 16]);
+        sumi = sumi
+            .wrapping_add(kv(qs[j]).wrapping_mul(i32::from(q8[j])))
+            .wrapping_add(kv(qs[j] >> 4).wrapping_mul(i32::from(q8[j + 16])));
     }
     sumi
 }

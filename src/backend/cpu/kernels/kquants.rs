@@ -47,7 +47,10 @@ pub fn quantize_row_q8_k(x: &[f32], y: &mut [BlockQ8K]) {
 fn lanes_add(aux32: &mut [i32; 8], scale: i32, a: &[i8], q8: &[i8]) {
     for (ga, gq) in a.chunks_exact(8).zip(q8.chunks_exact(8)) {
         for l in 0..8 {
-            aux32[l] += scale * (i32::from(ga[l]) * i32::from(gq[l]));
+            // Wrapping: |scale * q * q8| < 2^21 summed 32 times cannot
+            // overflow, and unchecked ops vectorize in every profile.
+            let p = i32::from(ga[l]).wrapping_mul(i32::from(gq[l]));
+            aux32[l] = aux32[l].wrapping_add(scale.wrapping_mul(p));
         }
     }
 }
@@ -124,7 +127,7 @@ fn unpack_q45(qs: &[u8; QK_K / 2], qh: Option<&[u8; QK_K / 8]>) -> [i8; QK_K] {
     if let Some(qh) = qh {
         for (i, v) in a.iter_mut().enumerate() {
             if qh[i % 32] & (1 << (i / 32)) != 0 {
-                *v += 16;
+                *v = v.wrapping_add(16);
             }
         }
     }
@@ -139,10 +142,10 @@ fn unpack_q6(b: &BlockQ6K) -> [i8; QK_K] {
         let (ql, qh) = (&b.ql[64 * half..], &b.qh[32 * half..]);
         let a = &mut a[128 * half..];
         for l in 0..32 {
-            a[l] = ((ql[l] & 0xF) | ((qh[l] & 3) << 4)) as i8 - 32;
-            a[l + 32] = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) as i8 - 32;
-            a[l + 64] = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) as i8 - 32;
-            a[l + 96] = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) as i8 - 32;
+            a[l] = (((ql[l] & 0xF) | ((qh[l] & 3) << 4)) as i8).wrapping_sub(32);
+            a[l + 32] = (((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) as i8).wrapping_sub(32);
+            a[l + 64] = (((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) as i8).wrapping_sub(32);
+            a[l + 96] = (((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) as i8).wrapping_sub(32);
         }
     }
     a
@@ -164,11 +167,9 @@ pub fn vec_dot_q2_k_q8_k(x: &[BlockQ2K], y: &[BlockQ8K]) -> f32 {
         let a = unpack_q2(bx);
         let mut isum = 0i32;
         for (j, (ga, gq)) in a.chunks_exact(16).zip(by.qs.chunks_exact(16)).enumerate() {
-            let s: i32 = ga
-                .iter()
-                .zip(gq)
-                .map(|(&p, &q)| i32::from(p) * i32::from(q))
-                .sum();
+            let s = ga.iter().zip(gq).fold(0i32, |acc, (&p, &q)| {
+                acc.wrapping_add(i32::from(p).wrapping_mul(i32::from(q)))
+            });
             isum += i32::from(bx.scales[j] & 0xF) * s;
         }
         let dall = by.d * fp16(bx.d);
