@@ -1,6 +1,8 @@
 //! Shared helpers of the model tests: loading, one-sequence runs, metrics.
 #![allow(dead_code)]
 
+pub mod rng;
+
 use std::path::{Path, PathBuf};
 
 use hearth::gguf::open_model;

@@ -23,7 +23,7 @@ pub fn vec_dot_f16(x: &[f16], y: &[f16]) -> f32 {
     let mut lanes = [0.0f32; 8];
     for (a, b) in x.chunks(8).zip(y.chunks(8)) {
         for (l, (p, q)) in a.iter().zip(b).enumerate() {
-            lanes[l] += p.to_f32() * q.to_f32();
+            lanes[l] += super::fp16(*p) * super::fp16(*q);
         }
     }
     lanes.iter().sum()

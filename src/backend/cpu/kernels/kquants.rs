@@ -3,6 +3,7 @@
 //! unpacked into 256 small integers, multiplied with the int8 activations in
 //! eight integer lanes, and scaled once per block.
 
+use super::fp16;
 use crate::quant::blocks::{BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K, QK_K};
 
 /// ggml's `nearest_int` (round to nearest, ties to even) for `|x| < 2^22`.
@@ -46,7 +47,10 @@ pub fn quantize_row_q8_k(x: &[f32], y: &mut [BlockQ8K]) {
 fn lanes_add(aux32: &mut [i32; 8], scale: i32, a: &[i8], q8: &[i8]) {
     for (ga, gq) in a.chunks_exact(8).zip(q8.chunks_exact(8)) {
         for l in 0..8 {
-            aux32[l] += scale * (i32::from(ga[l]) * i32::from(gq[l]));
+            // Wrapping: |scale * q * q8| < 2^21 summed 32 times cannot
+            // overflow, and unchecked ops vectorize in every profile.
+            let p = i32::from(ga[l]).wrapping_mul(i32::from(gq[l]));
+            aux32[l] = aux32[l].wrapping_add(scale.wrapping_mul(p));
         }
     }
 }
@@ -123,7 +127,7 @@ fn unpack_q45(qs: &[u8; QK_K / 2], qh: Option<&[u8; QK_K / 8]>) -> [i8; QK_K] {
     if let Some(qh) = qh {
         for (i, v) in a.iter_mut().enumerate() {
             if qh[i % 32] & (1 << (i / 32)) != 0 {
-                *v += 16;
+                *v = v.wrapping_add(16);
             }
         }
     }
@@ -138,10 +142,10 @@ fn unpack_q6(b: &BlockQ6K) -> [i8; QK_K] {
         let (ql, qh) = (&b.ql[64 * half..], &b.qh[32 * half..]);
         let a = &mut a[128 * half..];
         for l in 0..32 {
-            a[l] = ((ql[l] & 0xF) | ((qh[l] & 3) << 4)) as i8 - 32;
-            a[l + 32] = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) as i8 - 32;
-            a[l + 64] = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) as i8 - 32;
-            a[l + 96] = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) as i8 - 32;
+            a[l] = (((ql[l] & 0xF) | ((qh[l] & 3) << 4)) as i8).wrapping_sub(32);
+            a[l + 32] = (((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) as i8).wrapping_sub(32);
+            a[l + 64] = (((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) as i8).wrapping_sub(32);
+            a[l + 96] = (((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) as i8).wrapping_sub(32);
         }
     }
     a
@@ -163,15 +167,13 @@ pub fn vec_dot_q2_k_q8_k(x: &[BlockQ2K], y: &[BlockQ8K]) -> f32 {
         let a = unpack_q2(bx);
         let mut isum = 0i32;
         for (j, (ga, gq)) in a.chunks_exact(16).zip(by.qs.chunks_exact(16)).enumerate() {
-            let s: i32 = ga
-                .iter()
-                .zip(gq)
-                .map(|(&p, &q)| i32::from(p) * i32::from(q))
-                .sum();
+            let s = ga.iter().zip(gq).fold(0i32, |acc, (&p, &q)| {
+                acc.wrapping_add(i32::from(p).wrapping_mul(i32::from(q)))
+            });
             isum += i32::from(bx.scales[j] & 0xF) * s;
         }
-        let dall = by.d * bx.d.to_f32();
-        let dmin = by.d * bx.dmin.to_f32();
+        let dall = by.d * fp16(bx.d);
+        let dmin = by.d * fp16(bx.dmin);
         sumf += dall * isum as f32 - dmin * summs as f32;
     }
     sumf
@@ -188,7 +190,7 @@ pub fn vec_dot_q3_k_q8_k(x: &[BlockQ3K], y: &[BlockQ8K]) -> f32 {
             let r = 16 * j..16 * j + 16;
             lanes_add(&mut aux32, i32::from(scales[j]), &a[r.clone()], &by.qs[r]);
         }
-        let d = bx.d.to_f32() * by.d;
+        let d = fp16(bx.d) * by.d;
         for l in 0..8 {
             sums[l] += d * aux32[l] as f32;
         }
@@ -219,8 +221,8 @@ pub fn vec_dot_q4_k_q8_k(x: &[BlockQ4K], y: &[BlockQ8K]) -> f32 {
     let mut sumf = 0.0f32;
     for (bx, by) in x.iter().zip(y) {
         let a = unpack_q45(&bx.qs, None);
-        let sumi = k45_block(&a, &bx.scales, by, &mut sums, bx.d.to_f32() * by.d);
-        sumf -= bx.dmin.to_f32() * by.d * sumi as f32;
+        let sumi = k45_block(&a, &bx.scales, by, &mut sums, fp16(bx.d) * by.d);
+        sumf -= fp16(bx.dmin) * by.d * sumi as f32;
     }
     finish(&sums, sumf)
 }
@@ -231,8 +233,8 @@ pub fn vec_dot_q5_k_q8_k(x: &[BlockQ5K], y: &[BlockQ8K]) -> f32 {
     let mut sumf = 0.0f32;
     for (bx, by) in x.iter().zip(y) {
         let a = unpack_q45(&bx.qs, Some(&bx.qh));
-        let sumi = k45_block(&a, &bx.scales, by, &mut sums, bx.d.to_f32() * by.d);
-        sumf -= bx.dmin.to_f32() * by.d * sumi as f32;
+        let sumi = k45_block(&a, &bx.scales, by, &mut sums, fp16(bx.d) * by.d);
+        sumf -= fp16(bx.dmin) * by.d * sumi as f32;
     }
     finish(&sums, sumf)
 }
@@ -252,7 +254,7 @@ pub fn vec_dot_q6_k_q8_k(x: &[BlockQ6K], y: &[BlockQ8K]) -> f32 {
                 &by.qs[r],
             );
         }
-        let d = bx.d.to_f32() * by.d;
+        let d = fp16(bx.d) * by.d;
         for l in 0..8 {
             sums[l] += d * aux32[l] as f32;
         }
@@ -263,7 +265,7 @@ pub fn vec_dot_q6_k_q8_k(x: &[BlockQ6K], y: &[BlockQ8K]) -> f32 {
 /// Expands Q2_K blocks to f32. Preconditions: `y.len() == x.len() * 256`.
 pub fn dequantize_row_q2_k(x: &[BlockQ2K], y: &mut [f32]) {
     for (b, y) in x.iter().zip(y.chunks_exact_mut(QK_K)) {
-        let (d, min) = (b.d.to_f32(), b.dmin.to_f32());
+        let (d, min) = (fp16(b.d), fp16(b.dmin));
         let a = unpack_q2(b);
         for (i, o) in y.iter_mut().enumerate() {
             let sc = b.scales[i / 16];
@@ -275,7 +277,7 @@ pub fn dequantize_row_q2_k(x: &[BlockQ2K], y: &mut [f32]) {
 /// Expands Q3_K blocks to f32. Preconditions: `y.len() == x.len() * 256`.
 pub fn dequantize_row_q3_k(x: &[BlockQ3K], y: &mut [f32]) {
     for (b, y) in x.iter().zip(y.chunks_exact_mut(QK_K)) {
-        let d = b.d.to_f32();
+        let d = fp16(b.d);
         let (a, scales) = (unpack_q3(b), q3_scales(&b.scales));
         for (i, o) in y.iter_mut().enumerate() {
             *o = d * f32::from(scales[i / 16]) * f32::from(a[i]);
@@ -296,7 +298,7 @@ fn dequant_k45(a: &[i8; QK_K], d: f32, min: f32, scales: &[u8; 12], y: &mut [f32
 pub fn dequantize_row_q4_k(x: &[BlockQ4K], y: &mut [f32]) {
     for (b, y) in x.iter().zip(y.chunks_exact_mut(QK_K)) {
         let a = unpack_q45(&b.qs, None);
-        dequant_k45(&a, b.d.to_f32(), b.dmin.to_f32(), &b.scales, y);
+        dequant_k45(&a, fp16(b.d), fp16(b.dmin), &b.scales, y);
     }
 }
 
@@ -304,14 +306,14 @@ pub fn dequantize_row_q4_k(x: &[BlockQ4K], y: &mut [f32]) {
 pub fn dequantize_row_q5_k(x: &[BlockQ5K], y: &mut [f32]) {
     for (b, y) in x.iter().zip(y.chunks_exact_mut(QK_K)) {
         let a = unpack_q45(&b.qs, Some(&b.qh));
-        dequant_k45(&a, b.d.to_f32(), b.dmin.to_f32(), &b.scales, y);
+        dequant_k45(&a, fp16(b.d), fp16(b.dmin), &b.scales, y);
     }
 }
 
 /// Expands Q6_K blocks to f32. Preconditions: `y.len() == x.len() * 256`.
 pub fn dequantize_row_q6_k(x: &[BlockQ6K], y: &mut [f32]) {
     for (b, y) in x.iter().zip(y.chunks_exact_mut(QK_K)) {
-        let d = b.d.to_f32();
+        let d = fp16(b.d);
         let a = unpack_q6(b);
         for (i, o) in y.iter_mut().enumerate() {
             *o = d * f32::from(b.scales[i / 16]) * f32::from(a[i]);

@@ -7,6 +7,7 @@
 //! nearest even), the one llama.cpp's reference logits were made with.
 
 use crate::quant::blocks::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, BlockQ8_1};
+use super::fp16;
 use half::f16;
 
 /// Largest magnitude of `x` (0 for an empty slice).
@@ -46,17 +47,51 @@ pub fn quantize_row_q8_1(x: &[f32], y: &mut [BlockQ8_1]) {
     }
 }
 
+/// The 32 nibbles of a Q4-style block (element j low nibble of `qs[j]`,
+/// element j + 16 high nibble), minus `offset`.
+#[inline(always)]
+fn nibbles(qs: &[u8; 16], offset: i8) -> [i8; 32] {
+    let mut v = [0i8; 32];
+    let (lo, hi) = v.split_at_mut(16);
+    for (o, &q) in lo.iter_mut().zip(qs) {
+        *o = ((q & 0xF) as i8).wrapping_sub(offset);
+    }
+    for (o, &q) in hi.iter_mut().zip(qs) {
+        *o = ((q >> 4) as i8).wrapping_sub(offset);
+    }
+    v
+}
+
+/// The 32 5-bit quants of a Q5 block (low nibbles `qs`, fifth bits `qh`), minus `offset`.
+#[inline(always)]
+fn q5_values(qs: &[u8; 16], qh: [u8; 4], offset: i8) -> [i8; 32] {
+    let qh = u32::from_le_bytes(qh);
+    let mut v = nibbles(qs, 0);
+    for (j, x) in v.iter_mut().enumerate() {
+        *x = (*x | ((((qh >> j) & 1) as i8) << 4)).wrapping_sub(offset);
+    }
+    v
+}
+
+/// Integer dot of 32 int8 pairs (the shape SIMD `maddubs`/`dpbusd` computes).
+///
+/// Wrapping ops: 32 products of magnitude <= 2^14 cannot overflow an i32,
+/// and without overflow checks the loop vectorizes in every profile.
+#[inline(always)]
+fn idot32(a: &[i8; 32], b: &[i8; 32]) -> i32 {
+    let mut s = 0i32;
+    for i in 0..32 {
+        s = s.wrapping_add(i32::from(a[i]).wrapping_mul(i32::from(b[i])));
+    }
+    s
+}
+
 /// Dot of a Q4_0 row with a Q8_0 row of the same length.
 pub fn vec_dot_q4_0_q8_0(x: &[BlockQ4_0], y: &[BlockQ8_0]) -> f32 {
     let mut sumf = 0.0f32;
     for (bx, by) in x.iter().zip(y) {
-        let mut sumi = 0i32;
-        for j in 0..16 {
-            let v0 = i32::from(bx.qs[j] & 0xF) - 8;
-            let v1 = i32::from(bx.qs[j] >> 4) - 8;
-            sumi += v0 * i32::from(by.qs[j]) + v1 * i32::from(by.qs[j + 16]);
-        }
-        sumf += sumi as f32 * (bx.d.to_f32() * by.d.to_f32());
+        let sumi = idot32(&nibbles(&bx.qs, 8), &by.qs);
+        sumf += sumi as f32 * (fp16(bx.d) * fp16(by.d));
     }
     sumf
 }
@@ -65,35 +100,10 @@ pub fn vec_dot_q4_0_q8_0(x: &[BlockQ4_0], y: &[BlockQ8_0]) -> f32 {
 pub fn vec_dot_q4_1_q8_1(x: &[BlockQ4_1], y: &[BlockQ8_1]) -> f32 {
     let mut sumf = 0.0f32;
     for (bx, by) in x.iter().zip(y) {
-        let mut sumi = 0i32;
-        for j in 0..16 {
-            let v0 = i32::from(bx.qs[j] & 0xF);
-            let v1 = i32::from(bx.qs[j] >> 4);
-            sumi += v0 * i32::from(by.qs[j]) + v1 * i32::from(by.qs[j + 16]);
-        }
-        sumf += (bx.d.to_f32() * by.d.to_f32()) * sumi as f32 + bx.m.to_f32() * by.s.to_f32();
+        let sumi = idot32(&nibbles(&bx.qs, 0), &by.qs);
+        sumf += (fp16(bx.d) * fp16(by.d)) * sumi as f32 + fp16(bx.m) * fp16(by.s);
     }
     sumf
-}
-
-/// The 32 5-bit quants of a Q5 block, low nibbles `qs` and fifth bits `qh`.
-#[inline]
-fn q5_values(qs: &[u8; 16], qh: [u8; 4], offset: i32) -> [i32; 32] {
-    let qh = u32::from_le_bytes(qh);
-    let mut v = [0i32; 32];
-    for j in 0..16 {
-        let h0 = ((qh >> j) << 4) & 0x10;
-        let h1 = (qh >> (j + 12)) & 0x10;
-        v[j] = (u32::from(qs[j] & 0xF) | h0) as i32 - offset;
-        v[j + 16] = (u32::from(qs[j] >> 4) | h1) as i32 - offset;
-    }
-    v
-}
-
-/// Integer dot of 32 quants with 32 int8 activations.
-#[inline]
-fn idot32(v: &[i32; 32], q: &[i8; 32]) -> i32 {
-    v.iter().zip(q).map(|(&a, &b)| a * i32::from(b)).sum()
 }
 
 /// Dot of a Q5_0 row with a Q8_0 row of the same length.
@@ -101,7 +111,7 @@ pub fn vec_dot_q5_0_q8_0(x: &[BlockQ5_0], y: &[BlockQ8_0]) -> f32 {
     let mut sumf = 0.0f32;
     for (bx, by) in x.iter().zip(y) {
         let sumi = idot32(&q5_values(&bx.qs, bx.qh, 16), &by.qs);
-        sumf += (bx.d.to_f32() * by.d.to_f32()) * sumi as f32;
+        sumf += (fp16(bx.d) * fp16(by.d)) * sumi as f32;
     }
     sumf
 }
@@ -111,7 +121,7 @@ pub fn vec_dot_q5_1_q8_1(x: &[BlockQ5_1], y: &[BlockQ8_1]) -> f32 {
     let mut sumf = 0.0f32;
     for (bx, by) in x.iter().zip(y) {
         let sumi = idot32(&q5_values(&bx.qs, bx.qh, 0), &by.qs);
-        sumf += (bx.d.to_f32() * by.d.to_f32()) * sumi as f32 + bx.m.to_f32() * by.s.to_f32();
+        sumf += (fp16(bx.d) * fp16(by.d)) * sumi as f32 + fp16(bx.m) * fp16(by.s);
     }
     sumf
 }
@@ -120,13 +130,7 @@ pub fn vec_dot_q5_1_q8_1(x: &[BlockQ5_1], y: &[BlockQ8_1]) -> f32 {
 pub fn vec_dot_q8_0_q8_0(x: &[BlockQ8_0], y: &[BlockQ8_0]) -> f32 {
     let mut sumf = 0.0f32;
     for (bx, by) in x.iter().zip(y) {
-        let sumi: i32 = bx
-            .qs
-            .iter()
-            .zip(&by.qs)
-            .map(|(&a, &b)| i32::from(a) * i32::from(b))
-            .sum();
-        sumf += sumi as f32 * (bx.d.to_f32() * by.d.to_f32());
+        sumf += idot32(&bx.qs, &by.qs) as f32 * (fp16(bx.d) * fp16(by.d));
     }
     sumf
 }
@@ -134,7 +138,7 @@ pub fn vec_dot_q8_0_q8_0(x: &[BlockQ8_0], y: &[BlockQ8_0]) -> f32 {
 /// Expands Q4_0 blocks to f32. Preconditions: `y.len() == x.len() * 32`.
 pub fn dequantize_row_q4_0(x: &[BlockQ4_0], y: &mut [f32]) {
     for (b, y) in x.iter().zip(y.chunks_exact_mut(32)) {
-        let d = b.d.to_f32();
+        let d = fp16(b.d);
         for j in 0..16 {
             y[j] = (i32::from(b.qs[j] & 0xF) - 8) as f32 * d;
             y[j + 16] = (i32::from(b.qs[j] >> 4) - 8) as f32 * d;
@@ -145,7 +149,7 @@ pub fn dequantize_row_q4_0(x: &[BlockQ4_0], y: &mut [f32]) {
 /// Expands Q4_1 blocks to f32. Preconditions: `y.len() == x.len() * 32`.
 pub fn dequantize_row_q4_1(x: &[BlockQ4_1], y: &mut [f32]) {
     for (b, y) in x.iter().zip(y.chunks_exact_mut(32)) {
-        let (d, m) = (b.d.to_f32(), b.m.to_f32());
+        let (d, m) = (fp16(b.d), fp16(b.m));
         for j in 0..16 {
             y[j] = f32::from(b.qs[j] & 0xF) * d + m;
             y[j + 16] = f32::from(b.qs[j] >> 4) * d + m;
@@ -156,7 +160,7 @@ pub fn dequantize_row_q4_1(x: &[BlockQ4_1], y: &mut [f32]) {
 /// Expands Q5_0 blocks to f32. Preconditions: `y.len() == x.len() * 32`.
 pub fn dequantize_row_q5_0(x: &[BlockQ5_0], y: &mut [f32]) {
     for (b, y) in x.iter().zip(y.chunks_exact_mut(32)) {
-        let d = b.d.to_f32();
+        let d = fp16(b.d);
         for (o, v) in y.iter_mut().zip(q5_values(&b.qs, b.qh, 16)) {
             *o = v as f32 * d;
         }
@@ -166,7 +170,7 @@ pub fn dequantize_row_q5_0(x: &[BlockQ5_0], y: &mut [f32]) {
 /// Expands Q5_1 blocks to f32. Preconditions: `y.len() == x.len() * 32`.
 pub fn dequantize_row_q5_1(x: &[BlockQ5_1], y: &mut [f32]) {
     for (b, y) in x.iter().zip(y.chunks_exact_mut(32)) {
-        let (d, m) = (b.d.to_f32(), b.m.to_f32());
+        let (d, m) = (fp16(b.d), fp16(b.m));
         for (o, v) in y.iter_mut().zip(q5_values(&b.qs, b.qh, 0)) {
             *o = v as f32 * d + m;
         }
@@ -176,7 +180,7 @@ pub fn dequantize_row_q5_1(x: &[BlockQ5_1], y: &mut [f32]) {
 /// Expands Q8_0 blocks to f32. Preconditions: `y.len() == x.len() * 32`.
 pub fn dequantize_row_q8_0(x: &[BlockQ8_0], y: &mut [f32]) {
     for (b, y) in x.iter().zip(y.chunks_exact_mut(32)) {
-        let d = b.d.to_f32();
+        let d = fp16(b.d);
         for (o, &q) in y.iter_mut().zip(&b.qs) {
             *o = f32::from(q) * d;
         }

@@ -22,6 +22,24 @@ use crate::quant::blocks::{
 };
 use crate::quant::GgmlType;
 
+/// fp16 to f32 without a per-call CPU feature check (inlined into the kernels).
+#[inline(always)]
+pub fn fp16(h: f16) -> f32 {
+    let h = u32::from(h.to_bits());
+    let sign = (h & 0x8000) << 16;
+    let exp = (h >> 10) & 0x1F;
+    let man = h & 0x3FF;
+    match exp {
+        0 => {
+            // Zero or subnormal: man * 2^-24.
+            let v = man as f32 * (1.0 / 16_777_216.0);
+            f32::from_bits(v.to_bits() | sign)
+        }
+        0x1F => f32::from_bits(sign | 0x7F80_0000 | (man << 13)),
+        _ => f32::from_bits(sign | ((exp + 112) << 23) | (man << 13)),
+    }
+}
+
 /// Dot of one weight row (raw blocks) with one activation row (raw blocks of
 /// the weight's `vec_dot_type`) holding the same number of elements.
 pub type DotFn = fn(weights: &[u8], acts: &[u8]) -> f32;
