@@ -53,15 +53,26 @@ fn dots_match_the_reference() {
             quantize(&a, &mut aq);
             let ours = (k.vec_dot)(&wq, &aq_ref);
             let oracle = reference::vec_dot(ty, &wq, &aq_ref).expect("reference dot");
-            let mag: f64 = w.iter().zip(&a).map(|(x, y)| f64::from((x * y).abs())).sum();
+            let mag: f64 = w
+                .iter()
+                .zip(&a)
+                .map(|(x, y)| f64::from((x * y).abs()))
+                .sum();
             assert!(
                 (f64::from(ours) - f64::from(oracle)).abs() <= 1e-5 * mag + 1e-6,
                 "{ty} seed {seed} trial {trial}: {ours} vs reference {oracle}"
             );
-            let exact: f64 = w.iter().zip(&a).map(|(x, y)| f64::from(*x) * f64::from(*y)).sum();
+            let exact: f64 = w
+                .iter()
+                .zip(&a)
+                .map(|(x, y)| f64::from(*x) * f64::from(*y))
+                .sum();
             let with_ours = (k.vec_dot)(&wq, &aq);
             let err = (f64::from(with_ours) - exact).abs() / N as f64;
-            assert!(err <= dot_bound(ty) * mag / N as f64 + 1e-4, "{ty} seed {seed}: dot error {err}");
+            assert!(
+                err <= dot_bound(ty) * mag / N as f64 + 1e-4,
+                "{ty} seed {seed}: dot error {err}"
+            );
         }
     }
 }
@@ -70,7 +81,12 @@ fn dots_match_the_reference() {
 fn integer_dots_are_exact() {
     // With unit scales the legacy dots are integer sums: exactly equal.
     let table = KernelTable::scalar();
-    for ty in [GgmlType::Q4_0, GgmlType::Q5_0, GgmlType::Q8_0, GgmlType::IQ4_NL] {
+    for ty in [
+        GgmlType::Q4_0,
+        GgmlType::Q5_0,
+        GgmlType::Q8_0,
+        GgmlType::IQ4_NL,
+    ] {
         let seed = 77;
         let mut rng = Rng::new(seed);
         let k = table.weight(ty).expect("kernel");
@@ -102,7 +118,10 @@ fn dequantize_matches_the_reference() {
         (table.weight(ty).expect("kernel").dequantize_row)(&q, &mut ours);
         reference::dequantize(ty, &q, &mut oracle).expect("reference");
         for (j, (a, b)) in ours.iter().zip(&oracle).enumerate() {
-            assert!((a - b).abs() <= 1e-6 * b.abs(), "{ty} seed {seed} [{j}]: {a} vs {b}");
+            assert!(
+                (a - b).abs() <= 1e-6 * b.abs(),
+                "{ty} seed {seed} [{j}]: {a} vs {b}"
+            );
         }
     }
 }
@@ -110,9 +129,15 @@ fn dequantize_matches_the_reference() {
 #[test]
 fn activation_quantizers_match_the_reference() {
     let table = KernelTable::scalar();
-    for (i, ty) in [GgmlType::Q8_0, GgmlType::Q8_1, GgmlType::Q8_K, GgmlType::F16, GgmlType::BF16]
-        .into_iter()
-        .enumerate()
+    for (i, ty) in [
+        GgmlType::Q8_0,
+        GgmlType::Q8_1,
+        GgmlType::Q8_K,
+        GgmlType::F16,
+        GgmlType::BF16,
+    ]
+    .into_iter()
+    .enumerate()
     {
         let seed = 3000 + i as u64;
         let mut rng = Rng::new(seed);
@@ -124,12 +149,22 @@ fn activation_quantizers_match_the_reference() {
         // to even where the reference uses 1/d and rounds half away: the odd
         // int8 can differ by one. Everything else is byte-identical.
         let differing = ours.iter().zip(&oracle).filter(|(a, b)| a != b).count();
-        let allowed = if matches!(ty, GgmlType::Q8_0 | GgmlType::Q8_1) { oracle.len() / 50 } else { 0 };
-        assert!(differing <= allowed, "{ty} seed {seed}: {differing} bytes differ");
+        let allowed = if matches!(ty, GgmlType::Q8_0 | GgmlType::Q8_1) {
+            oracle.len() / 50
+        } else {
+            0
+        };
+        assert!(
+            differing <= allowed,
+            "{ty} seed {seed}: {differing} bytes differ"
+        );
         let (mut a, mut b) = (vec![0.0f32; N], vec![0.0f32; N]);
         reference::dequantize(ty, &ours, &mut a).expect("ours");
         reference::dequantize(ty, &oracle, &mut b).expect("oracle");
         let max = b.iter().fold(0.0f32, |m, v| m.max(v.abs()));
-        assert!(a.iter().zip(&b).all(|(p, q)| (p - q).abs() <= max / 100.0), "{ty} seed {seed}");
+        assert!(
+            a.iter().zip(&b).all(|(p, q)| (p - q).abs() <= max / 100.0),
+            "{ty} seed {seed}"
+        );
     }
 }

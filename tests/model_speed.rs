@@ -12,14 +12,26 @@ fn time_model(file: &str, threads: usize, n_prompt: usize, n_decode: usize) {
     let t = table(1, n_prompt + n_decode);
     let s = slots(&t, 0, n_prompt);
     let start = std::time::Instant::now();
-    let seqs = [SeqInput { tokens: &ids, start: 0, slots: &s, block_table: &t, logits: LogitsWanted::Last }];
+    let seqs = [SeqInput {
+        tokens: &ids,
+        start: 0,
+        slots: &s,
+        block_table: &t,
+        logits: LogitsWanted::Last,
+    }];
     m.forward_sync(&Batch { seqs: &seqs }).expect("prefill");
     let prefill = start.elapsed().as_secs_f64();
     let start = std::time::Instant::now();
     for i in 0..n_decode {
         let tok = [200 + i as u32];
         let s = slots(&t, n_prompt + i, 1);
-        let seqs = [SeqInput { tokens: &tok, start: n_prompt + i, slots: &s, block_table: &t, logits: LogitsWanted::Last }];
+        let seqs = [SeqInput {
+            tokens: &tok,
+            start: n_prompt + i,
+            slots: &s,
+            block_table: &t,
+            logits: LogitsWanted::Last,
+        }];
         m.forward_sync(&Batch { seqs: &seqs }).expect("decode");
     }
     let decode = start.elapsed().as_secs_f64();

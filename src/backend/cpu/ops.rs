@@ -22,7 +22,8 @@ pub fn rms_norm(x: &mut [f32], w: &[f32], eps: f32) {
         return;
     }
     for row in x.chunks_exact_mut(width) {
-        let sum: f64 = row.iter().map(|&v| f64::from(v) * f64::from(v)).sum();
+        // Squares in f32, summed in f64, as ggml does.
+        let sum: f64 = row.iter().map(|&v| f64::from(v * v)).sum();
         let mean = (sum / width as f64) as f32;
         let scale = 1.0 / (mean + eps).sqrt();
         for (v, &g) in row.iter_mut().zip(w) {

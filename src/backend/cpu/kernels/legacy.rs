@@ -6,8 +6,8 @@
 //! activation quantizers follow ggml's x86 path (`127 / amax`, round to
 //! nearest even), the one llama.cpp's reference logits were made with.
 
-use crate::quant::blocks::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, BlockQ8_1};
 use super::fp16;
+use crate::quant::blocks::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, BlockQ8_1};
 use half::f16;
 
 /// Largest magnitude of `x` (0 for an empty slice).
