@@ -4,8 +4,9 @@ use std::io::Write;
 
 use anyhow::Result;
 use hearth::engine::{
-    ChatMessage, EngineEvent, EngineStats, FinishReason, GenerateRequest, Prompt,
+    ChatMessage, Engine, EngineEvent, EngineStats, FinishReason, GenerateRequest, Prompt, Usage,
 };
+use hearth::model::ForwardModel;
 use serde_json::json;
 
 use super::load::{load_engine, EngineWish, KvArg, ModelArgs, SamplingArgs};
@@ -56,6 +57,9 @@ pub struct Args {
 
 /// Runs `hearth run`.
 pub fn run(args: Args) -> Result<()> {
+    if args.n_predict == 0 {
+        anyhow::bail!("-n 0 asks for no tokens; give -n N with N >= 1, or -1 to fill the context");
+    }
     let wish = EngineWish {
         kv: args.kv.into(),
         chat_template: args.chat_template.as_deref(),
@@ -64,46 +68,12 @@ pub fn run(args: Args) -> Result<()> {
         default_ctx: None,
     };
     let mut loaded = load_engine(&args.model, &wish)?;
-    let engine = &mut loaded.engine;
-    let prompt = prompt(&args);
-    let sampling = args.sampling.params();
-    let seed = sampling.seed;
-    let mut req = GenerateRequest::new(prompt);
-    req.max_tokens = usize::try_from(args.n_predict).ok().filter(|&n| n > 0);
-    req.sampling = sampling;
-    req.stop = args.stop.clone();
-    req.logprobs = args.json.then_some(0);
-    req.ignore_eos = args.ignore_eos;
-    if args.n_predict == 0 {
-        anyhow::bail!("-n 0 asks for no tokens; give -n N with N >= 1, or -1 to fill the context");
-    }
-    engine.add_request(req)?;
+    let req = request(&args);
+    let seed = req.sampling.seed;
+    loaded.engine.add_request(req)?;
     let mut out = std::io::stdout().lock();
-    let mut end = None;
-    while engine.has_unfinished() {
-        for event in pollster::block_on(engine.step())? {
-            match event {
-                EngineEvent::Token {
-                    token,
-                    text,
-                    logprob,
-                    ..
-                } if args.json => {
-                    let line = json!({"id": token, "text": text, "logprob": logprob});
-                    writeln!(out, "{line}")?;
-                }
-                EngineEvent::Token { text, .. } => {
-                    write!(out, "{text}")?;
-                    out.flush()?;
-                }
-                EngineEvent::Finished { reason, usage, .. } => end = Some((reason, usage)),
-            }
-        }
-    }
-    let Some((reason, usage)) = end else {
-        anyhow::bail!("the request ended without a result");
-    };
-    let stats = engine.stats();
+    let (reason, usage) = stream(&mut loaded.engine, args.json, &mut out)?;
+    let stats = loaded.engine.stats();
     let summary = Summary {
         prompt_tokens: usage.prompt_tokens,
         generated_tokens: usage.generated_tokens,
@@ -120,6 +90,48 @@ pub fn run(args: Args) -> Result<()> {
         eprintln!("{}", summary.line());
     }
     Ok(())
+}
+
+/// The generation request `args` describe.
+fn request(args: &Args) -> GenerateRequest {
+    let mut req = GenerateRequest::new(prompt(args));
+    req.max_tokens = usize::try_from(args.n_predict).ok().filter(|&n| n > 0);
+    req.sampling = args.sampling.params();
+    req.stop = args.stop.clone();
+    req.logprobs = args.json.then_some(0);
+    req.ignore_eos = args.ignore_eos;
+    req
+}
+
+/// Steps the engine until its one request ends, printing each token's text
+/// (or, with `json`, one object per token); returns how it ended.
+fn stream<M: ForwardModel>(
+    engine: &mut Engine<M>,
+    json: bool,
+    out: &mut impl Write,
+) -> Result<(FinishReason, Usage)> {
+    let mut end = None;
+    while engine.has_unfinished() {
+        for event in pollster::block_on(engine.step())? {
+            match event {
+                EngineEvent::Token {
+                    token,
+                    text,
+                    logprob,
+                    ..
+                } if json => {
+                    let line = json!({"id": token, "text": text, "logprob": logprob});
+                    writeln!(out, "{line}")?;
+                }
+                EngineEvent::Token { text, .. } => {
+                    write!(out, "{text}")?;
+                    out.flush()?;
+                }
+                EngineEvent::Finished { reason, usage, .. } => end = Some((reason, usage)),
+            }
+        }
+    }
+    end.ok_or_else(|| anyhow::anyhow!("the request ended without a result"))
 }
 
 /// The request's prompt: token ids, a chat turn, or text.
