@@ -290,3 +290,24 @@ fn a_repeated_prompt_reuses_cached_blocks() {
     assert_eq!(second[&b].usage.expect("usage").cached_prompt_tokens, 32);
     assert_pool_full(&e);
 }
+
+#[test]
+fn non_finite_logits_end_only_their_request() {
+    let mut e = engine(small_config(128, 64), hash_rule());
+    e.model_mut().nan_after = Some(77);
+    let mut bad = prompt(20, 12);
+    bad.push(77);
+    let bad = e.add_request(tokens_req(bad, Some(8))).expect("add");
+    let good = e
+        .add_request(tokens_req(prompt(20, 13), Some(8)))
+        .expect("add");
+    let out = run_all(&mut e);
+    assert_eq!(out[&bad].reason, Some(FinishReason::Error));
+    assert!(out[&bad].tokens.is_empty());
+    let error = out[&bad].error.clone().expect("error text");
+    assert!(error.contains("non-finite"), "{error}");
+    assert_eq!(out[&good].reason, Some(FinishReason::Length));
+    assert_eq!(out[&good].tokens.len(), 8);
+    assert_eq!(out[&good].error, None);
+    assert_pool_full(&e);
+}

@@ -64,15 +64,20 @@ pub enum FinishReason {
     Cancelled,
     /// A stop string matched; the text was cut before it.
     StopString,
+    /// Its logits could not be sampled (non-finite values from the model);
+    /// the `Finished` event's `error` says why. Other requests go on.
+    Error,
 }
 
 impl FinishReason {
-    /// The OpenAI name: `stop` (end token or stop string), `length`, `cancelled`.
+    /// The OpenAI name: `stop` (end token or stop string), `length`,
+    /// `cancelled`, `error`.
     pub fn as_str(&self) -> &'static str {
         match self {
             FinishReason::Stop | FinishReason::StopString => "stop",
             FinishReason::Length => "length",
             FinishReason::Cancelled => "cancelled",
+            FinishReason::Error => "error",
         }
     }
 }
@@ -129,5 +134,7 @@ pub enum EngineEvent {
         usage: Usage,
         /// Timings.
         timings: RequestTimings,
+        /// What went wrong, for [`FinishReason::Error`].
+        error: Option<String>,
     },
 }

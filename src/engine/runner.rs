@@ -159,15 +159,17 @@ impl<M: ForwardModel> Engine<M> {
         let generated = self.sched.output_tokens(id).map_or(0, <[u32]>::len);
         self.sched.cancel(id)?;
         live.usage.generated_tokens = generated;
-        Ok(self.finished_event(id, FinishReason::Cancelled, &live))
+        Ok(self.finished_event(id, FinishReason::Cancelled, &live, None))
     }
 
-    /// The `Finished` event of `live`, timed now.
+    /// The `Finished` event of `live`, timed now, with `error` for
+    /// [`FinishReason::Error`].
     pub(crate) fn finished_event(
         &self,
         id: RequestId,
         reason: FinishReason,
         live: &Live,
+        error: Option<String>,
     ) -> EngineEvent {
         let now = self.clock.now();
         let scheduled = live.t_scheduled.unwrap_or(now);
@@ -181,6 +183,7 @@ impl<M: ForwardModel> Engine<M> {
                 prefill_s: first - scheduled,
                 decode_s: now - first,
             },
+            error,
         }
     }
 

@@ -13,8 +13,10 @@ impl<M: ForwardModel> Engine<M> {
     /// order, each request's `Finished` right after its last token. Returns
     /// no events when nothing is live.
     ///
-    /// On a failed forward pass (or unusable logits) the step is undone:
-    /// its requests are recomputed by a later step, and the error returned.
+    /// On a failed forward pass (or logits of the wrong size) the step is
+    /// undone: its requests are recomputed by a later step, and the error
+    /// returned. A request whose row cannot be sampled (non-finite logits)
+    /// ends alone, with [`FinishReason::Error`]; the others go on.
     pub async fn step(&mut self) -> crate::Result<Vec<EngineEvent>> {
         let out = self.sched.schedule()?;
         if out.is_empty() {
@@ -23,8 +25,8 @@ impl<M: ForwardModel> Engine<M> {
         }
         let t0 = self.clock.now();
         self.mark_scheduled(&out, t0);
-        let sampled = match self.forward_and_sample(&out).await {
-            Ok(sampled) => sampled,
+        let (sampled, failed) = match self.forward_and_sample(&out).await {
+            Ok(result) => result,
             Err(e) => {
                 self.sched.abort_step()?;
                 return Err(e);
@@ -34,6 +36,10 @@ impl<M: ForwardModel> Engine<M> {
         self.counters
             .add_step(prefill, decode, self.clock.now() - t0);
         self.counters.sampled_tokens += sampled.len() as u64;
+        let mut failed_events = Vec::with_capacity(failed.len());
+        for (id, error) in failed {
+            failed_events.push(self.fail(id, error)?);
+        }
         let (live, tokenizer) = (&mut self.live, &self.tokenizer);
         let events = self
             .sched
@@ -41,7 +47,21 @@ impl<M: ForwardModel> Engine<M> {
                 live.get_mut(&id)
                     .is_some_and(|l| feed_text(l, tokenizer, output))
             })?;
-        self.events_from(events)
+        let mut events = self.events_from(events)?;
+        events.extend(failed_events);
+        Ok(events)
+    }
+
+    /// Ends `id`, whose logits could not be sampled, during the step in
+    /// flight (the scheduler then skips it); returns its `Finished` event.
+    fn fail(&mut self, id: RequestId, error: String) -> crate::Result<EngineEvent> {
+        let mut live = self
+            .live
+            .remove(&id)
+            .ok_or(EngineError::UnknownRequest { id })?;
+        live.usage.generated_tokens = self.sched.output_tokens(id).map_or(0, <[u32]>::len);
+        self.sched.cancel(id)?;
+        Ok(self.finished_event(id, FinishReason::Error, &live, Some(error)))
     }
 
     /// Records first admission times and prefix-cache hits.
@@ -74,11 +94,12 @@ impl<M: ForwardModel> Engine<M> {
     }
 
     /// One forward pass over the whole batch, then one sample per request
-    /// whose logits are due.
+    /// whose logits are due: `(sampled tokens, requests whose row could not
+    /// be sampled with why)`.
     async fn forward_and_sample(
         &mut self,
         out: &SchedulerOutput,
-    ) -> crate::Result<Vec<(RequestId, u32)>> {
+    ) -> crate::Result<(Vec<(RequestId, u32)>, Vec<(RequestId, String)>)> {
         let seqs: Vec<SeqInput<'_>> = out
             .requests
             .iter()
@@ -103,17 +124,22 @@ impl<M: ForwardModel> Engine<M> {
             return Err(EngineError::LogitsShape { got, rows, n_vocab }.into());
         }
         let mut sampled = Vec::with_capacity(rows);
+        let mut failed = Vec::new();
         for (r, row) in out.sampling_requests().zip(logits.chunks_exact(n_vocab)) {
             let history = self.sched.all_tokens(r.id).unwrap_or(&[]);
             let live = self
                 .live
                 .get_mut(&r.id)
                 .ok_or(EngineError::UnknownRequest { id: r.id })?;
-            let s = live.sampler.sample(row, history)?;
-            sampled.push((r.id, s.token));
-            live.sampled = Some(s);
+            match live.sampler.sample(row, history) {
+                Ok(s) => {
+                    sampled.push((r.id, s.token));
+                    live.sampled = Some(s);
+                }
+                Err(e) => failed.push((r.id, e.to_string())),
+            }
         }
-        Ok(sampled)
+        Ok((sampled, failed))
     }
 
     /// Turns the scheduler's events into the engine's.
@@ -156,7 +182,7 @@ impl<M: ForwardModel> Engine<M> {
                     };
                     let tail = live.text.finish();
                     append_to_last_token(&mut out, id, &tail);
-                    out.push(self.finished_event(id, reason, &live));
+                    out.push(self.finished_event(id, reason, &live, None));
                 }
             }
         }

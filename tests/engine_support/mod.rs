@@ -71,6 +71,8 @@ pub struct FakeModel {
     pub batch_seqs: Vec<usize>,
     /// Fail the next forward pass (after writing its K/V, as a real failure might).
     pub fail_next: bool,
+    /// Rows whose history ends with this token come out as NaN.
+    pub nan_after: Option<u32>,
 }
 
 impl FakeModel {
@@ -84,6 +86,7 @@ impl FakeModel {
             batch_tokens: Vec::new(),
             batch_seqs: Vec::new(),
             fail_next: false,
+            nan_after: None,
         }
     }
 
@@ -98,6 +101,9 @@ impl FakeModel {
             })
             .collect();
         row[(self.rule)(history) as usize] += 8.0;
+        if history.last().is_some_and(|t| Some(*t) == self.nan_after) {
+            row.fill(f32::NAN);
+        }
         row
     }
 
@@ -186,6 +192,7 @@ pub struct Outcome {
     pub top_logprobs: Vec<Vec<(u32, f32)>>,
     pub reason: Option<FinishReason>,
     pub usage: Option<hearth::engine::Usage>,
+    pub error: Option<String>,
 }
 
 impl Outcome {
@@ -206,6 +213,7 @@ pub fn collect(
         top_logprobs: vec![],
         reason: None,
         usage: None,
+        error: None,
     };
     for e in events {
         match e {
@@ -227,12 +235,14 @@ pub fn collect(
                 request,
                 reason,
                 usage,
+                error,
                 ..
             } => {
                 let o = outcomes.entry(request).or_insert_with(blank);
                 assert!(o.reason.is_none(), "{request}: finished twice");
                 o.reason = Some(reason);
                 o.usage = Some(usage);
+                o.error = error;
             }
         }
     }

@@ -104,6 +104,9 @@ fn reply<M: ForwardModel>(
                     text.push_str(&piece);
                 }
                 EngineEvent::Finished {
+                    error: Some(error), ..
+                } => anyhow::bail!("generation failed: {error}"),
+                EngineEvent::Finished {
                     usage: u, timings, ..
                 } => usage = Some((u, timings)),
             }

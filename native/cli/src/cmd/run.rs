@@ -127,6 +127,9 @@ fn stream<M: ForwardModel>(
                     write!(out, "{text}")?;
                     out.flush()?;
                 }
+                EngineEvent::Finished {
+                    error: Some(error), ..
+                } => anyhow::bail!("generation failed: {error}"),
                 EngineEvent::Finished { reason, usage, .. } => end = Some((reason, usage)),
             }
         }
