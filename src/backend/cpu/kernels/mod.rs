@@ -6,6 +6,10 @@
 //! lookup never match on types in their loops. Only the scalar ISA exists so
 //! far; a faster ISA fills the same slots and keeps the scalar ones it lacks.
 
+// Index loops mirror ggml's kernels lane for lane (and keep the shape the
+// vectorizer recognises), so clippy's iterator rewrite is not wanted here.
+#![allow(clippy::needless_range_loop)]
+
 pub mod float;
 pub mod iq4;
 pub mod kquants;
