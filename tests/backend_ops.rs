@@ -188,6 +188,62 @@ fn attention_f64(c: &Case, q: &[f32], k: &[f32], v: &[f32], start: usize, len: u
     out
 }
 
+/// Two sequences' K/V written into a fresh cache through random,
+/// non-contiguous block tables (positions 0..11 and 0..12).
+struct Filled {
+    cache: KvCache,
+    tables: Vec<Vec<BlockId>>,
+    keys: Vec<Vec<f32>>,
+    vals: Vec<Vec<f32>>,
+}
+
+const STARTS: [usize; 2] = [0, 9];
+const LENS: [usize; 2] = [11, 3];
+
+fn fill(c: &Case, dtype: KvType, rng: &mut Rng) -> Filled {
+    let (bs, num_blocks) = (4usize, 24usize);
+    let kvw = c.n_kv * c.hd;
+    let mut cache = KvCache::new(
+        KvCacheConfig {
+            num_blocks,
+            block_size: bs,
+            dtype,
+        },
+        1,
+        kvw,
+        kvw,
+    );
+    let mut free: Vec<u32> = (1..num_blocks as u32).collect();
+    for i in (1..free.len()).rev() {
+        free.swap(i, rng.below(i + 1));
+    }
+    let n = |s: usize| STARTS[s] + LENS[s];
+    let tables: Vec<Vec<BlockId>> = (0..2)
+        .map(|s| {
+            (0..n(s).div_ceil(bs))
+                .map(|_| BlockId(free.pop().unwrap_or(1)))
+                .collect()
+        })
+        .collect();
+    let keys: Vec<Vec<f32>> = (0..2).map(|s| rng.normals(n(s) * kvw, 1.0)).collect();
+    let vals: Vec<Vec<f32>> = (0..2).map(|s| rng.normals(n(s) * kvw, 1.0)).collect();
+    for s in 0..2 {
+        let slots: Vec<Slot> = (0..n(s))
+            .map(|p| Slot {
+                block: tables[s][p / bs],
+                offset: (p % bs) as u32,
+            })
+            .collect();
+        cache.write(0, &slots, &keys[s], &vals[s]).expect("write");
+    }
+    Filled {
+        cache,
+        tables,
+        keys,
+        vals,
+    }
+}
+
 #[test]
 fn paged_attention_matches_f64() {
     let cases = [
@@ -218,48 +274,9 @@ fn paged_attention_matches_f64() {
         for dtype in [KvType::F32, KvType::F16] {
             let seed = 100 + ci as u64;
             let mut rng = Rng::new(seed);
-            let (bs, num_blocks) = (4usize, 24usize);
-            let kvw = c.n_kv * c.hd;
-            let mut cache = KvCache::new(
-                KvCacheConfig {
-                    num_blocks,
-                    block_size: bs,
-                    dtype,
-                },
-                1,
-                kvw,
-                kvw,
-            );
-            // Random non-contiguous block tables for two sequences.
-            let mut free: Vec<u32> = (1..num_blocks as u32).collect();
-            for i in (1..free.len()).rev() {
-                free.swap(i, rng.below(i + 1));
-            }
-            let (start, len) = ([0usize, 9], [11usize, 3]);
-            let tables: Vec<Vec<BlockId>> = (0..2)
-                .map(|s| {
-                    (0..(start[s] + len[s]).div_ceil(bs))
-                        .map(|_| BlockId(free.pop().unwrap_or(1)))
-                        .collect()
-                })
-                .collect();
-            let keys: Vec<Vec<f32>> = (0..2)
-                .map(|s| rng.normals((start[s] + len[s]) * kvw, 1.0))
-                .collect();
-            let vals: Vec<Vec<f32>> = (0..2)
-                .map(|s| rng.normals((start[s] + len[s]) * kvw, 1.0))
-                .collect();
-            for s in 0..2 {
-                let slots: Vec<Slot> = (0..start[s] + len[s])
-                    .map(|p| Slot {
-                        block: tables[s][p / bs],
-                        offset: (p % bs) as u32,
-                    })
-                    .collect();
-                cache.write(0, &slots, &keys[s], &vals[s]).expect("write");
-            }
+            let f = fill(c, dtype, &mut rng);
             let q: Vec<Vec<f32>> = (0..2)
-                .map(|s| rng.normals(len[s] * c.n_head * c.hd, 1.0))
+                .map(|s| rng.normals(LENS[s] * c.n_head * c.hd, 1.0))
                 .collect();
             let shape = AttnShape {
                 n_head: c.n_head,
@@ -273,29 +290,24 @@ fn paged_attention_matches_f64() {
             let seqs = [
                 AttnSeq {
                     row: 0,
-                    len: len[0],
-                    start: start[0],
-                    block_table: &tables[0],
+                    len: LENS[0],
+                    start: STARTS[0],
+                    block_table: &f.tables[0],
                 },
                 AttnSeq {
-                    row: len[0],
-                    len: len[1],
-                    start: start[1],
-                    block_table: &tables[1],
+                    row: LENS[0],
+                    len: LENS[1],
+                    start: STARTS[1],
+                    block_table: &f.tables[1],
                 },
             ];
-            let qall = [q[0].clone(), q[1].clone()].concat();
-            let mut out = vec![0.0f32; (len[0] + len[1]) * c.n_head * c.hd];
-            cache
-                .attend(&threads, 0, &shape, &seqs, &qall, &mut out)
+            let mut out = vec![0.0f32; (LENS[0] + LENS[1]) * c.n_head * c.hd];
+            f.cache
+                .attend(&threads, 0, &shape, &seqs, &q.concat(), &mut out)
                 .expect("attend");
-            let mut want = Vec::new();
-            for s in 0..2 {
-                // Sequence 1's cached prefix (positions < 9) came from its own keys.
-                want.extend(attention_f64(
-                    c, &q[s], &keys[s], &vals[s], start[s], len[s],
-                ));
-            }
+            let want: Vec<f64> = (0..2)
+                .flat_map(|s| attention_f64(c, &q[s], &f.keys[s], &f.vals[s], STARTS[s], LENS[s]))
+                .collect();
             let tol = if dtype == KvType::F16 { 3e-3 } else { 1e-5 };
             close(
                 &out,

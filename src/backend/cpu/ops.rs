@@ -4,14 +4,7 @@
 
 use half::f16;
 
-/// ggml's RoPE modes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RopeMode {
-    /// Rotates adjacent pairs `(2i, 2i + 1)` (llama).
-    Norm,
-    /// Rotates pairs `(i, i + n_rot / 2)` (GPT-NeoX, qwen, gemma).
-    Neox,
-}
+pub use crate::graph::RopeMode;
 
 /// RMS-normalises each `width`-wide row of `x` in place and multiplies by `w`.
 ///
