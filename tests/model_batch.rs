@@ -172,6 +172,14 @@ fn batch_errors_are_values() {
         logits: LogitsWanted::Last,
     }];
     assert!(m.forward_sync(&Batch { seqs: &few_slots }).is_err());
+    let empty = [SeqInput {
+        tokens: &[],
+        start: 0,
+        slots: &[],
+        block_table: &t,
+        logits: LogitsWanted::Last,
+    }];
+    assert!(m.forward_sync(&Batch { seqs: &empty }).is_err());
     let s = slots(&t, 0, 2);
     let short_table = [SeqInput {
         tokens: &[1, 2],
