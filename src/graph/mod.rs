@@ -8,8 +8,14 @@
 
 use crate::quant::GgmlType;
 
-/// RoPE rotation layout.
-pub use crate::backend::cpu::ops::RopeMode;
+/// ggml's RoPE modes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RopeMode {
+    /// Rotates adjacent pairs `(2i, 2i + 1)` (llama).
+    Norm,
+    /// Rotates pairs `(i, i + n_rot / 2)` (GPT-NeoX, qwen, gemma).
+    Neox,
+}
 
 /// One op of a forward pass.
 #[derive(Debug, Clone, PartialEq)]

@@ -131,7 +131,9 @@ mod tests {
         assert_eq!(r[1].experts[0], 0);
         assert!((r[1].weights.iter().sum::<f32>() - 1.0).abs() < 1e-6);
         let g = group_by_expert(&r, 4);
-        assert_eq!(g[1].rows, vec![0]);
+        assert_eq!(g[1].rows, vec![0, 1]);
+        assert_eq!(g[3].rows, vec![0]);
+        assert!(g[2].rows.is_empty());
         assert_eq!(g[0].rows, vec![1]);
     }
 }

@@ -3,10 +3,12 @@
 //! [`CpuModel`], a transformer that runs on them.
 
 pub mod attention;
+pub mod backend;
 pub mod kernels;
 pub mod matmul;
 pub mod model;
 pub mod ops;
 pub mod threads;
 
+pub use backend::{CpuBackend, CpuBuffer};
 pub use model::CpuModel;

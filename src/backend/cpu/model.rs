@@ -139,6 +139,11 @@ impl CpuModel {
                     s.slots.len()
                 )));
             }
+            if s.tokens.is_empty() && s.logits != LogitsWanted::None {
+                return Err(BackendError::Shape(format!(
+                    "sequence {i} has no tokens but wants logits"
+                )));
+            }
             if let Some(&t) = s.tokens.iter().find(|&&t| t as usize >= self.cfg.n_vocab) {
                 return Err(BackendError::Shape(format!(
                     "sequence {i}: token id {t} is outside the vocabulary of {}",

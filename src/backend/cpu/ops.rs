@@ -4,14 +4,7 @@
 
 use half::f16;
 
-/// ggml's RoPE modes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RopeMode {
-    /// Rotates adjacent pairs `(2i, 2i + 1)` (llama).
-    Norm,
-    /// Rotates pairs `(i, i + n_rot / 2)` (GPT-NeoX, qwen, gemma).
-    Neox,
-}
+pub use crate::graph::RopeMode;
 
 /// RMS-normalises each `width`-wide row of `x` in place and multiplies by `w`.
 ///
@@ -44,6 +37,19 @@ pub fn rope(
     base: f32,
     mode: RopeMode,
 ) {
+    rope_scaled(x, pos, head_dim, n_rot, base, 1.0, mode);
+}
+
+/// [`rope`] with linear position scaling: every angle times `freq_scale`.
+pub fn rope_scaled(
+    x: &mut [f32],
+    pos: &[usize],
+    head_dim: usize,
+    n_rot: usize,
+    base: f32,
+    freq_scale: f32,
+    mode: RopeMode,
+) {
     if head_dim == 0 || n_rot < 2 {
         return;
     }
@@ -54,7 +60,12 @@ pub fn rope(
         // ggml computes theta by repeated multiplication in f32.
         let mut theta = p as f32;
         for c in cs.iter_mut() {
-            *c = (theta.cos(), theta.sin());
+            let t = if freq_scale == 1.0 {
+                theta
+            } else {
+                theta * freq_scale
+            };
+            *c = (t.cos(), t.sin());
             theta *= theta_scale;
         }
         for head in row.chunks_exact_mut(head_dim) {

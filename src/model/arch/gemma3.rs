@@ -5,8 +5,8 @@
 //! `rope.freq_base_swa` (default 10000) on local layers.
 
 use super::{Activation, ArchSpec};
-use crate::backend::cpu::ops::RopeMode;
 use crate::gguf::Metadata;
+use crate::graph::RopeMode;
 use crate::model::ModelConfig;
 
 /// llama.cpp's default `sliding_window_pattern` for gemma3.

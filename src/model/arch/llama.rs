@@ -2,8 +2,8 @@
 //! NORM-mode RoPE, SiLU-gated FFN (or MoE), tied output when no `output.weight`.
 
 use super::ArchSpec;
-use crate::backend::cpu::ops::RopeMode;
 use crate::gguf::Metadata;
+use crate::graph::RopeMode;
 use crate::model::ModelConfig;
 
 /// The llama spec.

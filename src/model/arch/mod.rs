@@ -10,8 +10,8 @@ pub mod qwen2;
 pub mod qwen3;
 pub mod qwen3moe;
 
-use crate::backend::cpu::ops::RopeMode;
 use crate::gguf::Metadata;
+use crate::graph::RopeMode;
 use crate::model::{ConfigError, ModelConfig, SUPPORTED_ARCHITECTURES};
 
 /// The gated activation of the FFN.

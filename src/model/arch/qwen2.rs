@@ -1,8 +1,8 @@
 //! `qwen2`: llama with NEOX RoPE and biases on the q/k/v projections.
 
 use super::ArchSpec;
-use crate::backend::cpu::ops::RopeMode;
 use crate::gguf::Metadata;
+use crate::graph::RopeMode;
 use crate::model::ModelConfig;
 
 /// The qwen2 spec.

@@ -1,8 +1,8 @@
 //! `qwen3`: llama with NEOX RoPE and an RMS norm on each q and k head before RoPE.
 
 use super::ArchSpec;
-use crate::backend::cpu::ops::RopeMode;
 use crate::gguf::Metadata;
+use crate::graph::RopeMode;
 use crate::model::ModelConfig;
 
 /// The qwen3 spec.

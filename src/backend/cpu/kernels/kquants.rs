@@ -125,9 +125,10 @@ fn unpack_q45(qs: &[u8; QK_K / 2], qh: Option<&[u8; QK_K / 8]>) -> [i8; QK_K] {
         }
     }
     if let Some(qh) = qh {
-        for (i, v) in a.iter_mut().enumerate() {
-            if qh[i % 32] & (1 << (i / 32)) != 0 {
-                *v = v.wrapping_add(16);
+        // Bit plane b of qh holds the fifth bits of elements 32b .. 32b + 32.
+        for (b, plane) in a.chunks_exact_mut(32).enumerate() {
+            for (v, &h) in plane.iter_mut().zip(qh) {
+                *v |= (((h >> b) & 1) << 4) as i8;
             }
         }
     }

@@ -62,13 +62,34 @@ fn nibbles(qs: &[u8; 16], offset: i8) -> [i8; 32] {
     v
 }
 
+/// For each byte of fifth bits, the eight bytes `0x10` or `0` it expands to
+/// (bit j of the byte to byte j), as one little-endian u64.
+const HIGH_BITS: [u64; 256] = {
+    let mut t = [0u64; 256];
+    let mut b = 0;
+    while b < 256 {
+        let mut j = 0;
+        while j < 8 {
+            if b & (1 << j) != 0 {
+                t[b] |= 0x10 << (8 * j);
+            }
+            j += 1;
+        }
+        b += 1;
+    }
+    t
+};
+
 /// The 32 5-bit quants of a Q5 block (low nibbles `qs`, fifth bits `qh`), minus `offset`.
 #[inline(always)]
 fn q5_values(qs: &[u8; 16], qh: [u8; 4], offset: i8) -> [i8; 32] {
-    let qh = u32::from_le_bytes(qh);
+    let mut high = [0u8; 32];
+    for (k, &byte) in qh.iter().enumerate() {
+        high[8 * k..8 * k + 8].copy_from_slice(&HIGH_BITS[usize::from(byte)].to_le_bytes());
+    }
     let mut v = nibbles(qs, 0);
-    for (j, x) in v.iter_mut().enumerate() {
-        *x = (*x | ((((qh >> j) & 1) as i8) << 4)).wrapping_sub(offset);
+    for (x, &h) in v.iter_mut().zip(&high) {
+        *x = (*x | h as i8).wrapping_sub(offset);
     }
     v
 }

@@ -6,6 +6,10 @@
 //! lookup never match on types in their loops. Only the scalar ISA exists so
 //! far; a faster ISA fills the same slots and keeps the scalar ones it lacks.
 
+// Index loops mirror ggml's kernels lane for lane (and keep the shape the
+// vectorizer recognises), so clippy's iterator rewrite is not wanted here.
+#![allow(clippy::needless_range_loop)]
+
 pub mod float;
 pub mod iq4;
 pub mod kquants;
@@ -137,7 +141,8 @@ fn quantize_row_f32(x: &[f32], y: &mut [f32]) {
     y.copy_from_slice(x);
 }
 
-/// The scalar kernels of weight type `ty`, or `None` when it has none.
+/// The scalar kernels of weight type `ty`, or `None` when it has none
+/// (float and 32-element formats here, the rest in [`scalar_kquant_kernels`]).
 fn scalar_weight_kernels(ty: GgmlType) -> Option<WeightKernels> {
     use GgmlType as T;
     let (vec_dot_type, vec_dot, dequantize_row): (GgmlType, DotFn, DequantizeFn) = match ty {
@@ -181,6 +186,24 @@ fn scalar_weight_kernels(ty: GgmlType) -> Option<WeightKernels> {
             |w, a| dot::<BlockQ8_0, BlockQ8_0>(w, a, legacy::vec_dot_q8_0_q8_0),
             |w, o| deq::<BlockQ8_0>(w, o, legacy::dequantize_row_q8_0),
         ),
+        T::IQ4_NL => (
+            T::Q8_0,
+            |w, a| dot::<BlockIQ4NL, BlockQ8_0>(w, a, iq4::vec_dot_iq4_nl_q8_0),
+            |w, o| deq::<BlockIQ4NL>(w, o, iq4::dequantize_row_iq4_nl),
+        ),
+        _ => return scalar_kquant_kernels(ty),
+    };
+    Some(WeightKernels {
+        vec_dot_type,
+        vec_dot,
+        dequantize_row,
+    })
+}
+
+/// The scalar kernels of the 256-element formats (k-quants, IQ4_XS).
+fn scalar_kquant_kernels(ty: GgmlType) -> Option<WeightKernels> {
+    use GgmlType as T;
+    let (vec_dot_type, vec_dot, dequantize_row): (GgmlType, DotFn, DequantizeFn) = match ty {
         T::Q2_K => (
             T::Q8_K,
             |w, a| dot::<BlockQ2K, BlockQ8K>(w, a, kquants::vec_dot_q2_k_q8_k),
@@ -205,11 +228,6 @@ fn scalar_weight_kernels(ty: GgmlType) -> Option<WeightKernels> {
             T::Q8_K,
             |w, a| dot::<BlockQ6K, BlockQ8K>(w, a, kquants::vec_dot_q6_k_q8_k),
             |w, o| deq::<BlockQ6K>(w, o, kquants::dequantize_row_q6_k),
-        ),
-        T::IQ4_NL => (
-            T::Q8_0,
-            |w, a| dot::<BlockIQ4NL, BlockQ8_0>(w, a, iq4::vec_dot_iq4_nl_q8_0),
-            |w, o| deq::<BlockIQ4NL>(w, o, iq4::dequantize_row_iq4_nl),
         ),
         T::IQ4_XS => (
             T::Q8_K,
