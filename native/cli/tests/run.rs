@@ -280,6 +280,50 @@ fn smollm2_greedy_text_matches_llamacpp() {
 }
 
 #[test]
+fn smollm2_chat_greedy_matches_llamacpp() {
+    // The chat prompt goes through the model's own template (`--chat`).
+    let model = real_model("SmolLM2-135M-Instruct.Q4_1.gguf");
+    let dir = llamacpp().join("real/smollm2-135m-instruct-q4_1");
+    let reference = read_json(&dir.join("prompt-02-chat.json"));
+    let n = 12;
+    let diff = greedy_steps_max_diff(&model, &reference, n);
+    let safe = safe_steps(&reference, 2.0 * diff).min(n);
+    let messages = reference["chat_messages"].as_array().expect("messages");
+    let (system, user) = (&messages[0], &messages[1]);
+    assert_eq!(
+        (system[0].as_str(), user[0].as_str()),
+        (Some("system"), Some("user"))
+    );
+    let stdout = success(&[
+        "run",
+        "-m",
+        model.to_str().expect("path"),
+        "--chat",
+        "--system",
+        system[1].as_str().expect("text"),
+        "-p",
+        user[1].as_str().expect("text"),
+        "--temp",
+        "0",
+        "-n",
+        "12",
+        "--json",
+        "--kv",
+        "f32",
+    ]);
+    let (ids, _, summary) = run_json(&stdout);
+    assert_eq!(summary["prompt_tokens"], reference["n_prompt"]);
+    let want = u32s(&reference["greedy_ids"]);
+    assert_eq!(
+        ids[..safe],
+        want[..safe],
+        "greedy ids before step {safe} (max |dlogit| {diff})"
+    );
+    let same = ids.iter().zip(&want).take_while(|(a, b)| a == b).count();
+    eprintln!("SmolLM2 chat: {safe} steps safe (max |dlogit| {diff:.3}), {same} of {n} equal");
+}
+
+#[test]
 fn smollm2_decoding_through_the_kv_cache_equals_one_pass() {
     // Each greedy token of `run` (prefill, then one token at a time through
     // the paged K/V cache) is the argmax of the same position computed in
