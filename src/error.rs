@@ -28,9 +28,18 @@ pub enum Error {
     /// The scheduler refused a request or an out-of-order call.
     #[error(transparent)]
     Sched(#[from] crate::sched::SchedError),
+    /// A backend could not run an op or hold a tensor.
+    #[error(transparent)]
+    Backend(#[from] crate::backend::BackendError),
+    /// Building a model from a file's tensors failed.
+    #[error(transparent)]
+    Load(#[from] crate::model::LoadError),
     /// Bad sampling parameters or logits.
     #[error(transparent)]
     Sample(#[from] crate::sample::SampleError),
+    /// The engine refused a request or the model broke its contract.
+    #[error(transparent)]
+    Engine(#[from] crate::engine::EngineError),
 }
 
 /// `Result` with the crate's [`Error`](enum@Error).

@@ -11,14 +11,20 @@
 //! - [`model`]: model configuration, tokenizers and chat templates;
 //! - [`kv`]: paged KV cache bookkeeping (block pool, block tables, prefix cache);
 //! - [`sched`]: the continuous-batching scheduler;
-//! - [`sample`]: the token sampler.
+//! - [`sample`]: the token sampler;
+//! - [`backend`], [`graph`], [`moe`]: where ops run, the ops, and the expert seam;
+//! - [`engine`]: requests in, token events out: the step loop every front end drives.
 
 #![deny(missing_docs)]
 
+pub mod backend;
+pub mod engine;
 pub mod error;
 pub mod gguf;
+pub mod graph;
 pub mod kv;
 pub mod model;
+pub mod moe;
 pub mod quant;
 pub mod sample;
 pub mod sched;

@@ -1,10 +1,14 @@
 //! Models: configuration from metadata, tokenizers, chat templates, and the
 //! forward-pass seam every model implements.
 
+pub mod arch;
 pub mod chat;
 pub mod config;
 pub mod forward;
+pub mod load;
 pub mod tokenizer;
 
+pub use crate::backend::cpu::CpuModel;
 pub use config::{ConfigError, ModelConfig, SUPPORTED_ARCHITECTURES};
 pub use forward::{Batch, ForwardModel, KvCacheConfig, KvType, LogitsWanted, SeqInput};
+pub use load::{load_cpu_model, LoadError, LoadOptions, LoadProgress};

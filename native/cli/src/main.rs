@@ -1,4 +1,5 @@
-//! The `hearth` command line: inspect, tokenize and quantize GGUF models.
+//! The `hearth` command line: run, chat with, inspect, tokenize and quantize
+//! GGUF models.
 
 mod cmd;
 
@@ -16,6 +17,12 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Generate text from a prompt, streaming it to stdout.
+    Run(cmd::run::Args),
+    /// Chat with a model on stdin/stdout, using its chat template.
+    Chat(cmd::chat::Args),
+    /// Write the logits of every position of a token sequence to a file.
+    Logits(cmd::logits::Args),
     /// Describe a model: architecture, shapes, tokenizer, tensor types, memory.
     Info(cmd::info::Args),
     /// Turn text into token ids as the model's tokenizer does.
@@ -27,6 +34,9 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Run(args) => cmd::run::run(args),
+        Command::Chat(args) => cmd::chat::run(args),
+        Command::Logits(args) => cmd::logits::run(args),
         Command::Info(args) => cmd::info::run(args),
         Command::Tokenize(args) => cmd::tokenize::run(args),
         Command::Quantize(args) => cmd::quantize::run(args),

@@ -1,7 +1,12 @@
 //! One module per subcommand.
 
+pub mod backend;
+pub mod chat;
 pub mod info;
+pub mod load;
+pub mod logits;
 pub mod quantize;
+pub mod run;
 pub mod tokenize;
 
 use std::path::Path;

@@ -1,0 +1,194 @@
+//! What `run`, `chat` and `logits` share: model arguments, sampling
+//! arguments, and loading a model into an engine with a progress bar.
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use hearth::engine::{Engine, EngineConfig};
+use hearth::model::chat::ChatTemplate;
+use hearth::model::tokenizer::Tokenizer;
+use hearth::model::{KvType, ModelConfig};
+use hearth::sample::SamplingParams;
+use indicatif::{ProgressBar, ProgressStyle};
+
+use super::backend::{self, CpuModel, LoadOptions, LoadProgress};
+
+/// Which model to load and where to run it.
+#[derive(clap::Args, Debug)]
+pub struct ModelArgs {
+    /// The GGUF model file (any split of a split model).
+    #[arg(short, long)]
+    pub model: PathBuf,
+    /// Context length: most tokens of prompt plus output (0: the model's
+    /// trained length, at most 4096; `logits`: the number of tokens).
+    #[arg(long, default_value_t = 0)]
+    pub ctx: usize,
+    /// Worker threads (0: all cores).
+    #[arg(short = 't', long, default_value_t = 0)]
+    pub threads: usize,
+    /// Where to run the model.
+    #[arg(long, default_value = "cpu")]
+    pub backend: String,
+}
+
+/// Element type of the K/V cache.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KvArg {
+    /// Half precision.
+    F16,
+    /// Single precision.
+    F32,
+}
+
+impl From<KvArg> for KvType {
+    fn from(kv: KvArg) -> Self {
+        match kv {
+            KvArg::F16 => KvType::F16,
+            KvArg::F32 => KvType::F32,
+        }
+    }
+}
+
+/// Sampling settings (llama.cpp's names and defaults).
+#[derive(clap::Args, Debug)]
+pub struct SamplingArgs {
+    /// Temperature; 0 is greedy (argmax).
+    #[arg(long, default_value_t = 0.8)]
+    pub temp: f32,
+    /// Keep the K most likely tokens (0: off).
+    #[arg(long, default_value_t = 40)]
+    pub top_k: usize,
+    /// Keep the most likely tokens up to probability P (1: off).
+    #[arg(long, default_value_t = 0.95)]
+    pub top_p: f32,
+    /// Drop tokens less likely than P times the most likely (0: off).
+    #[arg(long, default_value_t = 0.05)]
+    pub min_p: f32,
+    /// Penalize repeated tokens (1: off).
+    #[arg(long, default_value_t = 1.0)]
+    pub repeat_penalty: f32,
+    /// Subtract this from the logit of every token already seen.
+    #[arg(long, default_value_t = 0.0)]
+    pub presence_penalty: f32,
+    /// Subtract this times its count from the logit of a seen token.
+    #[arg(long, default_value_t = 0.0)]
+    pub frequency_penalty: f32,
+    /// Random seed (default: from the clock; printed in the summary).
+    #[arg(long)]
+    pub seed: Option<u64>,
+}
+
+impl SamplingArgs {
+    /// The sampler's parameters, with the seed chosen.
+    pub fn params(&self) -> SamplingParams {
+        let seed = self.seed.unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as u64)
+        });
+        SamplingParams {
+            temperature: self.temp,
+            top_k: self.top_k,
+            top_p: self.top_p,
+            min_p: self.min_p,
+            repeat_penalty: self.repeat_penalty,
+            presence_penalty: self.presence_penalty,
+            frequency_penalty: self.frequency_penalty,
+            seed,
+            ..SamplingParams::default()
+        }
+    }
+}
+
+/// How a command wants its engine.
+pub struct EngineWish<'a> {
+    /// K/V element type.
+    pub kv: KvType,
+    /// A built-in chat template to use instead of the model's.
+    pub chat_template: Option<&'a str>,
+    /// Fail when no chat template can be had (else run without one).
+    pub need_chat_template: bool,
+    /// Show the load progress bar (when stderr is a terminal).
+    pub progress: bool,
+    /// Context length when `--ctx` is not given (`None`: the model's
+    /// trained length, at most 4096).
+    pub default_ctx: Option<usize>,
+}
+
+/// A loaded engine and how long loading took.
+pub struct Loaded {
+    /// The engine.
+    pub engine: Engine<CpuModel>,
+    /// Seconds from opening the file to a ready engine.
+    pub load_s: f64,
+}
+
+/// Opens the model, checks it, loads its weights and builds the engine.
+pub fn load_engine(args: &ModelArgs, wish: &EngineWish<'_>) -> Result<Loaded> {
+    backend::check_backend(&args.backend)?;
+    let t0 = Instant::now();
+    let (model, sources) = super::open_model(&args.model)?;
+    let md = model.metadata();
+    let mc = ModelConfig::from_metadata_supported(md)
+        .with_context(|| format!("cannot run {}", args.model.display()))?;
+    let tokenizer = Tokenizer::from_metadata(md)
+        .with_context(|| format!("cannot build the tokenizer of {}", args.model.display()))?;
+    let template = match ChatTemplate::from_metadata(md, wish.chat_template) {
+        Ok(t) => Some(t),
+        Err(e) if wish.need_chat_template || wish.chat_template.is_some() => return Err(e.into()),
+        Err(_) => None,
+    };
+    let n_ctx = match (args.ctx, wish.default_ctx) {
+        (0, Some(n)) => n,
+        (0, None) => mc.n_ctx_train.min(4096),
+        (n, _) => n,
+    }
+    .max(2);
+    let config = EngineConfig {
+        n_ctx,
+        max_num_seqs: 4,
+        kv_type: wish.kv,
+        ..EngineConfig::default()
+    };
+    let opts = LoadOptions {
+        kv: config.kv_cache_config(),
+        threads: args.threads,
+        exact_f32: false,
+    };
+    let bar = progress_bar(wish.progress);
+    let mut report = |p: &LoadProgress| {
+        bar.set_length(p.bytes_total);
+        bar.set_position(p.bytes_done);
+    };
+    let loaded = pollster::block_on(backend::load_cpu_model(
+        &model,
+        &sources,
+        &opts,
+        &mut report,
+    ));
+    bar.finish_and_clear();
+    let cpu = loaded.with_context(|| format!("cannot load {}", args.model.display()))?;
+    let engine = Engine::new(cpu, tokenizer, template, config)?;
+    Ok(Loaded {
+        engine,
+        load_s: t0.elapsed().as_secs_f64(),
+    })
+}
+
+/// A byte progress bar on stderr, hidden when stderr is not a terminal or
+/// `show` is false.
+fn progress_bar(show: bool) -> ProgressBar {
+    if !show || !std::io::stderr().is_terminal() {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::new(0);
+    let style = ProgressStyle::with_template(
+        "loading {bar:40.cyan/blue} {bytes}/{total_bytes} ({bytes_per_sec}, {eta})",
+    );
+    if let Ok(style) = style {
+        bar.set_style(style);
+    }
+    bar
+}

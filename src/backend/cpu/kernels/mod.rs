@@ -1,0 +1,291 @@
+//! The CPU kernel table: function pointers filled once at start.
+//!
+//! Every ISA file defines the same ggml-named kernels over block structs
+//! (`vec_dot_q4_0_q8_0`, `quantize_row_q8_0`, ...). [`KernelTable`] wraps them
+//! as byte-level entries per weight type, so the matmul and the embedding
+//! lookup never match on types in their loops. Only the scalar ISA exists so
+//! far; a faster ISA fills the same slots and keeps the scalar ones it lacks.
+
+// Index loops mirror ggml's kernels lane for lane (and keep the shape the
+// vectorizer recognises), so clippy's iterator rewrite is not wanted here.
+#![allow(clippy::needless_range_loop)]
+
+pub mod float;
+pub mod iq4;
+pub mod kquants;
+pub mod legacy;
+
+use std::borrow::Cow;
+
+use bytemuck::Pod;
+use half::{bf16, f16};
+
+use crate::quant::blocks::{
+    cast_blocks, BlockIQ4NL, BlockIQ4XS, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ4_1,
+    BlockQ5K, BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8K, BlockQ8_0, BlockQ8_1,
+};
+use crate::quant::GgmlType;
+
+/// fp16 to f32 without a per-call CPU feature check (inlined into the kernels).
+#[inline(always)]
+pub fn fp16(h: f16) -> f32 {
+    let h = u32::from(h.to_bits());
+    let sign = (h & 0x8000) << 16;
+    let exp = (h >> 10) & 0x1F;
+    let man = h & 0x3FF;
+    match exp {
+        0 => {
+            // Zero or subnormal: man * 2^-24.
+            let v = man as f32 * (1.0 / 16_777_216.0);
+            f32::from_bits(v.to_bits() | sign)
+        }
+        0x1F => f32::from_bits(sign | 0x7F80_0000 | (man << 13)),
+        _ => f32::from_bits(sign | ((exp + 112) << 23) | (man << 13)),
+    }
+}
+
+/// Dot of one weight row (raw blocks) with one activation row (raw blocks of
+/// the weight's `vec_dot_type`) holding the same number of elements.
+pub type DotFn = fn(weights: &[u8], acts: &[u8]) -> f32;
+/// Expands one row of raw blocks into `out` (`out.len()` = the row's elements).
+pub type DequantizeFn = fn(row: &[u8], out: &mut [f32]);
+/// Quantizes `x` into raw blocks (`out.len()` = the blocks' bytes).
+pub type QuantizeFn = fn(x: &[f32], out: &mut [u8]);
+
+/// The instruction set a table was filled for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Isa {
+    /// Portable scalar Rust (every target).
+    Scalar,
+}
+
+/// The kernels of one weight type.
+#[derive(Clone, Copy)]
+pub struct WeightKernels {
+    /// The type activations are quantized to before [`WeightKernels::vec_dot`].
+    pub vec_dot_type: GgmlType,
+    /// Weight row · activation row.
+    pub vec_dot: DotFn,
+    /// Weight row to f32 (embedding lookup, exact-f32 mode).
+    pub dequantize_row: DequantizeFn,
+}
+
+impl std::fmt::Debug for WeightKernels {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "WeightKernels(vec_dot_type = {})", self.vec_dot_type)
+    }
+}
+
+/// Function pointers for every kernel, chosen once.
+#[derive(Debug, Clone)]
+pub struct KernelTable {
+    isa: Isa,
+}
+
+/// Weight types the CPU backend runs.
+pub const WEIGHT_TYPES: [GgmlType; 15] = [
+    GgmlType::F32,
+    GgmlType::F16,
+    GgmlType::BF16,
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+    GgmlType::Q8_0,
+    GgmlType::Q2_K,
+    GgmlType::Q3_K,
+    GgmlType::Q4_K,
+    GgmlType::Q5_K,
+    GgmlType::Q6_K,
+    GgmlType::IQ4_NL,
+    GgmlType::IQ4_XS,
+];
+
+/// `bytes` as blocks: borrowed when aligned, else copied (callers keep rows
+/// aligned, so the copy is a fallback that never changes results).
+#[inline]
+fn blocks<B: Pod>(bytes: &[u8]) -> Cow<'_, [B]> {
+    match bytemuck::try_cast_slice(bytes) {
+        Ok(b) => Cow::Borrowed(b),
+        Err(_) => Cow::Owned(cast_blocks(bytes).unwrap_or_default()),
+    }
+}
+
+#[inline]
+fn dot<W: Pod, A: Pod>(w: &[u8], a: &[u8], f: fn(&[W], &[A]) -> f32) -> f32 {
+    f(&blocks::<W>(w), &blocks::<A>(a))
+}
+
+#[inline]
+fn deq<W: Pod>(w: &[u8], out: &mut [f32], f: fn(&[W], &mut [f32])) {
+    f(&blocks::<W>(w), out)
+}
+
+#[inline]
+fn quant<A: Pod>(x: &[f32], out: &mut [u8], f: fn(&[f32], &mut [A])) {
+    match bytemuck::try_cast_slice_mut::<u8, A>(out) {
+        Ok(y) => f(x, y),
+        Err(_) => {
+            let mut y = vec![A::zeroed(); out.len() / std::mem::size_of::<A>()];
+            f(x, &mut y);
+            out.copy_from_slice(bytemuck::cast_slice(&y));
+        }
+    }
+}
+
+fn dequantize_row_f32(x: &[f32], y: &mut [f32]) {
+    y.copy_from_slice(x);
+}
+
+fn quantize_row_f32(x: &[f32], y: &mut [f32]) {
+    y.copy_from_slice(x);
+}
+
+/// The scalar kernels of weight type `ty`, or `None` when it has none
+/// (float and 32-element formats here, the rest in [`scalar_kquant_kernels`]).
+fn scalar_weight_kernels(ty: GgmlType) -> Option<WeightKernels> {
+    use GgmlType as T;
+    let (vec_dot_type, vec_dot, dequantize_row): (GgmlType, DotFn, DequantizeFn) = match ty {
+        T::F32 => (
+            T::F32,
+            |w, a| dot(w, a, float::vec_dot_f32),
+            |w, o| deq(w, o, dequantize_row_f32),
+        ),
+        T::F16 => (
+            T::F16,
+            |w, a| dot::<f16, f16>(w, a, float::vec_dot_f16),
+            |w, o| deq::<f16>(w, o, float::dequantize_row_f16),
+        ),
+        T::BF16 => (
+            T::BF16,
+            |w, a| dot::<bf16, bf16>(w, a, float::vec_dot_bf16),
+            |w, o| deq::<bf16>(w, o, float::dequantize_row_bf16),
+        ),
+        T::Q4_0 => (
+            T::Q8_0,
+            |w, a| dot::<BlockQ4_0, BlockQ8_0>(w, a, legacy::vec_dot_q4_0_q8_0),
+            |w, o| deq::<BlockQ4_0>(w, o, legacy::dequantize_row_q4_0),
+        ),
+        T::Q4_1 => (
+            T::Q8_1,
+            |w, a| dot::<BlockQ4_1, BlockQ8_1>(w, a, legacy::vec_dot_q4_1_q8_1),
+            |w, o| deq::<BlockQ4_1>(w, o, legacy::dequantize_row_q4_1),
+        ),
+        T::Q5_0 => (
+            T::Q8_0,
+            |w, a| dot::<BlockQ5_0, BlockQ8_0>(w, a, legacy::vec_dot_q5_0_q8_0),
+            |w, o| deq::<BlockQ5_0>(w, o, legacy::dequantize_row_q5_0),
+        ),
+        T::Q5_1 => (
+            T::Q8_1,
+            |w, a| dot::<BlockQ5_1, BlockQ8_1>(w, a, legacy::vec_dot_q5_1_q8_1),
+            |w, o| deq::<BlockQ5_1>(w, o, legacy::dequantize_row_q5_1),
+        ),
+        T::Q8_0 => (
+            T::Q8_0,
+            |w, a| dot::<BlockQ8_0, BlockQ8_0>(w, a, legacy::vec_dot_q8_0_q8_0),
+            |w, o| deq::<BlockQ8_0>(w, o, legacy::dequantize_row_q8_0),
+        ),
+        T::IQ4_NL => (
+            T::Q8_0,
+            |w, a| dot::<BlockIQ4NL, BlockQ8_0>(w, a, iq4::vec_dot_iq4_nl_q8_0),
+            |w, o| deq::<BlockIQ4NL>(w, o, iq4::dequantize_row_iq4_nl),
+        ),
+        _ => return scalar_kquant_kernels(ty),
+    };
+    Some(WeightKernels {
+        vec_dot_type,
+        vec_dot,
+        dequantize_row,
+    })
+}
+
+/// The scalar kernels of the 256-element formats (k-quants, IQ4_XS).
+fn scalar_kquant_kernels(ty: GgmlType) -> Option<WeightKernels> {
+    use GgmlType as T;
+    let (vec_dot_type, vec_dot, dequantize_row): (GgmlType, DotFn, DequantizeFn) = match ty {
+        T::Q2_K => (
+            T::Q8_K,
+            |w, a| dot::<BlockQ2K, BlockQ8K>(w, a, kquants::vec_dot_q2_k_q8_k),
+            |w, o| deq::<BlockQ2K>(w, o, kquants::dequantize_row_q2_k),
+        ),
+        T::Q3_K => (
+            T::Q8_K,
+            |w, a| dot::<BlockQ3K, BlockQ8K>(w, a, kquants::vec_dot_q3_k_q8_k),
+            |w, o| deq::<BlockQ3K>(w, o, kquants::dequantize_row_q3_k),
+        ),
+        T::Q4_K => (
+            T::Q8_K,
+            |w, a| dot::<BlockQ4K, BlockQ8K>(w, a, kquants::vec_dot_q4_k_q8_k),
+            |w, o| deq::<BlockQ4K>(w, o, kquants::dequantize_row_q4_k),
+        ),
+        T::Q5_K => (
+            T::Q8_K,
+            |w, a| dot::<BlockQ5K, BlockQ8K>(w, a, kquants::vec_dot_q5_k_q8_k),
+            |w, o| deq::<BlockQ5K>(w, o, kquants::dequantize_row_q5_k),
+        ),
+        T::Q6_K => (
+            T::Q8_K,
+            |w, a| dot::<BlockQ6K, BlockQ8K>(w, a, kquants::vec_dot_q6_k_q8_k),
+            |w, o| deq::<BlockQ6K>(w, o, kquants::dequantize_row_q6_k),
+        ),
+        T::IQ4_XS => (
+            T::Q8_K,
+            |w, a| dot::<BlockIQ4XS, BlockQ8K>(w, a, iq4::vec_dot_iq4_xs_q8_k),
+            |w, o| deq::<BlockIQ4XS>(w, o, iq4::dequantize_row_iq4_xs),
+        ),
+        _ => return None,
+    };
+    Some(WeightKernels {
+        vec_dot_type,
+        vec_dot,
+        dequantize_row,
+    })
+}
+
+/// The scalar quantizer to activation type `ty`.
+fn scalar_quantizer(ty: GgmlType) -> Option<QuantizeFn> {
+    use GgmlType as T;
+    let f: QuantizeFn = match ty {
+        T::F32 => |x, o| quant(x, o, quantize_row_f32),
+        T::F16 => |x, o| quant::<f16>(x, o, float::quantize_row_f16),
+        T::BF16 => |x, o| quant::<bf16>(x, o, float::quantize_row_bf16),
+        T::Q8_0 => |x, o| quant::<BlockQ8_0>(x, o, legacy::quantize_row_q8_0),
+        T::Q8_1 => |x, o| quant::<BlockQ8_1>(x, o, legacy::quantize_row_q8_1),
+        T::Q8_K => |x, o| quant::<BlockQ8K>(x, o, kquants::quantize_row_q8_k),
+        _ => return None,
+    };
+    Some(f)
+}
+
+impl KernelTable {
+    /// The table for this machine. `HEARTH_CPU_ISA=scalar` (the only ISA so
+    /// far) is accepted for symmetry with the faster ISAs to come.
+    pub fn detect() -> Self {
+        Self { isa: Isa::Scalar }
+    }
+
+    /// The scalar table (every target).
+    pub fn scalar() -> Self {
+        Self { isa: Isa::Scalar }
+    }
+
+    /// The ISA the table runs.
+    pub fn isa(&self) -> Isa {
+        self.isa
+    }
+
+    /// The kernels for weights of type `ty`, `None` when the backend cannot run it.
+    pub fn weight(&self, ty: GgmlType) -> Option<WeightKernels> {
+        match self.isa {
+            Isa::Scalar => scalar_weight_kernels(ty),
+        }
+    }
+
+    /// The quantizer of activations to `ty` (a `vec_dot_type`).
+    pub fn quantizer(&self, ty: GgmlType) -> Option<QuantizeFn> {
+        match self.isa {
+            Isa::Scalar => scalar_quantizer(ty),
+        }
+    }
+}

@@ -1,0 +1,14 @@
+//! The CPU backend: a [`kernels::KernelTable`] of scalar kernels (faster ISAs
+//! slot into the same table), rayon threads, paged attention, and
+//! [`CpuModel`], a transformer that runs on them.
+
+pub mod attention;
+pub mod backend;
+pub mod kernels;
+pub mod matmul;
+pub mod model;
+pub mod ops;
+pub mod threads;
+
+pub use backend::{CpuBackend, CpuBuffer};
+pub use model::CpuModel;

@@ -1,0 +1,99 @@
+//! Backends: where ops run. A small trait at the level of buffers and
+//! recorded ops (DESIGN.md "Backends"); [`cpu`] is the portable one.
+
+pub mod cpu;
+
+use std::future::Future;
+use std::ops::Range;
+
+use thiserror::Error;
+
+use crate::graph::Op;
+use crate::quant::GgmlType;
+
+/// Errors of a backend.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum BackendError {
+    /// The backend has no kernel for a tensor's type.
+    #[error("tensor '{tensor}' has type {ty}, which the CPU backend cannot run; supported: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS (requantize the model with `hearth quantize`)")]
+    UnsupportedType {
+        /// The tensor.
+        tensor: String,
+        /// Its type.
+        ty: GgmlType,
+    },
+    /// Buffers or shapes that do not fit an op.
+    #[error("shape mismatch: {0}")]
+    Shape(String),
+    /// The backend does not implement an op.
+    #[error("the backend does not support op {0}")]
+    UnsupportedOp(String),
+    /// A buffer access outside the buffer.
+    #[error("buffer access {range:?} outside a buffer of {len} bytes")]
+    OutOfBounds {
+        /// Bytes asked for.
+        range: Range<u64>,
+        /// Buffer size.
+        len: u64,
+    },
+}
+
+/// What a backend can do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caps {
+    /// Human-readable name (`cpu scalar x4`).
+    pub name: String,
+    /// Largest single buffer in bytes.
+    pub max_buffer_bytes: u64,
+    /// Whether f16 arithmetic is native.
+    pub f16: bool,
+    /// Worker threads (1 for GPUs).
+    pub threads: usize,
+}
+
+/// What a buffer is for (placement hints).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BufKind {
+    /// Model weights: written once at load.
+    Weights,
+    /// Activations and scratch of a step.
+    Activations,
+    /// The K/V cache.
+    KvCache,
+    /// Results read back to the host.
+    Readback,
+}
+
+/// The buffers an op reads and writes, in the order its [`Op`] variant documents.
+#[derive(Debug)]
+pub struct OpIo<'a, B> {
+    /// Inputs.
+    pub inputs: &'a [&'a B],
+    /// Outputs.
+    pub outputs: &'a [&'a B],
+}
+
+/// A device that holds buffers and executes recorded ops.
+pub trait Backend {
+    /// A device buffer.
+    type Buffer;
+    /// What the backend can do.
+    fn caps(&self) -> &Caps;
+    /// Allocates `bytes` of zeroed memory.
+    fn alloc(&self, bytes: u64, kind: BufKind) -> Result<Self::Buffer, BackendError>;
+    /// Copies `src` into `dst` at `offset`.
+    fn upload(&self, dst: &Self::Buffer, offset: u64, src: &[u8]) -> Result<(), BackendError>;
+    /// Whether [`Backend::record`] accepts `op`.
+    fn supports(&self, op: &Op) -> bool;
+    /// Records (the CPU: executes) `op` over `io`.
+    fn record(&mut self, op: &Op, io: &OpIo<'_, Self::Buffer>) -> Result<(), BackendError>;
+    /// Submits what was recorded.
+    fn submit(&mut self) -> Result<(), BackendError>;
+    /// Reads `range` of `src` back (async: WebGPU cannot block on the web).
+    fn download(
+        &self,
+        src: &Self::Buffer,
+        range: Range<u64>,
+    ) -> impl Future<Output = Result<Vec<u8>, BackendError>>;
+}

@@ -1,0 +1,155 @@
+//! Shared helpers of the model tests: loading, one-sequence runs, metrics.
+#![allow(dead_code)]
+
+pub mod rng;
+
+use std::path::{Path, PathBuf};
+
+use hearth::gguf::open_model;
+use hearth::kv::{BlockId, Slot};
+use hearth::model::{
+    load_cpu_model, Batch, CpuModel, KvCacheConfig, KvType, LoadOptions, LogitsWanted, SeqInput,
+};
+
+pub const BLOCK: usize = 16;
+
+pub fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/llamacpp")
+}
+
+/// Real models directory: `$HEARTH_MODELS` or `.cache/models`.
+pub fn real_model(file: &str) -> PathBuf {
+    let dir = std::env::var_os("HEARTH_MODELS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join(".cache/models"));
+    let p = dir.join(file);
+    assert!(p.exists(), "{} is missing: run `make setup`", p.display());
+    p
+}
+
+pub fn load(
+    path: &Path,
+    dtype: KvType,
+    exact: bool,
+    threads: usize,
+    num_blocks: usize,
+) -> CpuModel {
+    let (model, sources) = open_model(path).expect("open model");
+    let opts = LoadOptions {
+        kv: KvCacheConfig {
+            num_blocks,
+            block_size: BLOCK,
+            dtype,
+        },
+        threads,
+        exact_f32: exact,
+    };
+    let mut last = None;
+    let m = pollster::block_on(load_cpu_model(&model, &sources, &opts, &mut |p| {
+        last = Some(*p)
+    }))
+    .unwrap_or_else(|e| panic!("load {}: {e}", path.display()));
+    let p = last.expect("progress reported");
+    assert_eq!(
+        (p.bytes_done, p.tensors_done),
+        (p.bytes_total, p.tensors_total)
+    );
+    m
+}
+
+/// Blocks `first..` for a sequence of `n` tokens.
+pub fn table(first: u32, n: usize) -> Vec<BlockId> {
+    (0..n.div_ceil(BLOCK) as u32)
+        .map(|i| BlockId(first + i))
+        .collect()
+}
+
+pub fn slots(table: &[BlockId], start: usize, n: usize) -> Vec<Slot> {
+    (start..start + n)
+        .map(|p| Slot {
+            block: table[p / BLOCK],
+            offset: (p % BLOCK) as u32,
+        })
+        .collect()
+}
+
+/// Runs `ids` as one sequence from position 0 in blocks 1.. and returns the logits.
+pub fn run_all(m: &mut CpuModel, ids: &[u32], wanted: LogitsWanted) -> Vec<f32> {
+    let t = table(1, ids.len());
+    let s = slots(&t, 0, ids.len());
+    let seqs = [SeqInput {
+        tokens: ids,
+        start: 0,
+        slots: &s,
+        block_table: &t,
+        logits: wanted,
+    }];
+    m.forward_sync(&Batch { seqs: &seqs }).expect("forward")
+}
+
+pub fn read_f32(path: &Path) -> Vec<f32> {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    bytes
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+pub fn read_json(path: &Path) -> serde_json::Value {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).expect("json")
+}
+
+pub fn ids(v: &serde_json::Value) -> Vec<u32> {
+    v.as_array()
+        .expect("array")
+        .iter()
+        .map(|x| x.as_u64().expect("id") as u32)
+        .collect()
+}
+
+/// `[(id, logit)]` of a top-k list.
+pub fn top_list(v: &serde_json::Value) -> Vec<(usize, f32)> {
+    v.as_array()
+        .expect("top list")
+        .iter()
+        .map(|p| {
+            (
+                p[0].as_u64().expect("id") as usize,
+                p[1].as_f64().expect("logit") as f32,
+            )
+        })
+        .collect()
+}
+
+/// rms(a - b) / rms(b).
+pub fn nrmse(a: &[f32], b: &[f32]) -> f64 {
+    let (mut num, mut den) = (0.0f64, 0.0f64);
+    for (&x, &y) in a.iter().zip(b) {
+        num += (f64::from(x) - f64::from(y)).powi(2);
+        den += f64::from(y).powi(2);
+    }
+    (num / den.max(1e-30)).sqrt()
+}
+
+pub fn argmax(x: &[f32]) -> usize {
+    let mut best = 0;
+    for (i, &v) in x.iter().enumerate() {
+        if v > x[best] {
+            best = i;
+        }
+    }
+    best
+}
+
+/// Ids of the `k` largest, ties to the lower id.
+pub fn top_k(x: &[f32], k: usize) -> Vec<usize> {
+    let mut idx: Vec<usize> = (0..x.len()).collect();
+    idx.sort_by(|&a, &b| x[b].total_cmp(&x[a]).then(a.cmp(&b)));
+    idx.truncate(k);
+    idx
+}
+
+pub fn overlap(a: &[usize], b: &[usize]) -> usize {
+    a.iter().filter(|i| b.contains(i)).count()
+}
