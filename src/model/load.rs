@@ -322,6 +322,7 @@ pub async fn load_cpu_model<S: ByteSource>(
     let tok_embd = t.weight("token_embd.weight", &[d, cfg.n_vocab])?;
     let output = t.weight_opt("output.weight", &[d, cfg.n_vocab])?;
     let output_norm = t.vector("output_norm.weight", d)?;
+    let rope_freqs = t.vector_opt("rope_freqs.weight", spec.n_rot / 2)?;
     let layers = (0..cfg.n_layer)
         .map(|il| load_layer(&mut t, &cfg, &spec, il))
         .collect::<crate::Result<Vec<_>>>()?;
@@ -340,6 +341,7 @@ pub async fn load_cpu_model<S: ByteSource>(
         output_norm,
         output,
         layers,
+        rope_freqs,
         kv,
         cfg,
     })
