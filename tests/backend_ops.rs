@@ -338,9 +338,9 @@ fn rope_freq_factors_and_linear_scaling_match_f64() {
     ops::rope_with(&mut ours, &pos, &p);
     let mut want: Vec<f64> = x.iter().map(|&v| f64::from(v)).collect();
     for (r, &p) in pos.iter().enumerate() {
-        for i in 0..hd / 2 {
-            let theta = 0.25 * p as f64 * 500_000f64.powf(-2.0 * i as f64 / hd as f64)
-                / f64::from(factors[i]);
+        for (i, &ff) in factors.iter().enumerate() {
+            let theta =
+                0.25 * p as f64 * 500_000f64.powf(-2.0 * i as f64 / hd as f64) / f64::from(ff);
             let (a, b) = (r * hd + 2 * i, r * hd + 2 * i + 1);
             let (x0, x1) = (f64::from(x[a]), f64::from(x[b]));
             want[a] = x0 * theta.cos() - x1 * theta.sin();
