@@ -318,3 +318,39 @@ fn paged_attention_matches_f64() {
         }
     }
 }
+
+#[test]
+fn rope_freq_factors_and_linear_scaling_match_f64() {
+    let seed = 14;
+    let mut rng = Rng::new(seed);
+    let (hd, pos) = (32usize, [3usize, 40, 200]);
+    let x = rng.normals(pos.len() * hd, 1.0);
+    let factors: Vec<f32> = (0..hd / 2).map(|i| 1.0 + i as f32 * 0.5).collect();
+    let mut ours = x.clone();
+    let p = ops::RopeParams {
+        head_dim: hd,
+        n_rot: hd,
+        base: 500_000.0,
+        freq_scale: 0.25,
+        freq_factors: Some(&factors),
+        mode: RopeMode::Norm,
+    };
+    ops::rope_with(&mut ours, &pos, &p);
+    let mut want: Vec<f64> = x.iter().map(|&v| f64::from(v)).collect();
+    for (r, &p) in pos.iter().enumerate() {
+        for (i, &ff) in factors.iter().enumerate() {
+            let theta =
+                0.25 * p as f64 * 500_000f64.powf(-2.0 * i as f64 / hd as f64) / f64::from(ff);
+            let (a, b) = (r * hd + 2 * i, r * hd + 2 * i + 1);
+            let (x0, x1) = (f64::from(x[a]), f64::from(x[b]));
+            want[a] = x0 * theta.cos() - x1 * theta.sin();
+            want[b] = x0 * theta.sin() + x1 * theta.cos();
+        }
+    }
+    close(
+        &ours,
+        &want,
+        1e-4,
+        &format!("rope with factors seed {seed}"),
+    );
+}

@@ -117,7 +117,13 @@ fn check_prompt(
 
 fn check_model(file: &str, fixture_dir: &str) {
     let path = real_model(file);
-    let mut m = load(&path, KvType::F32, false, 2, 64);
+    // llama.cpp's references use an F32 cache; `HEARTH_TEST_KV=f16` checks
+    // the default F16 cache against the same bounds.
+    let kv = match std::env::var("HEARTH_TEST_KV").as_deref() {
+        Ok("f16") => KvType::F16,
+        _ => KvType::F32,
+    };
+    let mut m = load(&path, kv, false, 2, 64);
     let dir = fixtures().join("real").join(fixture_dir);
     let mut stems: Vec<String> = std::fs::read_dir(&dir)
         .expect("fixture dir")

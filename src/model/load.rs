@@ -46,6 +46,16 @@ pub enum LoadError {
         /// The file's shape.
         found: Vec<u64>,
     },
+    /// A tensor larger than this target's address space.
+    #[error(
+        "tensor '{name}' has {bytes} bytes, more than this target can address; use a smaller model"
+    )]
+    TooLarge {
+        /// The tensor.
+        name: String,
+        /// Its size.
+        bytes: u64,
+    },
     /// The K/V cache configuration is unusable.
     #[error("invalid K/V cache configuration: {0}")]
     Kv(String),
@@ -91,10 +101,20 @@ async fn read_all<S: ByteSource>(
     let mut out: HashMap<String, Raw> = HashMap::new();
     let mut stream = TensorStream::for_model(model, sources, CHUNK_BYTES)?;
     while let Some(chunk) = stream.next().await? {
-        let raw = out.entry(chunk.tensor.name.clone()).or_insert_with(|| Raw {
-            info: chunk.tensor.clone(),
-            data: vec![0u32; (chunk.tensor.size as usize).div_ceil(4)],
-        });
+        if !out.contains_key(&chunk.tensor.name) {
+            let size = usize::try_from(chunk.tensor.size).map_err(|_| LoadError::TooLarge {
+                name: chunk.tensor.name.clone(),
+                bytes: chunk.tensor.size,
+            })?;
+            let raw = Raw {
+                info: chunk.tensor.clone(),
+                data: vec![0u32; size.div_ceil(4)],
+            };
+            out.insert(chunk.tensor.name.clone(), raw);
+        }
+        let Some(raw) = out.get_mut(&chunk.tensor.name) else {
+            continue;
+        };
         let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut raw.data);
         let at = chunk.offset as usize;
         bytes[at..at + chunk.data.len()].copy_from_slice(chunk.data);
@@ -302,6 +322,7 @@ pub async fn load_cpu_model<S: ByteSource>(
     let tok_embd = t.weight("token_embd.weight", &[d, cfg.n_vocab])?;
     let output = t.weight_opt("output.weight", &[d, cfg.n_vocab])?;
     let output_norm = t.vector("output_norm.weight", d)?;
+    let rope_freqs = t.vector_opt("rope_freqs.weight", spec.n_rot / 2)?;
     let layers = (0..cfg.n_layer)
         .map(|il| load_layer(&mut t, &cfg, &spec, il))
         .collect::<crate::Result<Vec<_>>>()?;
@@ -320,6 +341,7 @@ pub async fn load_cpu_model<S: ByteSource>(
         output_norm,
         output,
         layers,
+        rope_freqs,
         kv,
         cfg,
     })

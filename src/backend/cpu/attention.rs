@@ -7,6 +7,7 @@
 
 use half::f16;
 
+use super::kernels::fp16;
 use super::ops;
 use super::threads::Threads;
 use crate::backend::BackendError;
@@ -46,7 +47,7 @@ impl Store {
             Store::F16(v) => v[at..at + q.len()]
                 .iter()
                 .zip(q)
-                .map(|(k, &q)| k.to_f32() * q)
+                .map(|(&k, &q)| fp16(k) * q)
                 .sum(),
             Store::F32(v) => super::kernels::float::vec_dot_f32(&v[at..at + q.len()], q),
         }
@@ -59,7 +60,7 @@ impl Store {
         match self {
             Store::F16(v) => {
                 for (o, x) in out.iter_mut().zip(&v[at..at + n]) {
-                    *o += w * x.to_f32();
+                    *o += w * fp16(*x);
                 }
             }
             Store::F32(v) => {

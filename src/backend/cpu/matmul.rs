@@ -180,10 +180,14 @@ pub fn matmul(
         let acts = quantize_acts(table, w, x)?;
         let dot = w.kernels.vec_dot;
         threads.for_chunks(&mut yt, chunk, |ci, out| {
-            for (k, orow) in out.chunks_exact_mut(n).enumerate() {
-                let wr = w.row(rows.start + ci * ROWS_PER_TASK + k);
-                for (t, o) in orow.iter_mut().enumerate() {
-                    *o = dot(wr, acts.row(t));
+            // Tokens outer: the task's few weight rows stay in L1 while each
+            // activation row is read once per task.
+            let first = rows.start + ci * ROWS_PER_TASK;
+            let n_rows = out.len() / n;
+            for t in 0..n {
+                let a = acts.row(t);
+                for k in 0..n_rows {
+                    out[k * n + t] = dot(w.row(first + k), a);
                 }
             }
         });

@@ -64,6 +64,8 @@ pub struct CpuModel {
     /// `None`: tied to `tok_embd`.
     pub(crate) output: Option<Weight>,
     pub(crate) layers: Vec<Layer>,
+    /// Llama 3.1+ per-pair RoPE divisors (`rope_freqs.weight`), when present.
+    pub(crate) rope_freqs: Option<Vec<f32>>,
     pub(crate) kv: KvCache,
 }
 
@@ -193,9 +195,16 @@ impl CpuModel {
             ops::rms_norm(&mut q, qn, cfg.rms_eps);
             ops::rms_norm(&mut k, kn, cfg.rms_eps);
         }
-        let (mode, n_rot) = (self.spec.rope_mode, self.spec.n_rot);
-        ops::rope(&mut q, pos, cfg.head_dim_k, n_rot, ls.rope_base, mode);
-        ops::rope(&mut k, pos, cfg.head_dim_k, n_rot, ls.rope_base, mode);
+        let rope = ops::RopeParams {
+            head_dim: cfg.head_dim_k,
+            n_rot: self.spec.n_rot,
+            base: ls.rope_base,
+            freq_scale: self.spec.rope_freq_scale,
+            freq_factors: self.rope_freqs.as_deref(),
+            mode: self.spec.rope_mode,
+        };
+        ops::rope_with(&mut q, pos, &rope);
+        ops::rope_with(&mut k, pos, &rope);
         self.kv.write(il, slots, &k, &v)?;
         let shape = AttnShape {
             n_head: cfg.n_head,

@@ -50,27 +50,61 @@ pub fn rope_scaled(
     freq_scale: f32,
     mode: RopeMode,
 ) {
-    if head_dim == 0 || n_rot < 2 {
+    let p = RopeParams {
+        head_dim,
+        n_rot,
+        base,
+        freq_scale,
+        freq_factors: None,
+        mode,
+    };
+    rope_with(x, pos, &p);
+}
+
+/// Everything RoPE needs.
+#[derive(Debug, Clone, Copy)]
+pub struct RopeParams<'a> {
+    /// Width of a head.
+    pub head_dim: usize,
+    /// Rotated dims per head (even, `<= head_dim`).
+    pub n_rot: usize,
+    /// Frequency base.
+    pub base: f32,
+    /// Linear scaling of every angle (1 = none).
+    pub freq_scale: f32,
+    /// Per-pair divisors of the angle (`rope_freqs.weight` of Llama 3.1+), `[n_rot / 2]`.
+    pub freq_factors: Option<&'a [f32]>,
+    /// Pair layout.
+    pub mode: RopeMode,
+}
+
+/// RoPE as ggml computes it: theta_i = pos * base^(-2i / n_rot) by repeated
+/// f32 multiplication, divided by `freq_factors[i]`, times `freq_scale`.
+///
+/// x: `[rows, n_heads * head_dim]`, `pos[row]` the row's position.
+pub fn rope_with(x: &mut [f32], pos: &[usize], p: &RopeParams<'_>) {
+    let (head_dim, n_rot) = (p.head_dim, p.n_rot);
+    if head_dim == 0 || n_rot < 2 || n_rot > head_dim {
         return;
     }
     let width = x.len() / pos.len().max(1);
-    let theta_scale = base.powf(-2.0 / n_rot as f32);
+    let theta_scale = p.base.powf(-2.0 / n_rot as f32);
     let mut cs = vec![(0.0f32, 0.0f32); n_rot / 2];
-    for (row, &p) in x.chunks_exact_mut(width).zip(pos) {
-        // ggml computes theta by repeated multiplication in f32.
-        let mut theta = p as f32;
-        for c in cs.iter_mut() {
-            let t = if freq_scale == 1.0 {
-                theta
-            } else {
-                theta * freq_scale
-            };
+    for (row, &pos) in x.chunks_exact_mut(width).zip(pos) {
+        let mut theta = pos as f32;
+        for (i, c) in cs.iter_mut().enumerate() {
+            let ff = p
+                .freq_factors
+                .and_then(|f| f.get(i))
+                .copied()
+                .unwrap_or(1.0);
+            let t = p.freq_scale * (theta / ff);
             *c = (t.cos(), t.sin());
             theta *= theta_scale;
         }
         for head in row.chunks_exact_mut(head_dim) {
             for (i, &(cos, sin)) in cs.iter().enumerate() {
-                let (a, b) = match mode {
+                let (a, b) = match p.mode {
                     RopeMode::Norm => (2 * i, 2 * i + 1),
                     RopeMode::Neox => (i, i + n_rot / 2),
                 };

@@ -54,3 +54,28 @@ impl Threads {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunks_run_on_every_thread_and_cover_the_data() {
+        let threads = Threads::new(2);
+        assert_eq!(threads.count(), 2);
+        let ids = std::sync::Mutex::new(std::collections::HashSet::new());
+        let mut data = vec![0usize; 64];
+        threads.for_chunks(&mut data, 4, |i, c| {
+            // Sleeping tasks overlap even on a busy machine.
+            std::thread::sleep(std::time::Duration::from_millis(2));
+            if let Ok(mut set) = ids.lock() {
+                set.insert(std::thread::current().id());
+            }
+            c.iter_mut().for_each(|v| *v = i);
+        });
+        assert_eq!(ids.lock().map(|s| s.len()).unwrap_or(0), 2);
+        assert!(data.iter().enumerate().all(|(j, &v)| v == j / 4));
+        let one = Threads::new(1);
+        assert_eq!(one.count(), 1);
+    }
+}

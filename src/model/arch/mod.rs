@@ -39,6 +39,8 @@ pub struct ArchSpec {
     pub rope_mode: RopeMode,
     /// Rotated dims per head.
     pub n_rot: usize,
+    /// Linear RoPE scaling (`rope.scaling.type = linear`: 1 / factor; else 1).
+    pub rope_freq_scale: f32,
     /// q/k/v projections carry biases (qwen2).
     pub qkv_bias: bool,
     /// RMS norm of each q and k head before RoPE (qwen3, gemma3).
@@ -66,9 +68,16 @@ impl ArchSpec {
         let n_rot = md
             .get_u64(&format!("{}.rope.dimension_count", cfg.arch))
             .map_or(cfg.head_dim_k, |v| v as usize);
+        let key = |k: &str| format!("{}.{k}", cfg.arch);
+        let linear = md.get_str(&key("rope.scaling.type")) == Some("linear");
+        let rope_freq_scale = match md.get_f32(&key("rope.scaling.factor")) {
+            Some(f) if linear && f > 0.0 => 1.0 / f,
+            _ => 1.0,
+        };
         Self {
             rope_mode,
             n_rot,
+            rope_freq_scale,
             qkv_bias: false,
             qk_norm: false,
             post_norms: false,
@@ -76,7 +85,7 @@ impl ArchSpec {
             act: Activation::Silu,
             moe: cfg.n_expert > 0,
             attn_scale: 1.0 / (cfg.head_dim_k as f32).sqrt(),
-            final_softcap: md.get_f32(&format!("{}.final_logit_softcapping", cfg.arch)),
+            final_softcap: md.get_f32(&key("final_logit_softcapping")),
             layers: vec![
                 LayerSpec {
                     window: None,
