@@ -41,15 +41,7 @@ fn bounds_for(name: &str) -> Bounds {
 }
 
 fn models() -> Vec<String> {
-    let dir = fixtures().join("synthetic");
-    let mut names: Vec<String> = std::fs::read_dir(&dir)
-        .expect("synthetic dir")
-        .filter_map(|e| e.ok()?.file_name().into_string().ok())
-        .filter_map(|n| n.strip_suffix(".logits.f32").map(str::to_string))
-        .collect();
-    names.sort();
-    assert_eq!(names.len(), 22, "expected the 22 synthetic model files");
-    names
+    synthetic_names()
 }
 
 struct Measured {
@@ -100,13 +92,7 @@ fn synthetic_prompt_logits_match_llamacpp() {
         let meta = read_json(&dir.join(format!("{name}.json")));
         let prompt = ids(&meta["prompt_ids"]);
         let reference = read_f32(&dir.join(format!("{name}.logits.f32")));
-        let mut m = load(
-            &dir.join(format!("models/{name}.gguf")),
-            KvType::F32,
-            false,
-            2,
-            8,
-        );
+        let mut m = load(&synthetic_model(&name), KvType::F32, false, 2, 8);
         let n_vocab = m.config().n_vocab;
         let ours = run_all(&mut m, &prompt, LogitsWanted::All);
         assert_eq!(ours.len(), reference.len(), "{name}");
@@ -147,13 +133,7 @@ fn synthetic_greedy_teacher_forced() {
         let np = all.len();
         let greedy = ids(&meta["greedy_ids"]);
         all.extend_from_slice(&greedy[..greedy.len() - 1]);
-        let mut m = load(
-            &dir.join(format!("models/{name}.gguf")),
-            KvType::F32,
-            false,
-            2,
-            8,
-        );
+        let mut m = load(&synthetic_model(&name), KvType::F32, false, 2, 8);
         let n_vocab = m.config().n_vocab;
         let logits = run_all(&mut m, &all, LogitsWanted::All);
         let (mut worst, mut min_overlap, mut flips) = (0.0f32, 20, 0);
@@ -206,13 +186,7 @@ fn synthetic_exact_f32_mode_within_float_tolerance() {
         let meta = read_json(&dir.join(format!("{name}.json")));
         let prompt = ids(&meta["prompt_ids"]);
         let reference = read_f32(&dir.join(format!("{name}.logits.f32")));
-        let mut m = load(
-            &dir.join(format!("models/{name}.gguf")),
-            KvType::F32,
-            true,
-            2,
-            8,
-        );
+        let mut m = load(&synthetic_model(&name), KvType::F32, true, 2, 8);
         let n_vocab = m.config().n_vocab;
         let got = measure(
             &run_all(&mut m, &prompt, LogitsWanted::All),

@@ -2,6 +2,7 @@
 //! reference implementation that every kernel is checked against.
 
 pub mod blocks;
+pub mod convert;
 pub mod recipe;
 pub mod reference;
 pub mod types;

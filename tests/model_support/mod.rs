@@ -10,8 +10,80 @@ use hearth::kv::{BlockId, Slot};
 use hearth::model::{
     load_cpu_model, Batch, CpuModel, KvCacheConfig, KvType, LoadOptions, LogitsWanted, SeqInput,
 };
+use hearth::quant::convert::{quantize_model, QuantPlan};
+use hearth::quant::recipe::FileType;
 
 pub const BLOCK: usize = 16;
+
+/// The synthetic model `name` (`qwen2-Q4_0`): the stored file, or, for the
+/// combinations the fixtures do not store, the file made from its F32 source
+/// with Hearth's quantizer (`--pure`, as llama.cpp made them), checked
+/// against the sha256 of llama.cpp's file. Made files are kept in the
+/// build tree between runs.
+pub fn synthetic_model(name: &str) -> PathBuf {
+    use sha2::{Digest, Sha256};
+    let stored = fixtures().join(format!("synthetic/models/{name}.gguf"));
+    if stored.exists() {
+        return stored;
+    }
+    let meta = read_json(&fixtures().join(format!("synthetic/{name}.json")));
+    let want = meta["model_sha256"]
+        .as_str()
+        .expect("model_sha256")
+        .to_string();
+    let hex = |bytes: &[u8]| -> String {
+        Sha256::digest(bytes)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    };
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("synthetic-models");
+    std::fs::create_dir_all(&dir).expect("model cache dir");
+    let out = dir.join(format!("{name}.gguf"));
+    if std::fs::read(&out).is_ok_and(|b| hex(&b) == want) {
+        return out;
+    }
+    let (arch, format) = name.split_once('-').expect("ARCH-FORMAT");
+    let source = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join(format!("tests/fixtures/synthetic-f32/{arch}.F32.gguf"));
+    let (model, sources) = open_model(&source).expect("open F32 source");
+    let ftype = FileType::from_name(format).expect("file type");
+    let plan = QuantPlan::new(&model, ftype, true).expect("plan");
+    let bytes = pollster::block_on(quantize_model(
+        &model,
+        &sources,
+        &plan,
+        Vec::new(),
+        &mut |_, _, _| {},
+    ))
+    .expect("quantize");
+    assert_eq!(
+        hex(&bytes),
+        want,
+        "{name}: Hearth's quantizer did not reproduce llama.cpp's file"
+    );
+    // Write then rename, so tests running at once never read half a file.
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let unique = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = dir.join(format!("{name}.{}.{unique}.tmp", std::process::id()));
+    std::fs::write(&tmp, &bytes).expect("write model");
+    std::fs::rename(&tmp, &out).expect("rename model");
+    out
+}
+
+/// Every synthetic model with llama.cpp reference logits (all six
+/// architectures in all 14 formats).
+pub fn synthetic_names() -> Vec<String> {
+    let dir = fixtures().join("synthetic");
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .expect("synthetic dir")
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter_map(|n| n.strip_suffix(".logits.f32").map(str::to_string))
+        .collect();
+    names.sort();
+    assert_eq!(names.len(), 84, "expected 6 architectures x 14 formats");
+    names
+}
 
 pub fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/llamacpp")
