@@ -186,7 +186,7 @@ fn synthetic_exact_f32_mode_within_float_tolerance() {
         let meta = read_json(&dir.join(format!("{name}.json")));
         let prompt = ids(&meta["prompt_ids"]);
         let reference = read_f32(&dir.join(format!("{name}.logits.f32")));
-        let mut m = load(&synthetic_model(&name), KvType::F32, true, 2, 8);
+        let mut m = load(&synthetic_model(name), KvType::F32, true, 2, 8);
         let n_vocab = m.config().n_vocab;
         let got = measure(
             &run_all(&mut m, &prompt, LogitsWanted::All),
