@@ -4,6 +4,7 @@
 pub mod chat;
 pub mod config;
 pub mod forward;
+pub mod synth;
 pub mod tokenizer;
 
 pub use config::{ConfigError, ModelConfig, SUPPORTED_ARCHITECTURES};
