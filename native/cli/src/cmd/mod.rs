@@ -1,7 +1,9 @@
 //! One module per subcommand.
 
 pub mod info;
+pub mod output;
 pub mod quantize;
+pub mod synth;
 pub mod tokenize;
 
 use std::path::Path;

@@ -14,7 +14,6 @@ use hearth::gguf::{GgufModel, GgufWriter, MmapSource, TensorInfo, TensorSpec, Va
 use hearth::model::ModelConfig;
 use hearth::quant::recipe::{self, FileType, ModelShape, TensorRef};
 use hearth::quant::{reference, GgmlType};
-use indicatif::{ProgressBar, ProgressStyle};
 use rayon::prelude::*;
 
 /// ggml's `GGML_QNT_VERSION`, written to `general.quantization_version`.
@@ -56,12 +55,7 @@ pub fn run(args: Args) -> Result<()> {
     if args.input == args.output {
         bail!("the output must be another file than the input");
     }
-    if let Some(n) = args.threads {
-        rayon::ThreadPoolBuilder::new()
-            .num_threads(n)
-            .build_global()
-            .ok();
-    }
+    super::output::set_threads(args.threads);
     let (model, sources) = super::open_model(&args.input)?;
     let jobs = plan_jobs(&model, ftype, args.pure)?;
     let mut metadata = model.metadata().clone();
@@ -85,18 +79,9 @@ pub fn run(args: Args) -> Result<()> {
         })
         .collect();
 
-    // Write beside the destination and rename at the end: a failed run leaves no half file.
-    let tmp = args.output.with_extension("gguf.partial");
-    let result = write_model(&tmp, &metadata, &specs, &jobs, &sources);
-    if let Err(err) = result {
-        std::fs::remove_file(&tmp).ok();
-        return Err(err);
-    }
-    std::fs::rename(&tmp, &args.output)
-        .with_context(|| format!("cannot move the result to {}", args.output.display()))?;
-    let size = std::fs::metadata(&args.output)
-        .map(|m| m.len())
-        .unwrap_or(0);
+    let size = super::output::write_atomically(&args.output, |tmp| {
+        write_model(tmp, &metadata, &specs, &jobs, &sources)
+    })?;
     eprintln!(
         "wrote {} ({}, {})",
         args.output.display(),
@@ -154,10 +139,7 @@ fn write_model(
     let file = File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
     let mut writer = GgufWriter::new(BufWriter::new(file), metadata, specs)?;
     let total: u64 = jobs.iter().map(|j| j.src.size).sum();
-    let bar = ProgressBar::new(total).with_style(
-        ProgressStyle::with_template("{bar:40} {bytes}/{total_bytes} {msg}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
+    let bar = super::output::byte_progress(total);
     for job in jobs {
         bar.set_message(job.src.name.clone());
         let data = tensor_bytes(job.src, sources)?;
