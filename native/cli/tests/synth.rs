@@ -366,3 +366,91 @@ fn bad_arguments_give_one_clear_error_line() {
     }
     std::fs::remove_dir_all(&dir).ok();
 }
+
+fn real_model(name: &str) -> PathBuf {
+    let dir = std::env::var_os("HEARTH_MODELS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.cache/models"));
+    let path = dir.join(name);
+    assert!(
+        path.exists(),
+        "{} is missing: run `make setup`",
+        path.display()
+    );
+    path
+}
+
+/// The named shapes are the real models': same tensors, shapes and, for the
+/// real file's type, the per-tensor types llama-quantize chose (and its
+/// order, for the file llama-quantize wrote; SmolLM2's came from elsewhere).
+#[test]
+fn named_shapes_plan_the_real_models_tensor_tables() {
+    use hearth::model::synth::{SynthModel, SynthOptions, SynthShape};
+    use hearth::quant::recipe::FileType;
+    type Table = Vec<(String, Vec<u64>, GgmlType)>;
+    for (shape, file, ftype, same_order) in [
+        (
+            "gemma3-270m",
+            "gemma-3-270m-q4_k_m.gguf",
+            FileType::Q4_K_M,
+            true,
+        ),
+        (
+            "smollm2-135m",
+            "SmolLM2-135M-Instruct.Q4_1.gguf",
+            FileType::Q4_1,
+            false,
+        ),
+    ] {
+        let (real, _src) = open(&real_model(file));
+        let planned = SynthModel::new(
+            SynthShape::named(shape).expect("shape"),
+            shape,
+            &SynthOptions::new(ftype, 0),
+        )
+        .expect("plan");
+        let mut want: Table = real
+            .tensors
+            .iter()
+            .map(|t| (t.name.clone(), t.shape.clone(), t.ty))
+            .collect();
+        let mut got: Table = planned
+            .tensors
+            .iter()
+            .map(|t| (t.name.clone(), t.shape.clone(), t.ty))
+            .collect();
+        if same_order {
+            assert!(got == want, "{shape}: the tensor order differs from {file}");
+        }
+        want.sort();
+        got.sort();
+        let differ: Vec<_> = got
+            .iter()
+            .zip(&want)
+            .filter(|(g, w)| g != w)
+            .take(5)
+            .collect();
+        assert!(
+            got.len() == want.len() && differ.is_empty(),
+            "{shape} vs {file}: {differ:?}"
+        );
+        assert_eq!(planned.data_bytes(), real.tensor_bytes(), "{shape}");
+        let cfg = ModelConfig::from_metadata_supported(&real.metadata).expect("config");
+        let syn = ModelConfig::from_metadata_supported(&planned.metadata).expect("config");
+        assert_eq!(
+            (
+                syn.n_ctx_train,
+                syn.rope_base,
+                syn.rms_eps,
+                syn.sliding_window
+            ),
+            (
+                cfg.n_ctx_train,
+                cfg.rope_base,
+                cfg.rms_eps,
+                cfg.sliding_window
+            ),
+            "{shape}"
+        );
+    }
+}
