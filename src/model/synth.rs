@@ -165,7 +165,12 @@ impl SynthTensor {
 
     /// Fills `out` (`row_len` values) with row `row`'s values under `seed`.
     pub fn row_values(&self, seed: u64, row: u64, out: &mut [f32]) {
-        rng::row_rng(seed, &self.name, row).fill_normal(self.mean, self.std, out);
+        rng::fill_normal(
+            &mut rng::row_rng(seed, &self.name, row),
+            self.mean,
+            self.std,
+            out,
+        );
     }
 }
 

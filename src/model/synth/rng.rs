@@ -1,75 +1,115 @@
 //! The random numbers of synthetic weights: small, fast and fully specified,
 //! so a seed gives the same file on every machine and in every release.
 //!
-//! - [`Pcg32`] is PCG-XSH-RR 64/32 (O'Neill 2014): a 64-bit LCG state with
-//!   the multiplier 6364136223846793005 and an odd per-stream increment,
-//!   output by an xorshift and a data-dependent rotation.
+//! - [`Pcg32`] (the sampler's) is PCG-XSH-RR 64/32 (O'Neill 2014): a 64-bit
+//!   LCG state with the multiplier 6364136223846793005 and an odd per-stream
+//!   increment, output by an xorshift and a data-dependent rotation.
 //! - Every row of every tensor has its own stream: the state seed is
 //!   SplitMix64 of the user's seed mixed with the FNV-1a hash of the tensor's
 //!   name, and the increment is the row index. Rows can therefore be made in
 //!   any order, on any number of threads, with identical results, and adding
 //!   a tensor does not change the others.
-//! - Normal deviates come from the Box-Muller transform in `f32`, two per pair
-//!   of 24-bit uniforms: `u1` in (0, 1] (so `ln` is finite) and `u2` in [0, 1).
+//! - Normal deviates come from the Box-Muller transform, two per pair of
+//!   24-bit uniforms: `u1` in (0, 1] (so `ln` is finite) and `u2` in [0, 1),
+//!   computed in `f64` and rounded to `f32`.
 //!
-//! `ln`, `sqrt`, `sin` and `cos` are the platform's `f32` functions; `sqrt`
-//! is exact everywhere, and the others agree between the usual libms to the
-//! last bit for all but rare inputs, so files made on other platforms may
-//! (rarely) differ in a low bit of a weight.
+//! `ln`, `sin` and `cos` are series evaluated here with IEEE `+ - * /` and
+//! `sqrt` (which Rust never fuses or reorders) rather than libm's, whose last
+//! bits differ between platforms: the same seed gives the same file natively
+//! and in wasm, on every OS.
 
-/// PCG-XSH-RR with 64-bit state and 32-bit output.
-#[derive(Debug, Clone)]
-pub struct Pcg32 {
-    state: u64,
-    inc: u64,
+pub use crate::sample::Pcg32;
+
+/// Fills `out` with N(`mean`, `std`^2) deviates from `rng` by Box-Muller.
+pub fn fill_normal(rng: &mut Pcg32, mean: f32, std: f32, out: &mut [f32]) {
+    let mut pairs = out.chunks_exact_mut(2);
+    for pair in &mut pairs {
+        let (a, b) = normal_pair(rng);
+        pair[0] = mean + std * a;
+        pair[1] = mean + std * b;
+    }
+    if let [last] = pairs.into_remainder() {
+        *last = mean + std * normal_pair(rng).0;
+    }
 }
 
-const PCG_MULT: u64 = 6_364_136_223_846_793_005;
+/// Two independent standard normal deviates.
+fn normal_pair(rng: &mut Pcg32) -> (f32, f32) {
+    const SCALE: f64 = 1.0 / (1u32 << 24) as f64;
+    // u1 in (0, 1], u2 in [0, 1): 24 bits each, exactly representable.
+    let u1 = f64::from((rng.next_u32() >> 8) + 1) * SCALE;
+    let u2 = f64::from(rng.next_u32() >> 8) * SCALE;
+    let r = (-2.0 * ln(u1)).sqrt();
+    let (s, c) = sin_cos_turns(u2);
+    ((r * c) as f32, (r * s) as f32)
+}
 
-impl Pcg32 {
-    /// The generator for `seed` on stream `stream` (PCG's `pcg32_srandom_r`).
-    pub fn new(seed: u64, stream: u64) -> Self {
-        let mut rng = Pcg32 {
-            state: 0,
-            inc: (stream << 1) | 1,
-        };
-        rng.next_u32();
-        rng.state = rng.state.wrapping_add(seed);
-        rng.next_u32();
-        rng
+/// `1 / (2k + 1)`: the coefficients of `atanh(s) / s` in `s^2`.
+const LN_SERIES: [f64; 11] = {
+    let mut c = [0.0; 11];
+    let mut k = 0;
+    while k < c.len() {
+        c[k] = 1.0 / (2 * k + 1) as f64;
+        k += 1;
     }
+    c
+};
 
-    /// The next 32 uniformly distributed bits.
-    pub fn next_u32(&mut self) -> u32 {
-        let old = self.state;
-        self.state = old.wrapping_mul(PCG_MULT).wrapping_add(self.inc);
-        let xorshifted = (((old >> 18) ^ old) >> 27) as u32;
-        let rot = (old >> 59) as u32;
-        xorshifted.rotate_right(rot)
+const TRIG_TERMS: usize = 12;
+
+/// `1 / ((2k + 2)(2k + 3))` and `1 / ((2k + 1)(2k + 2))`: the ratios of
+/// successive Taylor terms of `sin(a) / a` and `cos(a)`, for Horner's rule.
+const SIN_STEP: [f64; TRIG_TERMS] = trig_steps(2);
+const COS_STEP: [f64; TRIG_TERMS] = trig_steps(1);
+
+const fn trig_steps(first: usize) -> [f64; TRIG_TERMS] {
+    let mut c = [0.0; TRIG_TERMS];
+    let mut k = 0;
+    while k < TRIG_TERMS {
+        let n = 2 * k + first;
+        c[k] = 1.0 / (n * (n + 1)) as f64;
+        k += 1;
     }
+    c
+}
 
-    /// Fills `out` with N(`mean`, `std`^2) deviates by Box-Muller.
-    pub fn fill_normal(&mut self, mean: f32, std: f32, out: &mut [f32]) {
-        let mut pairs = out.chunks_exact_mut(2);
-        for pair in &mut pairs {
-            let (a, b) = self.normal_pair();
-            pair[0] = mean + std * a;
-            pair[1] = mean + std * b;
-        }
-        if let [last] = pairs.into_remainder() {
-            *last = mean + std * self.normal_pair().0;
-        }
+/// Natural log of `x` in (0, 1], to ~1e-15, from IEEE arithmetic alone (so
+/// every platform, wasm included, gets the same bits; libm `ln` may differ).
+fn ln(x: f64) -> f64 {
+    let bits = x.to_bits();
+    // x = m * 2^e with m in [1, 2); x is normal (at least 2^-24).
+    let mut e = ((bits >> 52) & 0x7ff) as i64 - 1023;
+    let mut m = f64::from_bits((bits & 0x000f_ffff_ffff_ffff) | 0x3ff0_0000_0000_0000);
+    if m > std::f64::consts::SQRT_2 {
+        m *= 0.5;
+        e += 1;
     }
+    // ln m = 2 atanh(s), |s| <= 0.172: the odd series to s^21 is exact to ~1e-17.
+    let s = (m - 1.0) / (m + 1.0);
+    let s2 = s * s;
+    let sum = LN_SERIES.iter().rev().fold(0.0, |acc, &c| acc * s2 + c);
+    e as f64 * std::f64::consts::LN_2 + 2.0 * s * sum
+}
 
-    /// Two independent standard normal deviates.
-    fn normal_pair(&mut self) -> (f32, f32) {
-        const SCALE: f32 = 1.0 / (1u32 << 24) as f32;
-        // u1 in (0, 1], u2 in [0, 1): 24 bits each, exactly representable.
-        let u1 = ((self.next_u32() >> 8) + 1) as f32 * SCALE;
-        let u2 = (self.next_u32() >> 8) as f32 * SCALE;
-        let r = (-2.0 * u1.ln()).sqrt();
-        let (s, c) = (std::f32::consts::TAU * u2).sin_cos();
-        (r * c, r * s)
+/// `(sin, cos)` of `turns` full turns (`2π turns`), `turns` in [0, 1), to
+/// ~1e-15, from IEEE arithmetic alone (see [`ln`]).
+fn sin_cos_turns(turns: f64) -> (f64, f64) {
+    let quarters = turns * 4.0;
+    let q = quarters.floor();
+    let a = (quarters - q) * std::f64::consts::FRAC_PI_2; // [0, π/2)
+    let a2 = a * a;
+    // Taylor series to a^23 / a^22: the next terms are below 1e-16 on [0, π/2).
+    let (mut sin, mut cos) = (0.0, 0.0);
+    for k in (0..TRIG_TERMS).rev() {
+        sin = 1.0 - sin * a2 * SIN_STEP[k];
+        cos = 1.0 - cos * a2 * COS_STEP[k];
+    }
+    let (s, c) = (a * sin, cos);
+    match q as u32 {
+        0 => (s, c),
+        1 => (c, -s),
+        2 => (-s, -c),
+        _ => (-c, s),
     }
 }
 
@@ -97,6 +137,7 @@ pub fn row_rng(seed: u64, tensor: &str, row: u64) -> Pcg32 {
 mod tests {
     use super::*;
 
+    /// Synthetic files' bytes depend on this sequence: it must never change.
     #[test]
     fn pcg32_matches_the_reference_sequence() {
         // pcg32-demo from the PCG C library: pcg32_srandom_r(&rng, 42u, 54u).
@@ -106,6 +147,35 @@ mod tests {
             got,
             [0xa15c02b7, 0x7b47f409, 0xba1d3330, 0x83d2f293, 0xbfa4784b, 0xcbed606e]
         );
+    }
+
+    /// Pinned bits: a change here changes every synthetic file.
+    #[test]
+    fn normals_are_pinned() {
+        let mut v = [0.0f32; 5];
+        fill_normal(&mut row_rng(1, "token_embd.weight", 3), 0.0, 1.0, &mut v);
+        assert_eq!(
+            v.map(f32::to_bits),
+            [3198603708, 3170212489, 3207551104, 1043783284, 1048823722],
+            "{v:?}"
+        );
+    }
+
+    #[test]
+    fn series_match_libm() {
+        for i in 1..=4096u32 {
+            let x = f64::from(i) / 4096.0;
+            assert!((ln(x) - x.ln()).abs() < 1e-14, "ln {x}");
+            let tiny = f64::from(i) * 2f64.powi(-24);
+            assert!((ln(tiny) - tiny.ln()).abs() < 1e-13, "ln {tiny}");
+            let t = f64::from(i - 1) / 4096.0;
+            let (s, c) = sin_cos_turns(t);
+            let (ws, wc) = (std::f64::consts::TAU * t).sin_cos();
+            assert!(
+                (s - ws).abs() < 1e-14 && (c - wc).abs() < 1e-14,
+                "sin_cos {t}"
+            );
+        }
     }
 
     #[test]
@@ -121,7 +191,7 @@ mod tests {
         for seed in [1u64, 2, 3] {
             let mut rng = row_rng(seed, "blk.0.attn_q.weight", 7);
             let mut v = vec![0.0f32; 100_001];
-            rng.fill_normal(0.5, 0.02, &mut v);
+            fill_normal(&mut rng, 0.5, 0.02, &mut v);
             let n = v.len() as f64;
             let mean = v.iter().map(|&x| f64::from(x)).sum::<f64>() / n;
             let var = v

@@ -138,17 +138,8 @@ impl SynthShape {
     pub fn named(name: &str) -> Option<Self> {
         let row = NAMED.iter().find(|r| r.0.eq_ignore_ascii_case(name))?;
         let (_, arch, dims, tied, rope_base, rms_eps, context, moe, sliding_window) = *row;
-        let [hidden, layers, heads, kv_heads, head_dim, ffn, vocab] = dims;
         let [experts, experts_used, expert_ffn] = moe;
         Some(SynthShape {
-            arch,
-            hidden,
-            layers,
-            heads,
-            kv_heads,
-            head_dim,
-            ffn,
-            vocab,
             tied,
             rope_base,
             rms_eps,
@@ -157,6 +148,7 @@ impl SynthShape {
             experts_used,
             expert_ffn,
             sliding_window,
+            ..Self::custom(arch, dims)
         })
     }
 
