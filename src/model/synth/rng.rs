@@ -20,28 +20,34 @@
 
 pub use crate::sample::Pcg32;
 
-/// Fills `out` with N(`mean`, `std`^2) deviates from `rng` by Box-Muller.
-pub fn fill_normal(rng: &mut Pcg32, mean: f32, std: f32, out: &mut [f32]) {
-    let mut pairs = out.chunks_exact_mut(2);
-    for pair in &mut pairs {
-        let (a, b) = normal_pair(rng);
-        pair[0] = mean + std * a;
-        pair[1] = mean + std * b;
-    }
-    if let [last] = pairs.into_remainder() {
-        *last = mean + std * normal_pair(rng).0;
-    }
-}
+/// Pairs made per batch: the uniforms are drawn first (the generator is
+/// sequential), then the transform runs over plain arrays the compiler
+/// vectorizes. The result does not depend on the batch size.
+const BATCH: usize = 64;
 
-/// Two independent standard normal deviates.
-fn normal_pair(rng: &mut Pcg32) -> (f32, f32) {
+/// Fills `out` with N(`mean`, `std`^2) deviates from `rng` by Box-Muller:
+/// pair `i` gives `out[2i]` (the cosine) and `out[2i + 1]` (the sine); an odd
+/// last value takes the cosine of one more pair.
+pub fn fill_normal(rng: &mut Pcg32, mean: f32, std: f32, out: &mut [f32]) {
     const SCALE: f64 = 1.0 / (1u32 << 24) as f64;
-    // u1 in (0, 1], u2 in [0, 1): 24 bits each, exactly representable.
-    let u1 = f64::from((rng.next_u32() >> 8) + 1) * SCALE;
-    let u2 = f64::from(rng.next_u32() >> 8) * SCALE;
-    let r = (-2.0 * ln(u1)).sqrt();
-    let (s, c) = sin_cos_turns(u2);
-    ((r * c) as f32, (r * s) as f32)
+    let (mut u1, mut u2) = ([0.0f64; BATCH], [0.0f64; BATCH]);
+    let (mut r, mut sin, mut cos) = ([0.0f64; BATCH], [0.0f64; BATCH], [0.0f64; BATCH]);
+    for chunk in out.chunks_mut(2 * BATCH) {
+        let n = chunk.len().div_ceil(2);
+        for i in 0..n {
+            // u1 in (0, 1], u2 in [0, 1): 24 bits each, exactly representable.
+            u1[i] = f64::from((rng.next_u32() >> 8) + 1) * SCALE;
+            u2[i] = f64::from(rng.next_u32() >> 8) * SCALE;
+        }
+        for i in 0..BATCH {
+            r[i] = (-2.0 * ln(u1[i])).sqrt();
+            (sin[i], cos[i]) = sin_cos_turns(u2[i]);
+        }
+        for (i, v) in chunk.iter_mut().enumerate() {
+            let trig = if i % 2 == 0 { cos[i / 2] } else { sin[i / 2] };
+            *v = mean + std * (r[i / 2] * trig) as f32;
+        }
+    }
 }
 
 /// `1 / (2k + 1)`: the coefficients of `atanh(s) / s` in `s^2`.
@@ -78,17 +84,16 @@ const fn trig_steps(first: usize) -> [f64; TRIG_TERMS] {
 fn ln(x: f64) -> f64 {
     let bits = x.to_bits();
     // x = m * 2^e with m in [1, 2); x is normal (at least 2^-24).
-    let mut e = ((bits >> 52) & 0x7ff) as i64 - 1023;
-    let mut m = f64::from_bits((bits & 0x000f_ffff_ffff_ffff) | 0x3ff0_0000_0000_0000);
-    if m > std::f64::consts::SQRT_2 {
-        m *= 0.5;
-        e += 1;
-    }
+    let e = ((bits >> 52) & 0x7ff) as f64 - 1023.0;
+    let m = f64::from_bits((bits & 0x000f_ffff_ffff_ffff) | 0x3ff0_0000_0000_0000);
+    // Selects rather than a branch, so batches vectorize.
+    let big = m > std::f64::consts::SQRT_2;
+    let (m, e) = (if big { m * 0.5 } else { m }, if big { e + 1.0 } else { e });
     // ln m = 2 atanh(s), |s| <= 0.172: the odd series to s^21 is exact to ~1e-17.
     let s = (m - 1.0) / (m + 1.0);
     let s2 = s * s;
     let sum = LN_SERIES.iter().rev().fold(0.0, |acc, &c| acc * s2 + c);
-    e as f64 * std::f64::consts::LN_2 + 2.0 * s * sum
+    e * std::f64::consts::LN_2 + 2.0 * s * sum
 }
 
 /// `(sin, cos)` of `turns` full turns (`2π turns`), `turns` in [0, 1), to
@@ -105,11 +110,13 @@ fn sin_cos_turns(turns: f64) -> (f64, f64) {
         cos = 1.0 - cos * a2 * COS_STEP[k];
     }
     let (s, c) = (a * sin, cos);
-    match q as u32 {
-        0 => (s, c),
-        1 => (c, -s),
-        2 => (-s, -c),
-        _ => (-c, s),
+    // Quadrant q turns (s, c) by q right angles: (c, -s), (-s, -c), (-c, s).
+    let q = q as u32;
+    let (s, c) = if q & 1 == 1 { (c, -s) } else { (s, c) };
+    if q & 2 == 2 {
+        (-s, -c)
+    } else {
+        (s, c)
     }
 }
 
