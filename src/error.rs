@@ -34,6 +34,9 @@ pub enum Error {
     /// Building a model from a file's tensors failed.
     #[error(transparent)]
     Load(#[from] crate::model::LoadError),
+    /// Making a synthetic model failed.
+    #[error(transparent)]
+    Synth(#[from] crate::model::synth::SynthError),
     /// Bad sampling parameters or logits.
     #[error(transparent)]
     Sample(#[from] crate::sample::SampleError),

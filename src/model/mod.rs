@@ -6,6 +6,7 @@ pub mod chat;
 pub mod config;
 pub mod forward;
 pub mod load;
+pub mod synth;
 pub mod tokenizer;
 
 pub use crate::backend::cpu::CpuModel;

@@ -29,6 +29,8 @@ enum Command {
     Tokenize(cmd::tokenize::Args),
     /// Write a copy of a model with its weights in another format.
     Quantize(cmd::quantize::Args),
+    /// Write a model of a real model's shape with random weights, for benchmarks.
+    Synth(Box<cmd::synth::Args>),
 }
 
 fn main() -> ExitCode {
@@ -40,6 +42,7 @@ fn main() -> ExitCode {
         Command::Info(args) => cmd::info::run(args),
         Command::Tokenize(args) => cmd::tokenize::run(args),
         Command::Quantize(args) => cmd::quantize::run(args),
+        Command::Synth(args) => cmd::synth::run(*args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

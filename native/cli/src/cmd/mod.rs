@@ -5,8 +5,10 @@ pub mod chat;
 pub mod info;
 pub mod load;
 pub mod logits;
+pub mod output;
 pub mod quantize;
 pub mod run;
+pub mod synth;
 pub mod tokenize;
 
 use std::path::Path;

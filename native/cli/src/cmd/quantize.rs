@@ -9,7 +9,8 @@ use std::path::PathBuf;
 use anyhow::{bail, Context, Result};
 use hearth::quant::convert::{quantize_model, QuantPlan};
 use hearth::quant::recipe::FileType;
-use indicatif::{ProgressBar, ProgressStyle};
+
+use super::output::{byte_progress, set_threads, write_atomically};
 
 /// Arguments of `hearth quantize`.
 #[derive(clap::Args)]
@@ -41,44 +42,29 @@ pub fn run(args: Args) -> Result<()> {
     if args.input == args.output {
         bail!("the output must be another file than the input");
     }
-    if let Some(n) = args.threads {
-        rayon::ThreadPoolBuilder::new()
-            .num_threads(n)
-            .build_global()
-            .ok();
-    }
+    set_threads(args.threads);
     let (model, sources) = super::open_model(&args.input)?;
     let plan = QuantPlan::new(&model, ftype, args.pure)
         .with_context(|| format!("cannot plan quantizing {}", args.input.display()))?;
-
-    // Write beside the destination and rename at the end: a failed run leaves no half file.
-    let tmp = args.output.with_extension("gguf.partial");
-    let file = File::create(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
-    let bar = ProgressBar::new(0).with_style(
-        ProgressStyle::with_template("{bar:40} {bytes}/{total_bytes} {msg}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
-    let written = pollster::block_on(quantize_model(
-        &model,
-        &sources,
-        &plan,
-        BufWriter::new(file),
-        &mut |done, total, name| {
-            bar.set_length(total);
-            bar.set_position(done);
-            bar.set_message(name.to_string());
-        },
-    ));
-    bar.finish_and_clear();
-    if let Err(err) = written {
-        std::fs::remove_file(&tmp).ok();
-        return Err(err).context(format!("cannot quantize {}", args.input.display()));
-    }
-    std::fs::rename(&tmp, &args.output)
-        .with_context(|| format!("cannot move the result to {}", args.output.display()))?;
-    let size = std::fs::metadata(&args.output)
-        .map(|m| m.len())
-        .unwrap_or(0);
+    let size = write_atomically(&args.output, |tmp| {
+        let file = File::create(tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
+        let bar = byte_progress(0);
+        let written = pollster::block_on(quantize_model(
+            &model,
+            &sources,
+            &plan,
+            BufWriter::new(file),
+            &mut |done, total, name| {
+                bar.set_length(total);
+                bar.set_position(done);
+                bar.set_message(name.to_string());
+            },
+        ));
+        bar.finish_and_clear();
+        written
+            .map(drop)
+            .with_context(|| format!("cannot quantize {}", args.input.display()))
+    })?;
     eprintln!(
         "wrote {} ({}, {})",
         args.output.display(),
