@@ -1,9 +1,10 @@
 //! Quantizing a whole model: llama-quantize's recipe, tensor order and
 //! metadata, written through the streaming GGUF writer.
 //!
-//! The quantizers are [`reference`]'s, which give the bytes llama.cpp's own
-//! give (no importance matrix): a model quantized here and one quantized by
-//! `llama-quantize` from the same source are the same file.
+//! The quantizers are those of [`crate::quant::reference`], which give the
+//! bytes llama.cpp's own give (no importance matrix): a model quantized here
+//! and one quantized by `llama-quantize` from the same source are the same
+//! file.
 
 use std::io::Write;
 
