@@ -5,10 +5,11 @@ pub mod arch;
 pub mod chat;
 pub mod config;
 pub mod forward;
+pub mod generic;
 pub mod load;
 pub mod tokenizer;
 
 pub use crate::backend::cpu::CpuModel;
 pub use config::{ConfigError, ModelConfig, SUPPORTED_ARCHITECTURES};
 pub use forward::{Batch, ForwardModel, KvCacheConfig, KvType, LogitsWanted, SeqInput};
-pub use load::{load_cpu_model, LoadError, LoadOptions, LoadProgress};
+pub use load::{load_cpu_model, load_model, LoadError, LoadOptions, LoadProgress};

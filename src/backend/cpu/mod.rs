@@ -8,6 +8,7 @@ pub mod kernels;
 pub mod matmul;
 pub mod model;
 pub mod ops;
+mod record;
 pub mod threads;
 
 pub use backend::{CpuBackend, CpuBuffer};
