@@ -212,7 +212,15 @@ impl<B: Backend> Tensors<'_, B> {
         let Some(raw) = self.take_raw(name, &[n])? else {
             return Ok(None);
         };
-        let bytes: &[u8] = bytemuck::cast_slice(&raw.data);
+        let all: &[u8] = bytemuck::cast_slice(&raw.data);
+        let bytes = all.get(..raw.info.size as usize).unwrap_or(all);
+        if bytes.len() < n * raw.info.ty.block_bytes() / raw.info.ty.block_elems().max(1) {
+            return Err(BackendError::Shape(format!(
+                "tensor '{name}': {} bytes do not hold {n} values",
+                bytes.len()
+            ))
+            .into());
+        }
         let out: Vec<f32> = match raw.info.ty {
             GgmlType::F32 => bytes[..n * 4]
                 .chunks_exact(4)
