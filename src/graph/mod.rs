@@ -6,6 +6,10 @@
 //! input tokens of the step over all sequences. Each variant states its
 //! inputs and outputs in the order of [`OpIo`](crate::backend::OpIo).
 
+pub mod plan;
+
+use crate::model::arch::Activation;
+use crate::model::KvType;
 use crate::quant::GgmlType;
 
 /// ggml's RoPE modes.
@@ -49,7 +53,8 @@ pub enum Op {
         eps: f32,
     },
     /// Rotary embedding of each head. in: x `[tokens, heads * head_dim]`,
-    /// positions `[tokens]`; out: same shape as x.
+    /// positions `[tokens]` (u32), optionally per-pair frequency divisors
+    /// `[n_rot / 2]` (Llama 3.1+ `rope_freqs`); out: same shape as x.
     Rope {
         /// Pair layout.
         mode: RopeMode,
@@ -79,14 +84,25 @@ pub enum Op {
         /// Row width.
         width: usize,
     },
-    /// Writes K/V rows through slots. in: k `[tokens, kv_heads * head_dim_k]`,
-    /// v `[tokens, kv_heads * head_dim_v]`, slots `[tokens]`; out: the layer's cache.
+    /// Writes K/V rows through slots. in: k `[tokens, k_width]`,
+    /// v `[tokens, v_width]`, slots `[tokens]` (u32 flat slot index
+    /// `block * block_size + offset`); out: the layer's K cache
+    /// `[slots, k_width]`, V cache `[slots, v_width]` (`dtype`).
     KvWrite {
         /// Layer.
         layer: usize,
+        /// Width of a K row (`n_head_kv * head_dim_k`).
+        k_width: usize,
+        /// Width of a V row (`n_head_kv * head_dim_v`).
+        v_width: usize,
+        /// Element type of the cache.
+        dtype: KvType,
     },
     /// Paged causal attention. in: q `[tokens, heads * head_dim_k]`, the
-    /// layer's cache, block tables; out: `[tokens, heads * head_dim_v]`.
+    /// layer's K and V caches (as [`Op::KvWrite`] writes them), sequences
+    /// `[n_seq, 4]` u32 (first row, tokens, start position, offset of its
+    /// block table), block tables (u32 block ids, concatenated);
+    /// out: `[tokens, heads * head_dim_v]`.
     PagedAttention {
         /// Layer.
         layer: usize,
@@ -104,6 +120,10 @@ pub enum Op {
         window: Option<usize>,
         /// Score softcap, when set.
         softcap: Option<f32>,
+        /// Tokens per cache block.
+        block_size: usize,
+        /// Element type of the cache.
+        dtype: KvType,
     },
     /// MoE router: softmax over all experts, top-k, renormalised weights.
     /// in: logits `[tokens, n_expert]`; out: ids `[tokens, k]` u32, weights `[tokens, k]` f32.
@@ -114,10 +134,25 @@ pub enum Op {
         k: usize,
     },
     /// The expert FFNs of one MoE layer. in: x `[tokens, n_embd]`, ids and
-    /// weights of [`Op::MoeTopK`]; out: `[tokens, n_embd]`.
+    /// weights of [`Op::MoeTopK`], stacked gate `[n_expert * n_ff, n_embd]`,
+    /// up (same), down `[n_expert * n_embd, n_ff]`; out: `[tokens, n_embd]`.
     MoeExperts {
         /// Layer.
         layer: usize,
+        /// Experts.
+        n_expert: usize,
+        /// Experts used per token.
+        k: usize,
+        /// Model width.
+        n_embd: usize,
+        /// Hidden width of one expert.
+        n_ff: usize,
+        /// Gated activation.
+        act: Activation,
+        /// Types of the gate, up and down weights.
+        tys: [GgmlType; 3],
+        /// Exact-f32 mode, as [`Op::MatMul`].
+        exact: bool,
     },
     /// `cap * tanh(x / cap)` on logits.
     LogitSoftcap(f32),

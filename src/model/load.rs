@@ -1,24 +1,24 @@
-//! Loading a GGUF model onto the CPU backend.
+//! Loading a GGUF model onto a backend.
 //!
 //! Tensor data is streamed in bounded chunks in file order (over an mmap'd
 //! source the chunks borrow the mapping) into 4-byte aligned buffers, one per
 //! tensor, reporting progress after every chunk. Then each tensor is checked
-//! against the shape the architecture needs and wrapped for its kernels.
+//! against the shape the architecture needs and uploaded to the backend
+//! (vectors as f32).
 
 use std::collections::HashMap;
 
 use thiserror::Error;
 
-use crate::backend::cpu::attention::KvCache;
-use crate::backend::cpu::kernels::KernelTable;
-use crate::backend::cpu::matmul::Weight;
-use crate::backend::cpu::model::{Ffn, Layer};
-use crate::backend::cpu::threads::Threads;
-use crate::backend::cpu::CpuModel;
-use crate::backend::BackendError;
+use half::{bf16, f16};
+
+use crate::backend::cpu::{CpuBackend, CpuModel};
+use crate::backend::{Backend, BackendError, BufKind};
 use crate::gguf::{ByteSource, GgufModel, TensorInfo, TensorStream};
-use crate::model::arch::spec_for;
-use crate::model::{KvCacheConfig, ModelConfig};
+use crate::graph::Op;
+use crate::model::arch::{spec_for, ArchSpec};
+use crate::model::generic::{FfnWeights, LayerWeights, Model, ModelWeights, WeightInfo};
+use crate::model::{KvCacheConfig, KvType, ModelConfig};
 use crate::quant::GgmlType;
 
 /// Bytes per streamed chunk.
@@ -129,14 +129,16 @@ async fn read_all<S: ByteSource>(
     Ok(out)
 }
 
-/// Takes tensors out of the read set, checking shapes and types.
-struct Tensors<'a> {
+/// Takes tensors out of the read set, checking shapes and types, and
+/// uploads them to the backend.
+struct Tensors<'a, B: Backend> {
     raw: HashMap<String, Raw>,
-    table: &'a KernelTable,
+    backend: &'a B,
+    buffers: Vec<B::Buffer>,
     arch: String,
 }
 
-impl Tensors<'_> {
+impl<B: Backend> Tensors<'_, B> {
     fn take_raw(&mut self, name: &str, shape: &[usize]) -> crate::Result<Option<Raw>> {
         let Some(raw) = self.raw.remove(name) else {
             return Ok(None);
@@ -161,51 +163,105 @@ impl Tensors<'_> {
         .into()
     }
 
+    /// Uploads `bytes` as a new weight buffer.
+    fn upload(
+        &mut self,
+        bytes: &[u8],
+        ty: GgmlType,
+        cols: usize,
+        rows: usize,
+    ) -> crate::Result<WeightInfo> {
+        let buf = self.backend.alloc(bytes.len() as u64, BufKind::Weights)?;
+        self.backend.upload(&buf, 0, bytes)?;
+        self.buffers.push(buf);
+        Ok(WeightInfo {
+            id: self.buffers.len() - 1,
+            ty,
+            cols,
+            rows,
+        })
+    }
+
     /// A matrix `[shape[0]]` columns by the product of the rest rows.
-    fn weight_opt(&mut self, name: &str, shape: &[usize]) -> crate::Result<Option<Weight>> {
+    fn weight_opt(&mut self, name: &str, shape: &[usize]) -> crate::Result<Option<WeightInfo>> {
         let Some(raw) = self.take_raw(name, shape)? else {
             return Ok(None);
         };
         let rows = shape[1..].iter().product();
+        let ty = raw.info.ty;
         let len = raw.info.size as usize;
-        let w = Weight::new(self.table, name, raw.info.ty, shape[0], rows, raw.data, len)?;
-        Ok(Some(w))
+        let row_bytes = shape[0] / ty.block_elems().max(1) * ty.block_bytes();
+        if shape[0] % ty.block_elems().max(1) != 0 || row_bytes * rows != len {
+            return Err(BackendError::Shape(format!(
+                "tensor '{name}': {len} bytes do not hold {rows} rows of {} {ty}",
+                shape[0]
+            ))
+            .into());
+        }
+        let bytes: &[u8] = bytemuck::cast_slice(&raw.data);
+        self.upload(&bytes[..len], ty, shape[0], rows).map(Some)
     }
 
-    fn weight(&mut self, name: &str, shape: &[usize]) -> crate::Result<Weight> {
+    fn weight(&mut self, name: &str, shape: &[usize]) -> crate::Result<WeightInfo> {
         self.weight_opt(name, shape)?
             .ok_or_else(|| self.missing(name))
     }
 
-    /// A vector (norm weight, bias) as f32.
-    fn vector_opt(&mut self, name: &str, n: usize) -> crate::Result<Option<Vec<f32>>> {
+    /// A vector (norm weight, bias), uploaded as f32.
+    fn vector_opt(&mut self, name: &str, n: usize) -> crate::Result<Option<WeightInfo>> {
         let Some(raw) = self.take_raw(name, &[n])? else {
             return Ok(None);
         };
-        let ty = raw.info.ty;
-        if !matches!(ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16) {
-            return Err(BackendError::UnsupportedType {
-                tensor: name.to_string(),
-                ty,
-            }
+        let all: &[u8] = bytemuck::cast_slice(&raw.data);
+        let bytes = all.get(..raw.info.size as usize).unwrap_or(all);
+        if bytes.len() < n * raw.info.ty.block_bytes() / raw.info.ty.block_elems().max(1) {
+            return Err(BackendError::Shape(format!(
+                "tensor '{name}': {} bytes do not hold {n} values",
+                bytes.len()
+            ))
             .into());
         }
-        let w = Weight::new(self.table, name, ty, n, 1, raw.data, raw.info.size as usize)?;
-        let mut out = vec![0.0f32; n];
-        w.dequantize_row(0, &mut out);
-        Ok(Some(out))
+        let out: Vec<f32> = match raw.info.ty {
+            GgmlType::F32 => bytes[..n * 4]
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .collect(),
+            GgmlType::F16 => bytes[..n * 2]
+                .chunks_exact(2)
+                .map(|b| f16::from_le_bytes([b[0], b[1]]).to_f32())
+                .collect(),
+            GgmlType::BF16 => bytes[..n * 2]
+                .chunks_exact(2)
+                .map(|b| bf16::from_le_bytes([b[0], b[1]]).to_f32())
+                .collect(),
+            ty => {
+                return Err(BackendError::UnsupportedType {
+                    tensor: name.to_string(),
+                    ty,
+                }
+                .into())
+            }
+        };
+        self.upload(bytemuck::cast_slice(&out), GgmlType::F32, n, 1)
+            .map(Some)
     }
 
-    fn vector(&mut self, name: &str, n: usize) -> crate::Result<Vec<f32>> {
+    fn vector(&mut self, name: &str, n: usize) -> crate::Result<WeightInfo> {
         self.vector_opt(name, n)?.ok_or_else(|| self.missing(name))
     }
 }
 
-/// Checks up front that every matrix has a CPU kernel, so a bad file fails
-/// before its data is read.
-fn check_types(model: &GgufModel, table: &KernelTable) -> Result<(), BackendError> {
+/// Checks up front that the backend runs every matrix's type, so a bad file
+/// fails before its data is read.
+fn check_types<B: Backend>(model: &GgufModel, backend: &B) -> Result<(), BackendError> {
     for t in &model.tensors {
-        if t.shape.len() >= 2 && table.weight(t.ty).is_none() {
+        let op = Op::MatMul {
+            ty: t.ty,
+            k: t.shape.first().copied().unwrap_or(0) as usize,
+            n: 1,
+            exact: false,
+        };
+        if t.shape.len() >= 2 && !backend.supports(&op) {
             return Err(BackendError::UnsupportedType {
                 tensor: t.name.clone(),
                 ty: t.ty,
@@ -215,11 +271,16 @@ fn check_types(model: &GgufModel, table: &KernelTable) -> Result<(), BackendErro
     Ok(())
 }
 
-fn load_ffn(t: &mut Tensors<'_>, cfg: &ModelConfig, moe: bool, p: &str) -> crate::Result<Ffn> {
+fn load_ffn<B: Backend>(
+    t: &mut Tensors<'_, B>,
+    cfg: &ModelConfig,
+    moe: bool,
+    p: &str,
+) -> crate::Result<FfnWeights> {
     let d = cfg.n_embd;
     if moe {
         let (ne, ff) = (cfg.n_expert, cfg.n_ff_expert.unwrap_or(cfg.n_ff));
-        return Ok(Ffn::Moe {
+        return Ok(FfnWeights::Moe {
             router: t.weight(&format!("{p}.ffn_gate_inp.weight"), &[d, ne])?,
             gate: t.weight(&format!("{p}.ffn_gate_exps.weight"), &[d, ff, ne])?,
             up: t.weight(&format!("{p}.ffn_up_exps.weight"), &[d, ff, ne])?,
@@ -228,19 +289,19 @@ fn load_ffn(t: &mut Tensors<'_>, cfg: &ModelConfig, moe: bool, p: &str) -> crate
         });
     }
     let ff = cfg.n_ff;
-    Ok(Ffn::Dense {
+    Ok(FfnWeights::Dense {
         gate: t.weight(&format!("{p}.ffn_gate.weight"), &[d, ff])?,
         up: t.weight(&format!("{p}.ffn_up.weight"), &[d, ff])?,
         down: t.weight(&format!("{p}.ffn_down.weight"), &[ff, d])?,
     })
 }
 
-fn load_layer(
-    t: &mut Tensors<'_>,
+fn load_layer<B: Backend>(
+    t: &mut Tensors<'_, B>,
     cfg: &ModelConfig,
-    spec: &crate::model::arch::ArchSpec,
+    spec: &ArchSpec,
     il: usize,
-) -> crate::Result<Layer> {
+) -> crate::Result<LayerWeights> {
     let p = format!("blk.{il}");
     let d = cfg.n_embd;
     let (qd, kd, vd) = (
@@ -265,14 +326,14 @@ fn load_layer(
     } else {
         None
     };
-    let post = |t: &mut Tensors<'_>, name: &str| -> crate::Result<Option<Vec<f32>>> {
+    let post = |t: &mut Tensors<'_, B>, name: &str| -> crate::Result<Option<WeightInfo>> {
         if spec.post_norms {
             t.vector(&format!("{p}.{name}.weight"), d).map(Some)
         } else {
             Ok(None)
         }
     };
-    Ok(Layer {
+    Ok(LayerWeights {
         attn_norm: t.vector(&format!("{p}.attn_norm.weight"), d)?,
         wq: t.weight(&format!("{p}.attn_q.weight"), &[d, qd])?,
         wk: t.weight(&format!("{p}.attn_k.weight"), &[d, kd])?,
@@ -290,6 +351,29 @@ fn load_layer(
     })
 }
 
+/// Allocates the K and V cache of every layer.
+fn alloc_kv<B: Backend>(
+    backend: &B,
+    cfg: &ModelConfig,
+    kv: &KvCacheConfig,
+) -> crate::Result<Vec<[B::Buffer; 2]>> {
+    let slots = (kv.num_blocks * kv.block_size) as u64;
+    let elem = match kv.dtype {
+        KvType::F16 => 2,
+        KvType::F32 => 4,
+    };
+    let k = slots * (cfg.n_head_kv * cfg.head_dim_k) as u64 * elem;
+    let v = slots * (cfg.n_head_kv * cfg.head_dim_v) as u64 * elem;
+    (0..cfg.n_layer)
+        .map(|_| {
+            Ok([
+                backend.alloc(k, BufKind::KvCache)?,
+                backend.alloc(v, BufKind::KvCache)?,
+            ])
+        })
+        .collect()
+}
+
 /// Loads `model` (read from `sources`, one per split) onto the CPU backend.
 ///
 /// Errors name what is wrong: an unsupported architecture (and the
@@ -301,6 +385,21 @@ pub async fn load_cpu_model<S: ByteSource>(
     opts: &LoadOptions,
     progress: &mut dyn FnMut(&LoadProgress),
 ) -> crate::Result<CpuModel> {
+    let backend = CpuBackend::new(opts.threads);
+    load_model(backend, model, sources, opts, progress).await
+}
+
+/// Loads `model` (read from `sources`, one per split) onto `backend`
+/// (`opts.threads` is the CPU's business: the backend is already made).
+///
+/// Errors as [`load_cpu_model`], naming the backend's missing support.
+pub async fn load_model<B: Backend, S: ByteSource>(
+    backend: B,
+    model: &GgufModel,
+    sources: &[S],
+    opts: &LoadOptions,
+    progress: &mut dyn FnMut(&LoadProgress),
+) -> crate::Result<Model<B>> {
     let cfg = ModelConfig::from_metadata_supported(model.metadata())?;
     let spec = spec_for(&cfg, model.metadata())?;
     if opts.kv.num_blocks < 2 || opts.kv.block_size == 0 {
@@ -310,12 +409,12 @@ pub async fn load_cpu_model<S: ByteSource>(
         ))
         .into());
     }
-    let table = KernelTable::detect();
-    check_types(model, &table)?;
+    check_types(model, &backend)?;
     let raw = read_all(model, sources, progress).await?;
     let mut t = Tensors {
         raw,
-        table: &table,
+        backend: &backend,
+        buffers: Vec::new(),
         arch: cfg.arch.clone(),
     };
     let d = cfg.n_embd;
@@ -326,23 +425,22 @@ pub async fn load_cpu_model<S: ByteSource>(
     let layers = (0..cfg.n_layer)
         .map(|il| load_layer(&mut t, &cfg, &spec, il))
         .collect::<crate::Result<Vec<_>>>()?;
-    let kv = KvCache::new(
-        opts.kv,
-        cfg.n_layer,
-        cfg.n_head_kv * cfg.head_dim_k,
-        cfg.n_head_kv * cfg.head_dim_v,
-    );
-    Ok(CpuModel {
+    let buffers = t.buffers;
+    let kv = alloc_kv(&backend, &cfg, &opts.kv)?;
+    Ok(Model {
         spec,
-        table: table.clone(),
-        threads: Threads::new(opts.threads),
+        backend,
         exact: opts.exact_f32,
-        tok_embd,
-        output_norm,
-        output,
-        layers,
-        rope_freqs,
+        buffers,
+        weights: ModelWeights {
+            tok_embd,
+            output_norm,
+            output,
+            rope_freqs,
+            layers,
+        },
         kv,
+        kv_cfg: opts.kv,
         cfg,
     })
 }

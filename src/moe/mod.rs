@@ -94,9 +94,23 @@ pub fn moe_forward(
     out: &mut [f32],
 ) -> crate::Result<()> {
     let routes = route(router_logits, n_expert, k);
+    moe_apply(experts, layer, &routes, n_expert, x, out)
+}
+
+/// The MoE FFN of one layer for rows already routed (`routes[r]`: row r's
+/// experts): groups, runs each used expert once on its rows, and sums the
+/// weighted outputs into `out` (`[rows, n_embd]`, overwritten).
+pub fn moe_apply(
+    experts: &dyn ExpertFfn,
+    layer: usize,
+    routes: &[TokenRoute],
+    n_expert: usize,
+    x: &[f32],
+    out: &mut [f32],
+) -> crate::Result<()> {
     let width = x.len() / routes.len().max(1);
     out.fill(0.0);
-    for (e, g) in group_by_expert(&routes, n_expert).iter().enumerate() {
+    for (e, g) in group_by_expert(routes, n_expert).iter().enumerate() {
         if g.rows.is_empty() {
             continue;
         }

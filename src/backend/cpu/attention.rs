@@ -29,27 +29,83 @@ impl Store {
         }
     }
 
+    fn as_ref(&self) -> KvRef<'_> {
+        match self {
+            Store::F16(v) => KvRef::F16(v),
+            Store::F32(v) => KvRef::F32(v),
+        }
+    }
+
+    fn as_mut(&mut self) -> KvMut<'_> {
+        match self {
+            Store::F16(v) => KvMut::F16(v),
+            Store::F32(v) => KvMut::F32(v),
+        }
+    }
+}
+
+/// A borrowed K or V array of one layer: `[slots, width]`.
+#[derive(Debug, Clone, Copy)]
+pub enum KvRef<'a> {
+    /// Half precision.
+    F16(&'a [f16]),
+    /// Single precision.
+    F32(&'a [f32]),
+}
+
+/// A mutably borrowed K or V array of one layer: `[slots, width]`.
+#[derive(Debug)]
+pub enum KvMut<'a> {
+    /// Half precision.
+    F16(&'a mut [f16]),
+    /// Single precision.
+    F32(&'a mut [f32]),
+}
+
+impl KvMut<'_> {
+    fn len(&self) -> usize {
+        match self {
+            KvMut::F16(v) => v.len(),
+            KvMut::F32(v) => v.len(),
+        }
+    }
+
     fn write(&mut self, at: usize, src: &[f32]) {
         match self {
-            Store::F16(v) => {
+            KvMut::F16(v) => {
                 for (d, &s) in v[at..at + src.len()].iter_mut().zip(src) {
                     *d = f16::from_f32(s);
                 }
             }
-            Store::F32(v) => v[at..at + src.len()].copy_from_slice(src),
+            KvMut::F32(v) => v[at..at + src.len()].copy_from_slice(src),
         }
+    }
+}
+
+impl KvRef<'_> {
+    /// Values held.
+    pub fn len(&self) -> usize {
+        match self {
+            KvRef::F16(v) => v.len(),
+            KvRef::F32(v) => v.len(),
+        }
+    }
+
+    /// Whether nothing is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 
     /// Dot of the `q.len()` values at `at` with `q`.
     #[inline]
     fn dot(&self, at: usize, q: &[f32]) -> f32 {
         match self {
-            Store::F16(v) => v[at..at + q.len()]
+            KvRef::F16(v) => v[at..at + q.len()]
                 .iter()
                 .zip(q)
                 .map(|(&k, &q)| fp16(k) * q)
                 .sum(),
-            Store::F32(v) => super::kernels::float::vec_dot_f32(&v[at..at + q.len()], q),
+            KvRef::F32(v) => super::kernels::float::vec_dot_f32(&v[at..at + q.len()], q),
         }
     }
 
@@ -58,18 +114,181 @@ impl Store {
     fn axpy(&self, at: usize, w: f32, out: &mut [f32]) {
         let n = out.len();
         match self {
-            Store::F16(v) => {
+            KvRef::F16(v) => {
                 for (o, x) in out.iter_mut().zip(&v[at..at + n]) {
                     *o += w * fp16(*x);
                 }
             }
-            Store::F32(v) => {
+            KvRef::F32(v) => {
                 for (o, &x) in out.iter_mut().zip(&v[at..at + n]) {
                     *o += w * x;
                 }
             }
         }
     }
+}
+
+/// Writes rows of `src` (`[slots.len(), width]`) at slot indices `slots` of `dst`.
+pub fn write_rows(
+    mut dst: KvMut<'_>,
+    width: usize,
+    slots: &[usize],
+    src: &[f32],
+) -> Result<(), BackendError> {
+    if src.len() != slots.len() * width {
+        return Err(BackendError::Shape(format!(
+            "K/V write: {} values for {} rows of {width}",
+            src.len(),
+            slots.len()
+        )));
+    }
+    for (i, &at) in slots.iter().enumerate() {
+        if (at + 1) * width > dst.len() {
+            return Err(BackendError::Shape(format!(
+                "K/V slot {at} is outside a cache of {} rows",
+                dst.len() / width.max(1)
+            )));
+        }
+        dst.write(at * width, &src[i * width..(i + 1) * width]);
+    }
+    Ok(())
+}
+
+/// Slot indices of positions `0..n` through `table` in a cache of
+/// `num_blocks` blocks of `block_size`.
+pub fn table_slots(
+    table: &[BlockId],
+    n: usize,
+    block_size: usize,
+    num_blocks: usize,
+) -> Result<Vec<usize>, BackendError> {
+    (0..n)
+        .map(|p| {
+            let block = *table.get(p / block_size).ok_or_else(|| {
+                BackendError::Shape(format!(
+                    "position {p} needs block {} but the block table has {}",
+                    p / block_size,
+                    table.len()
+                ))
+            })?;
+            slot_index(block, p % block_size, block_size, num_blocks)
+        })
+        .collect()
+}
+
+/// The flat slot index of `offset` in `block`, checked against the cache size.
+pub fn slot_index(
+    block: BlockId,
+    offset: usize,
+    block_size: usize,
+    num_blocks: usize,
+) -> Result<usize, BackendError> {
+    let b = block.0 as usize;
+    if b >= num_blocks || offset >= block_size {
+        return Err(BackendError::Shape(format!(
+            "K/V slot (block {b}, offset {offset}) is outside the cache of {num_blocks} blocks of {block_size}"
+        )));
+    }
+    Ok(b * block_size + offset)
+}
+
+/// For each batch row: (sequence index, position); every row must belong
+/// to exactly one sequence whose slot list covers its positions.
+fn row_positions(
+    seqs: &[AttnSeq<'_>],
+    seq_slots: &[Vec<usize>],
+    rows: usize,
+) -> Result<Vec<(usize, usize)>, BackendError> {
+    let mut row_seq = vec![None; rows];
+    for (si, s) in seqs.iter().enumerate() {
+        if s.row + s.len > rows || seq_slots.get(si).map(Vec::len) != Some(s.start + s.len) {
+            return Err(BackendError::Shape(format!(
+                "attention: sequence {si} (rows {}..{}) does not fit {rows} rows",
+                s.row,
+                s.row + s.len
+            )));
+        }
+        for (i, r) in row_seq[s.row..s.row + s.len].iter_mut().enumerate() {
+            *r = Some((si, s.start + i));
+        }
+    }
+    row_seq
+        .into_iter()
+        .enumerate()
+        .map(|(r, s)| {
+            s.ok_or_else(|| BackendError::Shape(format!("attention: row {r} has no sequence")))
+        })
+        .collect()
+}
+
+/// One layer's K and V as attention reads them.
+#[derive(Debug, Clone, Copy)]
+pub struct LayerKv<'a> {
+    /// K: `[slots, k_width]`.
+    pub k: KvRef<'a>,
+    /// V: `[slots, v_width]`.
+    pub v: KvRef<'a>,
+}
+
+/// Causal attention of every query row against K/V read through the slot
+/// lists of its sequence (`seq_slots[i]`: slot of each position
+/// `0 .. seqs[i].start + seqs[i].len`; the `block_table` field is unused).
+///
+/// q: `[tokens, n_head * head_dim_k]`, out: `[tokens, n_head * head_dim_v]`.
+pub fn attend_slots(
+    threads: &Threads,
+    kv: LayerKv<'_>,
+    shape: &AttnShape,
+    seqs: &[AttnSeq<'_>],
+    seq_slots: &[Vec<usize>],
+    q: &[f32],
+    out: &mut [f32],
+) -> Result<(), BackendError> {
+    let (hk, hv) = (shape.head_dim_k, shape.head_dim_v);
+    let (k_width, v_width) = (shape.n_head_kv * hk, shape.n_head_kv * hv);
+    let group = shape.n_head / shape.n_head_kv.max(1);
+    let rows = out.len() / (shape.n_head * hv).max(1);
+    let max_slot = seq_slots
+        .iter()
+        .flatten()
+        .copied()
+        .max()
+        .map_or(0, |s| s + 1);
+    if q.len() != rows * shape.n_head * hk
+        || kv.k.len() < max_slot * k_width
+        || kv.v.len() < max_slot * v_width
+        || group * shape.n_head_kv != shape.n_head
+    {
+        return Err(BackendError::Shape(format!(
+            "attention: q has {} values for {rows} rows of {} heads of {hk}; caches {} / {}",
+            q.len(),
+            shape.n_head,
+            kv.k.len(),
+            kv.v.len()
+        )));
+    }
+    let row_seq = row_positions(seqs, seq_slots, rows)?;
+    threads.for_chunks(out, hv, |ri, o| {
+        let (row, h) = (ri / shape.n_head, ri % shape.n_head);
+        let (si, p) = row_seq[row];
+        let kvh = h / group;
+        let qh = &q[row * shape.n_head * hk + h * hk..][..hk];
+        let first = shape.window.map_or(0, |w| (p + 1).saturating_sub(w));
+        let slots = &seq_slots[si][first..=p];
+        let mut scores: Vec<f32> = slots
+            .iter()
+            .map(|&s| kv.k.dot(s * k_width + kvh * hk, qh) * shape.scale)
+            .collect();
+        if let Some(cap) = shape.softcap {
+            ops::softcap(&mut scores, cap);
+        }
+        ops::softmax(&mut scores);
+        o.fill(0.0);
+        for (&s, &w) in slots.iter().zip(&scores) {
+            kv.v.axpy(s * v_width + kvh * hv, w, o);
+        }
+    });
+    Ok(())
 }
 
 /// K and V of every layer.
@@ -136,17 +355,6 @@ impl KvCache {
         &self.cfg
     }
 
-    fn slot_index(&self, block: BlockId, offset: usize) -> Result<usize, BackendError> {
-        let b = block.0 as usize;
-        if b >= self.cfg.num_blocks || offset >= self.cfg.block_size {
-            return Err(BackendError::Shape(format!(
-                "K/V slot (block {b}, offset {offset}) is outside the cache of {} blocks of {}",
-                self.cfg.num_blocks, self.cfg.block_size
-            )));
-        }
-        Ok(b * self.cfg.block_size + offset)
-    }
-
     /// Writes K and V rows (`k: [slots.len(), k_width]`, `v: [slots.len(), v_width]`) of `layer`.
     pub fn write(
         &mut self,
@@ -155,35 +363,16 @@ impl KvCache {
         k: &[f32],
         v: &[f32],
     ) -> Result<(), BackendError> {
-        for (i, s) in slots.iter().enumerate() {
-            let at = self.slot_index(s.block, s.offset as usize)?;
-            self.k[layer].write(
-                at * self.k_width,
-                &k[i * self.k_width..(i + 1) * self.k_width],
-            );
-            self.v[layer].write(
-                at * self.v_width,
-                &v[i * self.v_width..(i + 1) * self.v_width],
-            );
-        }
-        Ok(())
-    }
-
-    /// Slot indices of positions `0..n` through `table`.
-    fn positions(&self, table: &[BlockId], n: usize) -> Result<Vec<usize>, BackendError> {
-        let bs = self.cfg.block_size;
-        (0..n)
-            .map(|p| {
-                let block = *table.get(p / bs).ok_or_else(|| {
-                    BackendError::Shape(format!(
-                        "position {p} needs block {} but the block table has {}",
-                        p / bs,
-                        table.len()
-                    ))
-                })?;
-                self.slot_index(block, p % bs)
-            })
-            .collect()
+        let (bs, nb) = (self.cfg.block_size, self.cfg.num_blocks);
+        let at = slots
+            .iter()
+            .map(|s| slot_index(s.block, s.offset as usize, bs, nb))
+            .collect::<Result<Vec<_>, _>>()?;
+        let (Some(kc), Some(vc)) = (self.k.get_mut(layer), self.v.get_mut(layer)) else {
+            return Err(BackendError::Shape(format!("no K/V layer {layer}")));
+        };
+        write_rows(kc.as_mut(), self.k_width, &at, k)?;
+        write_rows(vc.as_mut(), self.v_width, &at, v)
     }
 
     /// Causal attention of every query row against the cached K/V of its sequence.
@@ -199,38 +388,18 @@ impl KvCache {
         q: &[f32],
         out: &mut [f32],
     ) -> Result<(), BackendError> {
-        let (hk, hv) = (shape.head_dim_k, shape.head_dim_v);
-        let group = shape.n_head / shape.n_head_kv.max(1);
-        // For each batch row: (sequence index, position).
-        let mut row_seq = vec![(0usize, 0usize); out.len() / (shape.n_head * hv).max(1)];
-        let mut slots = Vec::with_capacity(seqs.len());
-        for (si, s) in seqs.iter().enumerate() {
-            for i in 0..s.len {
-                row_seq[s.row + i] = (si, s.start + i);
-            }
-            slots.push(self.positions(s.block_table, s.start + s.len)?);
-        }
-        let (kc, vc) = (&self.k[layer], &self.v[layer]);
-        threads.for_chunks(out, hv, |ri, o| {
-            let (row, h) = (ri / shape.n_head, ri % shape.n_head);
-            let (si, p) = row_seq[row];
-            let kvh = h / group;
-            let qh = &q[row * shape.n_head * hk + h * hk..][..hk];
-            let first = shape.window.map_or(0, |w| (p + 1).saturating_sub(w));
-            let slots = &slots[si][first..=p];
-            let mut scores: Vec<f32> = slots
-                .iter()
-                .map(|&s| kc.dot(s * self.k_width + kvh * hk, qh) * shape.scale)
-                .collect();
-            if let Some(cap) = shape.softcap {
-                ops::softcap(&mut scores, cap);
-            }
-            ops::softmax(&mut scores);
-            o.fill(0.0);
-            for (&s, &w) in slots.iter().zip(&scores) {
-                vc.axpy(s * self.v_width + kvh * hv, w, o);
-            }
-        });
-        Ok(())
+        let (bs, nb) = (self.cfg.block_size, self.cfg.num_blocks);
+        let slots = seqs
+            .iter()
+            .map(|s| table_slots(s.block_table, s.start + s.len, bs, nb))
+            .collect::<Result<Vec<_>, _>>()?;
+        let (Some(k), Some(v)) = (self.k.get(layer), self.v.get(layer)) else {
+            return Err(BackendError::Shape(format!("no K/V layer {layer}")));
+        };
+        let kv = LayerKv {
+            k: k.as_ref(),
+            v: v.as_ref(),
+        };
+        attend_slots(threads, kv, shape, seqs, &slots, q, out)
     }
 }

@@ -3,11 +3,11 @@
 //! The CPU executes each op as it is recorded (`submit` has nothing left to
 //! do) and `download` is ready at once. Buffers are 4-byte aligned host
 //! memory behind a `RefCell`, so an op may write a buffer it also reads.
-//! The K/V cache, paged attention and expert ops need the model's cache and
-//! block tables: [`CpuModel`](super::CpuModel) runs them directly, and
-//! `supports` says no to them here.
+//! Weight buffers become a [`Weight`] (the kernels' view) the first time an
+//! op reads them as one, so no op copies a weight. The K/V, attention and
+//! expert ops are in `record.rs`.
 
-use std::cell::RefCell;
+use std::cell::{OnceCell, RefCell};
 use std::future::Future;
 use std::ops::Range;
 
@@ -17,35 +17,90 @@ use super::ops;
 use super::threads::Threads;
 use crate::backend::{Backend, BackendError, BufKind, Caps, OpIo};
 use crate::graph::Op;
+use crate::quant::GgmlType;
 
 /// A host buffer.
 #[derive(Debug)]
 pub struct CpuBuffer {
-    data: RefCell<Vec<u32>>,
-    len: u64,
+    pub(super) data: RefCell<Vec<u32>>,
+    pub(super) len: u64,
+    /// The kernels' view of a weight buffer, once an op used it as one (the
+    /// data moves there from `data`).
+    weight: OnceCell<Weight>,
     /// What the buffer was allocated for.
     pub kind: BufKind,
 }
 
+/// The error of a buffer an op reads while another op's borrow is live
+/// (an op whose output is also one of its inputs where it may not be).
+fn busy() -> BackendError {
+    BackendError::Shape("an op reads and writes the same buffer where it may not".into())
+}
+
 impl CpuBuffer {
-    fn bytes(&self) -> Vec<u8> {
-        let d = self.data.borrow();
-        bytemuck::cast_slice::<u32, u8>(&d)[..self.len as usize].to_vec()
+    fn bytes(&self) -> Result<Vec<u8>, BackendError> {
+        if let Some(w) = self.weight.get() {
+            return Ok(w.bytes().to_vec());
+        }
+        let d = self.data.try_borrow().map_err(|_| busy())?;
+        Ok(bytemuck::cast_slice::<u32, u8>(&d)[..self.len as usize].to_vec())
     }
 
-    fn f32s(&self) -> Vec<f32> {
-        let d = self.data.borrow();
-        bytemuck::cast_slice::<u32, f32>(&d)[..self.len as usize / 4].to_vec()
+    pub(super) fn f32s(&self) -> Result<Vec<f32>, BackendError> {
+        let d = self.data.try_borrow().map_err(|_| busy())?;
+        Ok(bytemuck::cast_slice::<u32, f32>(&d)[..self.len as usize / 4].to_vec())
     }
 
-    fn u32s(&self) -> Vec<u32> {
-        self.data.borrow()[..self.len as usize / 4].to_vec()
+    pub(super) fn u32s(&self) -> Result<Vec<u32>, BackendError> {
+        let d = self.data.try_borrow().map_err(|_| busy())?;
+        Ok(d[..self.len as usize / 4].to_vec())
     }
 
-    fn set_f32s(&self, v: &[f32]) -> Result<(), BackendError> {
-        let mut d = self.data.borrow_mut();
+    /// The buffer as a weight of `ty` with rows of `cols`: cached for weight
+    /// buffers, built from a copy for others.
+    pub(super) fn weight(
+        &self,
+        table: &KernelTable,
+        ty: GgmlType,
+        cols: usize,
+    ) -> Result<WeightRef<'_>, BackendError> {
+        if let Some(w) = self.weight.get() {
+            if w.ty != ty || w.cols != cols {
+                return Err(BackendError::Shape(format!(
+                    "weight buffer of {} rows of {} {} used as rows of {cols} {ty}",
+                    w.rows, w.cols, w.ty
+                )));
+            }
+            return Ok(WeightRef::Cached(w));
+        }
+        let len = self.len as usize;
+        let row_bytes = (cols / ty.block_elems().max(1)) * ty.block_bytes();
+        if row_bytes == 0 || len % row_bytes != 0 || cols % ty.block_elems().max(1) != 0 {
+            return Err(BackendError::Shape(format!(
+                "a buffer of {len} bytes does not hold rows of {cols} {ty}"
+            )));
+        }
+        let rows = len / row_bytes;
+        if self.kind != BufKind::Weights {
+            let data = self.data.try_borrow().map_err(|_| busy())?.clone();
+            let w = Weight::new(table, "buffer", ty, cols, rows, data, len)?;
+            return Ok(WeightRef::Owned(w));
+        }
+        table
+            .weight(ty)
+            .ok_or_else(|| BackendError::UnsupportedType {
+                tensor: "weight buffer".into(),
+                ty,
+            })?;
+        let data = std::mem::take(&mut *self.data.try_borrow_mut().map_err(|_| busy())?);
+        let w = Weight::new(table, "weight buffer", ty, cols, rows, data, len)?;
+        Ok(WeightRef::Cached(self.weight.get_or_init(|| w)))
+    }
+
+    pub(super) fn set_f32s(&self, v: &[f32]) -> Result<(), BackendError> {
+        let mut d = self.data.try_borrow_mut().map_err(|_| busy())?;
         let n = v.len();
-        if n * 4 > self.len as usize {
+        if n * 4 != self.len as usize {
             return Err(BackendError::OutOfBounds {
                 range: 0..(n as u64) * 4,
                 len: self.len,
@@ -56,12 +111,29 @@ impl CpuBuffer {
     }
 }
 
+/// A weight view: the cached one of a weight buffer, or a copy.
+#[derive(Debug)]
+pub(super) enum WeightRef<'a> {
+    Cached(&'a Weight),
+    Owned(Weight),
+}
+
+impl std::ops::Deref for WeightRef<'_> {
+    type Target = Weight;
+    fn deref(&self) -> &Weight {
+        match self {
+            WeightRef::Cached(w) => w,
+            WeightRef::Owned(w) => w,
+        }
+    }
+}
+
 /// The CPU as a [`Backend`].
 #[derive(Debug)]
 pub struct CpuBackend {
     caps: Caps,
-    table: KernelTable,
-    threads: Threads,
+    pub(super) table: KernelTable,
+    pub(super) threads: Threads,
 }
 
 impl CpuBackend {
@@ -84,7 +156,11 @@ impl CpuBackend {
 }
 
 /// The `i`th buffer of `list`, or a shape error naming the op.
-fn nth<'a>(list: &[&'a CpuBuffer], i: usize, op: &Op) -> Result<&'a CpuBuffer, BackendError> {
+pub(super) fn nth<'a>(
+    list: &[&'a CpuBuffer],
+    i: usize,
+    op: &Op,
+) -> Result<&'a CpuBuffer, BackendError> {
     list.get(i)
         .copied()
         .ok_or_else(|| BackendError::Shape(format!("{op:?} needs buffer {i}")))
@@ -96,8 +172,16 @@ fn binary(
     op: &Op,
     f: fn(&mut [f32], &[f32]),
 ) -> Result<(), BackendError> {
-    let mut x = nth(io.inputs, 0, op)?.f32s();
-    let y = nth(io.inputs, 1, op)?.f32s();
+    let mut x = nth(io.inputs, 0, op)?.f32s()?;
+    let y = nth(io.inputs, 1, op)?.f32s()?;
+    let bias = matches!(op, Op::BiasAdd);
+    if y.is_empty() || (bias && x.len() % y.len() != 0) || (!bias && x.len() != y.len()) {
+        return Err(BackendError::Shape(format!(
+            "{op:?}: inputs of {} and {} values",
+            x.len(),
+            y.len()
+        )));
+    }
     f(&mut x, &y);
     nth(io.outputs, 0, op)?.set_f32s(&x)
 }
@@ -107,23 +191,14 @@ impl CpuBackend {
         let Op::GetRows { ty, width } = op else {
             return Err(BackendError::UnsupportedOp(format!("{op:?}")));
         };
-        let table = nth(io.inputs, 0, op)?;
-        let rows = table.len as usize / (width / ty.block_elems() * ty.block_bytes()).max(1);
-        let w = Weight::new(
-            &self.table,
-            "get_rows table",
-            *ty,
-            *width,
-            rows,
-            table.data.borrow().clone(),
-            table.len as usize,
-        )?;
-        let ids = nth(io.inputs, 1, op)?.u32s();
+        let w = nth(io.inputs, 0, op)?.weight(&self.table, *ty, *width)?;
+        let ids = nth(io.inputs, 1, op)?.u32s()?;
         let mut out = vec![0.0f32; ids.len() * width];
         for (row, &id) in out.chunks_exact_mut(*width).zip(&ids) {
-            if id as usize >= rows {
+            if id as usize >= w.rows {
                 return Err(BackendError::Shape(format!(
-                    "get_rows: id {id} of {rows} rows"
+                    "get_rows: id {id} of {} rows",
+                    w.rows
                 )));
             }
             w.dequantize_row(id as usize, row);
@@ -135,52 +210,55 @@ impl CpuBackend {
         let Op::MatMul { ty, k, n, exact } = op else {
             return Err(BackendError::UnsupportedOp(format!("{op:?}")));
         };
-        let x = nth(io.inputs, 0, op)?.f32s();
-        let wb = nth(io.inputs, 1, op)?;
-        let w = Weight::new(
-            &self.table,
-            "matmul weight",
-            *ty,
-            *k,
-            *n,
-            wb.data.borrow().clone(),
-            wb.len as usize,
-        )?;
-        let rows = x.len() / k;
-        let mut y = vec![0.0f32; rows * n];
-        matmul(
-            &self.threads,
-            &self.table,
-            &w,
-            0..*n,
-            &x[..rows * k],
-            &mut y,
-            *exact,
-        )?;
-        nth(io.outputs, 0, op)?.set_f32s(&y)
+        let w = nth(io.inputs, 1, op)?.weight(&self.table, *ty, *k)?;
+        if w.rows != *n {
+            return Err(BackendError::Shape(format!(
+                "{op:?}: the weight has {} rows",
+                w.rows
+            )));
+        }
+        let xb = nth(io.inputs, 0, op)?;
+        let xd = xb.data.try_borrow().map_err(|_| busy())?;
+        let x = &bytemuck::cast_slice::<u32, f32>(&xd)[..xb.len as usize / 4];
+        let rows = x.len() / k.max(&1);
+        let yb = nth(io.outputs, 0, op)?;
+        let mut yd = yb.data.try_borrow_mut().map_err(|_| busy())?;
+        let y = &mut bytemuck::cast_slice_mut::<u32, f32>(&mut yd)[..yb.len as usize / 4];
+        if x.len() != rows * k || y.len() != rows * n {
+            return Err(BackendError::Shape(format!(
+                "{op:?}: x has {} values, y {}",
+                x.len(),
+                y.len()
+            )));
+        }
+        matmul(&self.threads, &self.table, &w, 0..*n, x, y, *exact)
     }
 
     fn unary(&self, op: &Op, io: &OpIo<'_, CpuBuffer>) -> Result<(), BackendError> {
-        let mut x = nth(io.inputs, 0, op)?.f32s();
+        let mut x = nth(io.inputs, 0, op)?.f32s()?;
+        if x.is_empty() {
+            return Ok(());
+        }
+        let row = match op {
+            Op::RmsNorm { width, .. } | Op::Softmax { width } => *width,
+            Op::Rope { head_dim, .. } => *head_dim,
+            _ => 1,
+        };
+        if row == 0 || x.len() % row != 0 {
+            return Err(BackendError::Shape(format!(
+                "{op:?}: {} values are not whole rows",
+                x.len()
+            )));
+        }
         match op {
             Op::RmsNorm { width, eps } => {
-                let w = nth(io.inputs, 1, op)?.f32s();
-                ops::rms_norm(&mut x, &w[..*width], *eps);
+                let w = nth(io.inputs, 1, op)?.f32s()?;
+                let w = w.get(..*width).ok_or_else(|| {
+                    BackendError::Shape(format!("{op:?}: weight of {} values", w.len()))
+                })?;
+                ops::rms_norm(&mut x, w, *eps);
             }
-            Op::Rope {
-                mode,
-                head_dim,
-                n_rot,
-                base,
-                scale,
-            } => {
-                let pos: Vec<usize> = nth(io.inputs, 1, op)?
-                    .u32s()
-                    .iter()
-                    .map(|&p| p as usize)
-                    .collect();
-                ops::rope_scaled(&mut x, &pos, *head_dim, *n_rot, *base, *scale, *mode);
-            }
+            Op::Rope { .. } => rope(op, io, &mut x)?,
             Op::Scale(s) => ops::scale(&mut x, *s),
             Op::LogitSoftcap(c) => ops::softcap(&mut x, *c),
             Op::Softmax { width } => x.chunks_exact_mut(*width).for_each(ops::softmax),
@@ -188,6 +266,52 @@ impl CpuBackend {
         }
         nth(io.outputs, 0, op)?.set_f32s(&x)
     }
+}
+
+/// RoPE of `x` (read from input 0) with the positions and factors of `io`.
+fn rope(op: &Op, io: &OpIo<'_, CpuBuffer>, x: &mut [f32]) -> Result<(), BackendError> {
+    let Op::Rope {
+        mode,
+        head_dim,
+        n_rot,
+        base,
+        scale,
+    } = op
+    else {
+        return Err(BackendError::UnsupportedOp(format!("{op:?}")));
+    };
+    let pos: Vec<usize> = nth(io.inputs, 1, op)?
+        .u32s()?
+        .iter()
+        .map(|&p| p as usize)
+        .collect();
+    let factors = match io.inputs.get(2) {
+        Some(b) => Some(b.f32s()?),
+        None => None,
+    };
+    let tokens = pos.len().max(1);
+    if (pos.is_empty() && !x.is_empty())
+        || x.len() % tokens != 0
+        || (x.len() / tokens) % head_dim != 0
+        || n_rot > head_dim
+        || factors.as_ref().is_some_and(|f| f.len() < n_rot / 2)
+    {
+        return Err(BackendError::Shape(format!(
+            "{op:?}: {} values for {} positions",
+            x.len(),
+            pos.len()
+        )));
+    }
+    let p = ops::RopeParams {
+        head_dim: *head_dim,
+        n_rot: *n_rot,
+        base: *base,
+        freq_scale: *scale,
+        freq_factors: factors.as_deref(),
+        mode: *mode,
+    };
+    ops::rope_with(x, &pos, &p);
+    Ok(())
 }
 
 impl Backend for CpuBackend {
@@ -205,6 +329,7 @@ impl Backend for CpuBackend {
         Ok(CpuBuffer {
             data: RefCell::new(vec![0; words]),
             len: bytes,
+            weight: OnceCell::new(),
             kind,
         })
     }
@@ -217,7 +342,12 @@ impl Backend for CpuBackend {
                 len: dst.len,
             });
         }
-        let mut d = dst.data.borrow_mut();
+        if dst.weight.get().is_some() {
+            return Err(BackendError::Shape(
+                "a weight buffer cannot be written after an op used it".into(),
+            ));
+        }
+        let mut d = dst.data.try_borrow_mut().map_err(|_| busy())?;
         bytemuck::cast_slice_mut::<u32, u8>(&mut d)[offset as usize..end as usize]
             .copy_from_slice(src);
         Ok(())
@@ -226,10 +356,7 @@ impl Backend for CpuBackend {
     fn supports(&self, op: &Op) -> bool {
         match op {
             Op::GetRows { ty, .. } | Op::MatMul { ty, .. } => self.table.weight(*ty).is_some(),
-            Op::KvWrite { .. }
-            | Op::PagedAttention { .. }
-            | Op::MoeTopK { .. }
-            | Op::MoeExperts { .. } => false,
+            Op::MoeExperts { tys, .. } => tys.iter().all(|t| self.table.weight(*t).is_some()),
             _ => true,
         }
     }
@@ -245,6 +372,10 @@ impl Backend for CpuBackend {
             Op::BiasAdd => binary(io, op, ops::add_bias),
             Op::SiluMul => binary(io, op, ops::silu_mul),
             Op::GeluTanhMul => binary(io, op, ops::gelu_mul),
+            Op::KvWrite { .. } => self.kv_write(op, io),
+            Op::PagedAttention { .. } => self.paged_attention(op, io),
+            Op::MoeTopK { .. } => self.moe_top_k(op, io),
+            Op::MoeExperts { .. } => self.moe_experts(op, io),
             _ if self.supports(op) => self.unary(op, io),
             _ => Err(BackendError::UnsupportedOp(format!("{op:?}"))),
         }
@@ -260,7 +391,8 @@ impl Backend for CpuBackend {
         range: Range<u64>,
     ) -> impl Future<Output = Result<Vec<u8>, BackendError>> {
         let result = if range.start <= range.end && range.end <= src.len {
-            Ok(src.bytes()[range.start as usize..range.end as usize].to_vec())
+            src.bytes()
+                .map(|b| b[range.start as usize..range.end as usize].to_vec())
         } else {
             Err(BackendError::OutOfBounds {
                 range,

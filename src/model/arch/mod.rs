@@ -6,6 +6,7 @@
 
 pub mod gemma3;
 pub mod llama;
+pub mod plan;
 pub mod qwen2;
 pub mod qwen3;
 pub mod qwen3moe;

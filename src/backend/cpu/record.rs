@@ -1,0 +1,295 @@
+//! The CPU backend's K/V, paged-attention and MoE ops: the same kernels the
+//! rest of the backend uses ([`super::attention`], [`super::matmul`],
+//! [`crate::moe`]), over the buffers of an [`OpIo`].
+
+use half::f16;
+
+use super::attention::{
+    attend_slots, table_slots, write_rows, AttnSeq, AttnShape, KvMut, KvRef, LayerKv,
+};
+use super::backend::{nth, CpuBackend, CpuBuffer};
+use super::matmul::{matmul, Weight};
+use super::ops;
+use crate::backend::{BackendError, OpIo};
+use crate::graph::Op;
+use crate::kv::BlockId;
+use crate::model::arch::Activation;
+use crate::model::KvType;
+use crate::moe::{moe_apply, route, ExpertFfn, TokenRoute};
+
+fn busy() -> BackendError {
+    BackendError::Shape("an op reads and writes the same buffer where it may not".into())
+}
+
+fn unsupported(op: &Op) -> BackendError {
+    BackendError::UnsupportedOp(format!("{op:?}"))
+}
+
+/// Runs `f` on a cache buffer's values as `dtype`.
+fn with_cache<R>(
+    b: &CpuBuffer,
+    dtype: KvType,
+    f: impl FnOnce(KvRef<'_>) -> R,
+) -> Result<R, BackendError> {
+    let d = b.data.try_borrow().map_err(|_| busy())?;
+    let bytes = &bytemuck::cast_slice::<u32, u8>(&d)[..b.len as usize];
+    Ok(match dtype {
+        KvType::F16 => f(KvRef::F16(bytemuck::cast_slice::<u8, f16>(
+            &bytes[..bytes.len() / 2 * 2],
+        ))),
+        KvType::F32 => f(KvRef::F32(bytemuck::cast_slice::<u8, f32>(
+            &bytes[..bytes.len() / 4 * 4],
+        ))),
+    })
+}
+
+/// Writes rows of `src` into a cache buffer at `slots`.
+fn write_cache(
+    b: &CpuBuffer,
+    dtype: KvType,
+    width: usize,
+    slots: &[usize],
+    src: &[f32],
+) -> Result<(), BackendError> {
+    let mut d = b.data.try_borrow_mut().map_err(|_| busy())?;
+    let len = b.len as usize;
+    let bytes = &mut bytemuck::cast_slice_mut::<u32, u8>(&mut d)[..len];
+    let dst = match dtype {
+        KvType::F16 => KvMut::F16(bytemuck::cast_slice_mut::<u8, f16>(
+            &mut bytes[..len / 2 * 2],
+        )),
+        KvType::F32 => KvMut::F32(bytemuck::cast_slice_mut::<u8, f32>(
+            &mut bytes[..len / 4 * 4],
+        )),
+    };
+    write_rows(dst, width, slots, src)
+}
+
+/// Bytes of one cache element.
+fn elem_bytes(dtype: KvType) -> usize {
+    match dtype {
+        KvType::F16 => 2,
+        KvType::F32 => 4,
+    }
+}
+
+impl CpuBackend {
+    pub(super) fn kv_write(&self, op: &Op, io: &OpIo<'_, CpuBuffer>) -> Result<(), BackendError> {
+        let Op::KvWrite {
+            k_width,
+            v_width,
+            dtype,
+            ..
+        } = *op
+        else {
+            return Err(unsupported(op));
+        };
+        let k = nth(io.inputs, 0, op)?.f32s()?;
+        let v = nth(io.inputs, 1, op)?.f32s()?;
+        let slots: Vec<usize> = nth(io.inputs, 2, op)?
+            .u32s()?
+            .iter()
+            .map(|&s| s as usize)
+            .collect();
+        write_cache(nth(io.outputs, 0, op)?, dtype, k_width, &slots, &k)?;
+        write_cache(nth(io.outputs, 1, op)?, dtype, v_width, &slots, &v)
+    }
+
+    pub(super) fn paged_attention(
+        &self,
+        op: &Op,
+        io: &OpIo<'_, CpuBuffer>,
+    ) -> Result<(), BackendError> {
+        let Op::PagedAttention {
+            n_head,
+            n_head_kv,
+            head_dim_k,
+            head_dim_v,
+            scale,
+            window,
+            softcap,
+            block_size,
+            dtype,
+            ..
+        } = *op
+        else {
+            return Err(unsupported(op));
+        };
+        let shape = AttnShape {
+            n_head,
+            n_head_kv,
+            head_dim_k,
+            head_dim_v,
+            scale,
+            window,
+            softcap,
+        };
+        let kc = nth(io.inputs, 1, op)?;
+        let row_bytes = n_head_kv * head_dim_k * elem_bytes(dtype);
+        let num_blocks = kc.len as usize / (row_bytes * block_size).max(1);
+        let (seqs, slots) = self.attn_seqs(op, io, block_size, num_blocks)?;
+        let q = nth(io.inputs, 0, op)?.f32s()?;
+        let ob = nth(io.outputs, 0, op)?;
+        let mut od = ob.data.try_borrow_mut().map_err(|_| busy())?;
+        let out = &mut bytemuck::cast_slice_mut::<u32, f32>(&mut od)[..ob.len as usize / 4];
+        let vc = nth(io.inputs, 2, op)?;
+        with_cache(kc, dtype, |k| {
+            with_cache(vc, dtype, |v| {
+                let kv = LayerKv { k, v };
+                attend_slots(&self.threads, kv, &shape, &seqs, &slots, &q, out)
+            })
+        })??
+    }
+
+    /// The sequences of an attention op and the slot of each of their positions.
+    #[allow(clippy::type_complexity)]
+    fn attn_seqs(
+        &self,
+        op: &Op,
+        io: &OpIo<'_, CpuBuffer>,
+        block_size: usize,
+        num_blocks: usize,
+    ) -> Result<(Vec<AttnSeq<'static>>, Vec<Vec<usize>>), BackendError> {
+        let info = nth(io.inputs, 3, op)?.u32s()?;
+        let tables: Vec<BlockId> = nth(io.inputs, 4, op)?
+            .u32s()?
+            .into_iter()
+            .map(BlockId)
+            .collect();
+        let mut seqs = Vec::with_capacity(info.len() / 4);
+        let mut slots = Vec::with_capacity(info.len() / 4);
+        for s in info.chunks_exact(4) {
+            let [row, len, start, at] = [s[0], s[1], s[2], s[3]].map(|v| v as usize);
+            let n = start + len;
+            let table = tables.get(at..).unwrap_or(&[]);
+            let table = &table[..table.len().min(n.div_ceil(block_size.max(1)))];
+            slots.push(table_slots(table, n, block_size, num_blocks)?);
+            seqs.push(AttnSeq {
+                row,
+                len,
+                start,
+                block_table: &[],
+            });
+        }
+        Ok((seqs, slots))
+    }
+
+    pub(super) fn moe_top_k(&self, op: &Op, io: &OpIo<'_, CpuBuffer>) -> Result<(), BackendError> {
+        let Op::MoeTopK { n_expert, k } = *op else {
+            return Err(unsupported(op));
+        };
+        let logits = nth(io.inputs, 0, op)?.f32s()?;
+        if n_expert == 0 || k == 0 || k > n_expert || logits.len() % n_expert != 0 {
+            return Err(BackendError::Shape(format!(
+                "{op:?}: {} logits",
+                logits.len()
+            )));
+        }
+        let routes = route(&logits, n_expert, k);
+        let ids: Vec<u32> = routes
+            .iter()
+            .flat_map(|r| r.experts.iter().map(|&e| e as u32))
+            .collect();
+        let weights: Vec<f32> = routes.iter().flat_map(|r| r.weights.clone()).collect();
+        nth(io.outputs, 0, op)?.set_f32s(bytemuck::cast_slice(&ids))?;
+        nth(io.outputs, 1, op)?.set_f32s(&weights)
+    }
+
+    pub(super) fn moe_experts(
+        &self,
+        op: &Op,
+        io: &OpIo<'_, CpuBuffer>,
+    ) -> Result<(), BackendError> {
+        let Op::MoeExperts {
+            layer,
+            n_expert,
+            k,
+            n_embd,
+            n_ff,
+            act,
+            tys,
+            exact,
+        } = *op
+        else {
+            return Err(unsupported(op));
+        };
+        let x = nth(io.inputs, 0, op)?.f32s()?;
+        let ids = nth(io.inputs, 1, op)?.u32s()?;
+        let wts = nth(io.inputs, 2, op)?.f32s()?;
+        let tokens = x.len() / n_embd.max(1);
+        if k == 0 || x.len() != tokens * n_embd || ids.len() != tokens * k || wts.len() != ids.len()
+        {
+            return Err(BackendError::Shape(format!(
+                "{op:?}: x of {}, ids of {}, weights of {}",
+                x.len(),
+                ids.len(),
+                wts.len()
+            )));
+        }
+        let routes = routes_of(&ids, &wts, k);
+        let w =
+            |i: usize, cols: usize| nth(io.inputs, 3 + i, op)?.weight(&self.table, tys[i], cols);
+        let (gate, up, down) = (w(0, n_embd)?, w(1, n_embd)?, w(2, n_ff)?);
+        if gate.rows != n_expert * n_ff || up.rows != gate.rows || down.rows != n_expert * n_embd {
+            return Err(BackendError::Shape(format!(
+                "{op:?}: expert weights of other shapes"
+            )));
+        }
+        let experts = Experts {
+            backend: self,
+            gate: &gate,
+            up: &up,
+            down: &down,
+            n_ff,
+            n_embd,
+            act,
+            exact,
+        };
+        let mut out = vec![0.0f32; x.len()];
+        moe_apply(&experts, layer, &routes, n_expert, &x, &mut out)
+            .map_err(|e| BackendError::Shape(format!("{op:?}: {e}")))?;
+        nth(io.outputs, 0, op)?.set_f32s(&out)
+    }
+}
+
+/// The routes of [`Op::MoeTopK`]'s outputs (`ids`, `wts`: `[tokens, k]`).
+fn routes_of(ids: &[u32], wts: &[f32], k: usize) -> Vec<TokenRoute> {
+    ids.chunks_exact(k)
+        .zip(wts.chunks_exact(k))
+        .map(|(e, w)| TokenRoute {
+            experts: e.iter().map(|&e| e as usize).collect(),
+            weights: w.to_vec(),
+        })
+        .collect()
+}
+
+/// Expert FFNs over stacked weights in host memory: the CPU side of the MoE seam.
+struct Experts<'a> {
+    backend: &'a CpuBackend,
+    gate: &'a Weight,
+    up: &'a Weight,
+    down: &'a Weight,
+    n_ff: usize,
+    n_embd: usize,
+    act: Activation,
+    exact: bool,
+}
+
+impl ExpertFfn for Experts<'_> {
+    fn run_expert(&self, _layer: usize, e: usize, x: &[f32], out: &mut [f32]) -> crate::Result<()> {
+        let (b, ff, d) = (self.backend, self.n_ff, self.n_embd);
+        let n = x.len() / d.max(1);
+        let (mut g, mut u) = (vec![0.0; n * ff], vec![0.0; n * ff]);
+        let mm = |w: &Weight, rows: std::ops::Range<usize>, x: &[f32], y: &mut [f32]| {
+            matmul(&b.threads, &b.table, w, rows, x, y, self.exact)
+        };
+        mm(self.gate, e * ff..(e + 1) * ff, x, &mut g)?;
+        mm(self.up, e * ff..(e + 1) * ff, x, &mut u)?;
+        match self.act {
+            Activation::Silu => ops::silu_mul(&mut g, &u),
+            Activation::GeluTanh => ops::gelu_mul(&mut g, &u),
+        }
+        mm(self.down, e * d..(e + 1) * d, &g, out)?;
+        Ok(())
+    }
+}

@@ -1,0 +1,183 @@
+//! A per-step plan: the ops of one forward pass over named buffers, and the
+//! generic executor that runs it on any [`Backend`].
+//!
+//! A plan owns no memory: it lists activation buffers (sizes in bytes, some
+//! with host data to upload first) and refers to the model's weights and
+//! K/V cache by index. [`execute`] allocates the activations, records every
+//! step, submits once, and downloads ONE buffer (the logits rows).
+
+use crate::backend::{Backend, BackendError, BufKind, OpIo};
+use crate::graph::Op;
+
+/// A buffer a step reads or writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BufId {
+    /// The model's weight buffer `i`.
+    Weight(usize),
+    /// The plan's activation buffer `i`.
+    Act(usize),
+    /// Layer `i`'s K cache.
+    KvK(usize),
+    /// Layer `i`'s V cache.
+    KvV(usize),
+}
+
+/// One op and its buffers, in the order its [`Op`] variant documents.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Step {
+    /// The op.
+    pub op: Op,
+    /// Inputs.
+    pub inputs: Vec<BufId>,
+    /// Outputs.
+    pub outputs: Vec<BufId>,
+}
+
+/// An activation buffer of a plan.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ActBuf {
+    /// Size in bytes.
+    pub bytes: u64,
+    /// Host data uploaded before the first step (inputs: ids, positions, slots).
+    pub init: Option<Vec<u8>>,
+}
+
+/// The ops of one forward pass.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Plan {
+    /// Activation buffers.
+    pub acts: Vec<ActBuf>,
+    /// Steps, in order.
+    pub steps: Vec<Step>,
+    /// The buffer read back at the end and its size, if any.
+    pub result: Option<(usize, u64)>,
+}
+
+impl Plan {
+    /// A new zeroed activation buffer of `bytes`.
+    pub fn act(&mut self, bytes: usize) -> BufId {
+        self.acts.push(ActBuf {
+            bytes: bytes as u64,
+            init: None,
+        });
+        BufId::Act(self.acts.len() - 1)
+    }
+
+    /// An activation buffer uploaded from `data` (u32 values).
+    pub fn input_u32(&mut self, data: &[u32]) -> BufId {
+        let bytes: &[u8] = bytemuck::cast_slice(data);
+        self.acts.push(ActBuf {
+            bytes: bytes.len() as u64,
+            init: Some(bytes.to_vec()),
+        });
+        BufId::Act(self.acts.len() - 1)
+    }
+
+    /// Appends a step.
+    pub fn push(&mut self, op: Op, inputs: &[BufId], outputs: &[BufId]) {
+        self.steps.push(Step {
+            op,
+            inputs: inputs.to_vec(),
+            outputs: outputs.to_vec(),
+        });
+    }
+
+    /// Checks that every step has the buffers its op takes and that every
+    /// buffer exists (`weights`, `layers`: what the model holds).
+    pub fn check(&self, weights: usize, layers: usize) -> Result<(), BackendError> {
+        let exists = |b: &BufId| match *b {
+            BufId::Weight(i) => i < weights,
+            BufId::Act(i) => i < self.acts.len(),
+            BufId::KvK(i) | BufId::KvV(i) => i < layers,
+        };
+        for (i, s) in self.steps.iter().enumerate() {
+            let (ins, outs) = arity(&s.op);
+            if !ins.contains(&s.inputs.len()) || s.outputs.len() != outs {
+                return Err(BackendError::Shape(format!(
+                    "step {i} ({:?}) has {} inputs and {} outputs; it takes {ins:?} and {outs}",
+                    s.op,
+                    s.inputs.len(),
+                    s.outputs.len()
+                )));
+            }
+            if let Some(b) = s.inputs.iter().chain(&s.outputs).find(|b| !exists(b)) {
+                return Err(BackendError::Shape(format!(
+                    "step {i} ({:?}) refers to {b:?}, which the model does not hold",
+                    s.op
+                )));
+            }
+        }
+        match self.result {
+            Some((i, n)) if i >= self.acts.len() || n > self.acts[i].bytes => Err(
+                BackendError::Shape(format!("result buffer {i} ({n} bytes) is not in the plan")),
+            ),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Inputs (allowed counts) and outputs an op takes.
+pub fn arity(op: &Op) -> (std::ops::RangeInclusive<usize>, usize) {
+    match op {
+        Op::GetRows { .. } | Op::MatMul { .. } | Op::RmsNorm { .. } => (2..=2, 1),
+        Op::Rope { .. } => (2..=3, 1),
+        Op::Add | Op::Mul | Op::BiasAdd | Op::SiluMul | Op::GeluTanhMul => (2..=2, 1),
+        Op::Scale(_) | Op::Softmax { .. } | Op::LogitSoftcap(_) => (1..=1, 1),
+        Op::KvWrite { .. } => (3..=3, 2),
+        Op::PagedAttention { .. } => (5..=5, 1),
+        Op::MoeTopK { .. } => (1..=1, 2),
+        Op::MoeExperts { .. } => (6..=6, 1),
+    }
+}
+
+/// The model-held buffers a plan refers to.
+#[derive(Debug)]
+pub struct Held<'a, Buf> {
+    /// Weights, by [`BufId::Weight`] index.
+    pub weights: &'a [Buf],
+    /// Per layer: K and V caches.
+    pub kv: &'a [[Buf; 2]],
+}
+
+/// Runs `plan` on `backend`: allocates and uploads its activations, records
+/// every step, submits, and downloads the result buffer (empty when none).
+pub async fn execute<B: Backend>(
+    backend: &mut B,
+    plan: &Plan,
+    held: &Held<'_, B::Buffer>,
+) -> Result<Vec<u8>, BackendError> {
+    plan.check(held.weights.len(), held.kv.len())?;
+    let mut acts = Vec::with_capacity(plan.acts.len());
+    for a in &plan.acts {
+        let buf = backend.alloc(a.bytes, BufKind::Activations)?;
+        if let Some(data) = &a.init {
+            backend.upload(&buf, 0, data)?;
+        }
+        acts.push(buf);
+    }
+    let get = |b: &BufId| -> &B::Buffer {
+        match *b {
+            BufId::Weight(i) => &held.weights[i],
+            BufId::Act(i) => &acts[i],
+            BufId::KvK(i) => &held.kv[i][0],
+            BufId::KvV(i) => &held.kv[i][1],
+        }
+    };
+    for s in &plan.steps {
+        if !backend.supports(&s.op) {
+            return Err(BackendError::UnsupportedOp(format!("{:?}", s.op)));
+        }
+        let inputs: Vec<&B::Buffer> = s.inputs.iter().map(get).collect();
+        let outputs: Vec<&B::Buffer> = s.outputs.iter().map(get).collect();
+        let io = OpIo {
+            inputs: &inputs,
+            outputs: &outputs,
+        };
+        backend.record(&s.op, &io)?;
+    }
+    backend.submit()?;
+    match plan.result {
+        Some((i, n)) => backend.download(&acts[i], 0..n).await,
+        None => Ok(Vec::new()),
+    }
+}

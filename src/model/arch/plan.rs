@@ -1,0 +1,317 @@
+//! The ops of one forward pass, as the [`ArchSpec`] describes them: builds
+//! the step's [`Plan`] over the model's weights, its K/V cache and the
+//! activation buffers of the batch.
+//!
+//! Coarse ops: one matmul per weight over all rows of the batch, one
+//! attention op per layer over all sequences (through their block tables).
+//! Scratch buffers (`h`, `q`, `k`, ...) are shared by all layers.
+
+use crate::backend::{Backend, BackendError};
+use crate::graph::plan::{BufId, Plan};
+use crate::graph::Op;
+use crate::model::arch::ArchSpec;
+use crate::model::generic::{FfnWeights, LayerWeights, Model, ModelWeights, WeightInfo};
+use crate::model::{Batch, KvCacheConfig, LogitsWanted, ModelConfig};
+use crate::quant::GgmlType;
+
+/// What a plan is built from: the model's shapes and weights.
+#[derive(Debug, Clone, Copy)]
+pub struct PlanSource<'a> {
+    /// Shapes.
+    pub cfg: &'a ModelConfig,
+    /// The architecture.
+    pub spec: &'a ArchSpec,
+    /// Weights, by buffer.
+    pub weights: &'a ModelWeights,
+    /// The K/V cache.
+    pub kv: &'a KvCacheConfig,
+    /// Exact-f32 mode.
+    pub exact: bool,
+}
+
+impl<'a, B: Backend> From<&'a Model<B>> for PlanSource<'a> {
+    fn from(m: &'a Model<B>) -> Self {
+        Self {
+            cfg: &m.cfg,
+            spec: &m.spec,
+            weights: &m.weights,
+            kv: &m.kv_cfg,
+            exact: m.exact,
+        }
+    }
+}
+
+/// The step's buffers shared by all layers.
+struct Bufs {
+    /// Residual stream `[tokens, n_embd]`.
+    x: BufId,
+    /// Normed input of a block `[tokens, n_embd]`.
+    h: BufId,
+    /// Output of a block `[tokens, n_embd]`.
+    o: BufId,
+    q: BufId,
+    k: BufId,
+    v: BufId,
+    att: BufId,
+    /// Dense FFN gate and up `[tokens, n_ff]`.
+    g: BufId,
+    u: BufId,
+    /// MoE router logits `[tokens, n_expert]`, chosen ids and weights `[tokens, k]`.
+    router: BufId,
+    ids: BufId,
+    wts: BufId,
+    pos: BufId,
+    slots: BufId,
+    seqs: BufId,
+    tables: BufId,
+}
+
+/// Builds the plan of `batch` (checked: slots match tokens, ids in the vocabulary).
+pub fn build_plan<'a>(
+    src: impl Into<PlanSource<'a>>,
+    batch: &Batch<'_>,
+) -> Result<Plan, BackendError> {
+    let s = src.into();
+    let mut p = Plan::default();
+    let bufs = inputs(&s, &mut p, batch);
+    embed(&s, &mut p, &bufs, batch);
+    for (il, l) in s.weights.layers.iter().enumerate() {
+        attention(&s, &mut p, &bufs, il, l);
+        feed_forward(&s, &mut p, &bufs, il, l)?;
+    }
+    logits(&s, &mut p, &bufs, batch);
+    Ok(p)
+}
+
+/// The step's host inputs and scratch buffers.
+fn inputs(s: &PlanSource<'_>, p: &mut Plan, batch: &Batch<'_>) -> Bufs {
+    let (c, t) = (s.cfg, batch.num_tokens());
+    let bs = s.kv.block_size as u32;
+    let mut pos = Vec::with_capacity(t);
+    let mut slots = Vec::with_capacity(t);
+    let mut seqs = Vec::with_capacity(batch.seqs.len() * 4);
+    let mut tables = Vec::new();
+    for q in batch.seqs {
+        let row = pos.len() as u32;
+        seqs.extend([
+            row,
+            q.tokens.len() as u32,
+            q.start as u32,
+            tables.len() as u32,
+        ]);
+        tables.extend(q.block_table.iter().map(|b| b.0));
+        pos.extend((q.start..q.start + q.tokens.len()).map(|p| p as u32));
+        slots.extend(q.slots.iter().map(|s| s.block.0 * bs + s.offset));
+    }
+    let f32s = |p: &mut Plan, width: usize| p.act(t * width * 4);
+    Bufs {
+        x: f32s(p, c.n_embd),
+        h: f32s(p, c.n_embd),
+        o: f32s(p, c.n_embd),
+        q: f32s(p, c.n_head * c.head_dim_k),
+        k: f32s(p, c.n_head_kv * c.head_dim_k),
+        v: f32s(p, c.n_head_kv * c.head_dim_v),
+        att: f32s(p, c.n_head * c.head_dim_v),
+        g: f32s(p, if s.spec.moe { 0 } else { c.n_ff }),
+        u: f32s(p, if s.spec.moe { 0 } else { c.n_ff }),
+        router: f32s(p, c.n_expert),
+        ids: f32s(p, c.n_expert_used),
+        wts: f32s(p, c.n_expert_used),
+        pos: p.input_u32(&pos),
+        slots: p.input_u32(&slots),
+        seqs: p.input_u32(&seqs),
+        tables: p.input_u32(&tables),
+    }
+}
+
+/// `y = x · Wᵀ`.
+fn matmul(s: &PlanSource<'_>, p: &mut Plan, w: &WeightInfo, x: BufId, y: BufId) {
+    let op = Op::MatMul {
+        ty: w.ty,
+        k: w.cols,
+        n: w.rows,
+        exact: s.exact,
+    };
+    p.push(op, &[x, BufId::Weight(w.id)], &[y]);
+}
+
+/// `y = rms_norm(x) * w` over rows of `w.cols`.
+fn norm(s: &PlanSource<'_>, p: &mut Plan, w: &WeightInfo, x: BufId, y: BufId) {
+    let op = Op::RmsNorm {
+        width: w.cols,
+        eps: s.cfg.rms_eps,
+    };
+    p.push(op, &[x, BufId::Weight(w.id)], &[y]);
+}
+
+/// Token embeddings into `x`, scaled when the architecture says so.
+fn embed(s: &PlanSource<'_>, p: &mut Plan, b: &Bufs, batch: &Batch<'_>) {
+    let ids: Vec<u32> = batch
+        .seqs
+        .iter()
+        .flat_map(|q| q.tokens.iter().copied())
+        .collect();
+    let ids = p.input_u32(&ids);
+    let t = &s.weights.tok_embd;
+    let op = Op::GetRows {
+        ty: t.ty,
+        width: s.cfg.n_embd,
+    };
+    p.push(op, &[BufId::Weight(t.id), ids], &[b.x]);
+    if let Some(scale) = s.spec.embd_scale {
+        p.push(Op::Scale(scale), &[b.x], &[b.x]);
+    }
+}
+
+/// The attention half of layer `il`, added into `x`.
+fn attention(s: &PlanSource<'_>, p: &mut Plan, b: &Bufs, il: usize, l: &LayerWeights) {
+    let (c, ls) = (s.cfg, s.spec.layers.get(il).copied());
+    norm(s, p, &l.attn_norm, b.x, b.h);
+    matmul(s, p, &l.wq, b.h, b.q);
+    matmul(s, p, &l.wk, b.h, b.k);
+    matmul(s, p, &l.wv, b.h, b.v);
+    if let Some(bias) = &l.bias {
+        for (w, y) in bias.iter().zip([b.q, b.k, b.v]) {
+            p.push(Op::BiasAdd, &[y, BufId::Weight(w.id)], &[y]);
+        }
+    }
+    if let Some(qk) = &l.qk_norm {
+        norm(s, p, &qk[0], b.q, b.q);
+        norm(s, p, &qk[1], b.k, b.k);
+    }
+    let rope = Op::Rope {
+        mode: s.spec.rope_mode,
+        head_dim: c.head_dim_k,
+        n_rot: s.spec.n_rot,
+        base: ls.map_or(c.rope_base, |l| l.rope_base),
+        scale: s.spec.rope_freq_scale,
+    };
+    for y in [b.q, b.k] {
+        let mut ins = vec![y, b.pos];
+        ins.extend(s.weights.rope_freqs.map(|f| BufId::Weight(f.id)));
+        p.push(rope.clone(), &ins, &[y]);
+    }
+    let kv = [BufId::KvK(il), BufId::KvV(il)];
+    let write = Op::KvWrite {
+        layer: il,
+        k_width: c.n_head_kv * c.head_dim_k,
+        v_width: c.n_head_kv * c.head_dim_v,
+        dtype: s.kv.dtype,
+    };
+    p.push(write, &[b.k, b.v, b.slots], &kv);
+    let attn = Op::PagedAttention {
+        layer: il,
+        n_head: c.n_head,
+        n_head_kv: c.n_head_kv,
+        head_dim_k: c.head_dim_k,
+        head_dim_v: c.head_dim_v,
+        scale: s.spec.attn_scale,
+        window: ls.and_then(|l| l.window),
+        softcap: None,
+        block_size: s.kv.block_size,
+        dtype: s.kv.dtype,
+    };
+    p.push(attn, &[b.q, kv[0], kv[1], b.seqs, b.tables], &[b.att]);
+    matmul(s, p, &l.wo, b.att, b.o);
+    if let Some(w) = &l.post_attn_norm {
+        norm(s, p, w, b.o, b.o);
+    }
+    p.push(Op::Add, &[b.x, b.o], &[b.x]);
+}
+
+/// The FFN half of layer `il`, added into `x`.
+fn feed_forward(
+    s: &PlanSource<'_>,
+    p: &mut Plan,
+    b: &Bufs,
+    il: usize,
+    l: &LayerWeights,
+) -> Result<(), BackendError> {
+    norm(s, p, &l.ffn_norm, b.x, b.h);
+    match &l.ffn {
+        FfnWeights::Dense { gate, up, down } => {
+            let (g, u) = (b.g, b.u);
+            matmul(s, p, gate, b.h, g);
+            matmul(s, p, up, b.h, u);
+            let act = match s.spec.act {
+                super::Activation::Silu => Op::SiluMul,
+                super::Activation::GeluTanh => Op::GeluTanhMul,
+            };
+            p.push(act, &[g, u], &[g]);
+            matmul(s, p, down, g, b.o);
+        }
+        FfnWeights::Moe {
+            router,
+            gate,
+            up,
+            down,
+            n_ff,
+        } => {
+            let (ne, k) = (s.cfg.n_expert, s.cfg.n_expert_used);
+            if k == 0 || k > ne || router.rows != ne {
+                return Err(BackendError::Shape(format!(
+                    "layer {il}: {k} of {ne} experts with a router of {}",
+                    router.rows
+                )));
+            }
+            let (logits, ids, wts) = (b.router, b.ids, b.wts);
+            matmul(s, p, router, b.h, logits);
+            p.push(Op::MoeTopK { n_expert: ne, k }, &[logits], &[ids, wts]);
+            let op = Op::MoeExperts {
+                layer: il,
+                n_expert: ne,
+                k,
+                n_embd: s.cfg.n_embd,
+                n_ff: *n_ff,
+                act: s.spec.act,
+                tys: [gate.ty, up.ty, down.ty],
+                exact: s.exact,
+            };
+            let w = |w: &WeightInfo| BufId::Weight(w.id);
+            p.push(op, &[b.h, ids, wts, w(gate), w(up), w(down)], &[b.o]);
+        }
+    }
+    if let Some(w) = &l.post_ffn_norm {
+        norm(s, p, w, b.o, b.o);
+    }
+    p.push(Op::Add, &[b.x, b.o], &[b.x]);
+    Ok(())
+}
+
+/// Final norm and output projection of the wanted rows; the plan's result.
+fn logits(s: &PlanSource<'_>, p: &mut Plan, b: &Bufs, batch: &Batch<'_>) {
+    let (d, nv) = (s.cfg.n_embd, s.cfg.n_vocab);
+    let mut rows = Vec::with_capacity(batch.logits_rows());
+    let mut row = 0u32;
+    for q in batch.seqs {
+        let n = q.tokens.len() as u32;
+        let wanted = match q.logits {
+            LogitsWanted::None => 0..0,
+            LogitsWanted::Last => n.saturating_sub(1)..n,
+            LogitsWanted::All => 0..n,
+        };
+        rows.extend(wanted.map(|r| row + r));
+        row += n;
+    }
+    if rows.is_empty() {
+        return;
+    }
+    let r = rows.len();
+    let ids = p.input_u32(&rows);
+    let sel = p.act(r * d * 4);
+    let get = Op::GetRows {
+        ty: GgmlType::F32,
+        width: d,
+    };
+    p.push(get, &[b.x, ids], &[sel]);
+    norm(s, p, &s.weights.output_norm, sel, sel);
+    let out = p.act(r * nv * 4);
+    let w = s.weights.output.as_ref().unwrap_or(&s.weights.tok_embd);
+    matmul(s, p, w, sel, out);
+    if let Some(cap) = s.spec.final_softcap {
+        p.push(Op::LogitSoftcap(cap), &[out], &[out]);
+    }
+    if let BufId::Act(i) = out {
+        p.result = Some((i, (r * nv * 4) as u64));
+    }
+}

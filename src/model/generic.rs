@@ -1,0 +1,208 @@
+//! [`Model`]: a transformer on any [`Backend`]. Each forward pass builds the
+//! step's [`Plan`](crate::graph::plan::Plan) from the architecture's spec
+//! ([`super::arch::plan`]), runs it through the generic executor, and reads
+//! back the logits rows with ONE download.
+
+use std::fmt;
+
+use crate::backend::{Backend, BackendError};
+use crate::graph::plan::{execute, Held};
+use crate::model::arch::{plan::build_plan, ArchSpec};
+use crate::model::{Batch, ForwardModel, KvCacheConfig, LogitsWanted, ModelConfig};
+use crate::quant::GgmlType;
+
+/// One weight the model holds on its backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WeightInfo {
+    /// Index of its buffer ([`crate::graph::plan::BufId::Weight`]).
+    pub id: usize,
+    /// Element type (norm weights and biases are F32).
+    pub ty: GgmlType,
+    /// Elements per row.
+    pub cols: usize,
+    /// Rows (product of the other dimensions).
+    pub rows: usize,
+}
+
+/// The feed-forward weights of a layer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FfnWeights {
+    /// `down(act(gate x) * up x)`.
+    Dense {
+        /// `[n_ff, n_embd]`.
+        gate: WeightInfo,
+        /// `[n_ff, n_embd]`.
+        up: WeightInfo,
+        /// `[n_embd, n_ff]`.
+        down: WeightInfo,
+    },
+    /// Router and stacked experts.
+    Moe {
+        /// `[n_expert, n_embd]`.
+        router: WeightInfo,
+        /// `[n_expert * n_ff, n_embd]`.
+        gate: WeightInfo,
+        /// `[n_expert * n_ff, n_embd]`.
+        up: WeightInfo,
+        /// `[n_expert * n_embd, n_ff]`.
+        down: WeightInfo,
+        /// Hidden width of one expert.
+        n_ff: usize,
+    },
+}
+
+/// One transformer block's weights.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LayerWeights {
+    /// Attention input norm.
+    pub attn_norm: WeightInfo,
+    /// Query projection.
+    pub wq: WeightInfo,
+    /// Key projection.
+    pub wk: WeightInfo,
+    /// Value projection.
+    pub wv: WeightInfo,
+    /// Output projection.
+    pub wo: WeightInfo,
+    /// q/k/v biases (qwen2).
+    pub bias: Option<[WeightInfo; 3]>,
+    /// q/k head norms (qwen3, gemma3).
+    pub qk_norm: Option<[WeightInfo; 2]>,
+    /// Norm of the attention output (gemma3).
+    pub post_attn_norm: Option<WeightInfo>,
+    /// FFN input norm.
+    pub ffn_norm: WeightInfo,
+    /// The FFN.
+    pub ffn: FfnWeights,
+    /// Norm of the FFN output (gemma3).
+    pub post_ffn_norm: Option<WeightInfo>,
+}
+
+/// Every weight of a model, by buffer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelWeights {
+    /// Token embeddings `[n_vocab, n_embd]`.
+    pub tok_embd: WeightInfo,
+    /// Final norm.
+    pub output_norm: WeightInfo,
+    /// Output projection; `None`: tied to `tok_embd`.
+    pub output: Option<WeightInfo>,
+    /// Llama 3.1+ per-pair RoPE divisors, when present.
+    pub rope_freqs: Option<WeightInfo>,
+    /// The blocks.
+    pub layers: Vec<LayerWeights>,
+}
+
+/// A model loaded on backend `B`, with its K/V cache.
+///
+/// Built by [`crate::model::load::load_model`].
+pub struct Model<B: Backend> {
+    pub(crate) cfg: ModelConfig,
+    pub(crate) spec: ArchSpec,
+    pub(crate) backend: B,
+    pub(crate) exact: bool,
+    pub(crate) buffers: Vec<B::Buffer>,
+    pub(crate) weights: ModelWeights,
+    pub(crate) kv: Vec<[B::Buffer; 2]>,
+    pub(crate) kv_cfg: KvCacheConfig,
+}
+
+impl<B: Backend> fmt::Debug for Model<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Model")
+            .field("arch", &self.cfg.arch)
+            .field("backend", &self.backend.caps().name)
+            .field("exact", &self.exact)
+            .field("kv", &self.kv_cfg)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<B: Backend> Model<B> {
+    /// The backend the model runs on.
+    pub fn backend(&self) -> &B {
+        &self.backend
+    }
+
+    /// The architecture's spec.
+    pub fn spec(&self) -> &ArchSpec {
+        &self.spec
+    }
+
+    /// The model's weights, by buffer.
+    pub fn weights(&self) -> &ModelWeights {
+        &self.weights
+    }
+
+    /// The K/V cache's configuration.
+    pub fn kv_config(&self) -> &KvCacheConfig {
+        &self.kv_cfg
+    }
+
+    /// Whether the exact-f32 mode is on.
+    pub fn exact(&self) -> bool {
+        self.exact
+    }
+
+    /// The weight and K/V buffers the model's plans refer to.
+    pub fn held(&self) -> Held<'_, B::Buffer> {
+        Held {
+            weights: &self.buffers,
+            kv: &self.kv,
+        }
+    }
+
+    /// Checks the batch against the model before anything runs.
+    fn check_batch(&self, batch: &Batch<'_>) -> Result<(), BackendError> {
+        for (i, s) in batch.seqs.iter().enumerate() {
+            if s.slots.len() != s.tokens.len() {
+                return Err(BackendError::Shape(format!(
+                    "sequence {i}: {} tokens but {} slots",
+                    s.tokens.len(),
+                    s.slots.len()
+                )));
+            }
+            if s.tokens.is_empty() && s.logits != LogitsWanted::None {
+                return Err(BackendError::Shape(format!(
+                    "sequence {i} has no tokens but wants logits"
+                )));
+            }
+            if let Some(&t) = s.tokens.iter().find(|&&t| t as usize >= self.cfg.n_vocab) {
+                return Err(BackendError::Shape(format!(
+                    "sequence {i}: token id {t} is outside the vocabulary of {}",
+                    self.cfg.n_vocab
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// One forward pass: builds the step's plan, runs it, returns the
+    /// wanted logits rows `[batch.logits_rows()][n_vocab]`.
+    pub async fn run(&mut self, batch: &Batch<'_>) -> crate::Result<Vec<f32>> {
+        self.check_batch(batch)?;
+        if batch.num_tokens() == 0 {
+            return Ok(Vec::new());
+        }
+        let plan = build_plan(&*self, batch)?;
+        let held = Held {
+            weights: &self.buffers,
+            kv: &self.kv,
+        };
+        let bytes = execute(&mut self.backend, &plan, &held).await?;
+        Ok(bytes
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect())
+    }
+}
+
+impl<B: Backend> ForwardModel for Model<B> {
+    fn config(&self) -> &ModelConfig {
+        &self.cfg
+    }
+
+    async fn forward(&mut self, batch: &Batch<'_>) -> crate::Result<Vec<f32>> {
+        self.run(batch).await
+    }
+}
