@@ -181,3 +181,46 @@ fn tables_of_every_isa_can_be_chosen() {
     assert!(warning.expect("a warning").contains("not one of"));
     assert_eq!(KernelTable::for_request(None).0.isa(), Isa::best());
 }
+
+#[test]
+fn isa_activation_quantizers_equal_the_scalar_ones() {
+    // Same scale, same ties-to-even rounding: byte-identical blocks.
+    let scalar = KernelTable::scalar();
+    for isa in fast_isas() {
+        let table = KernelTable::with_isa(isa).expect("available ISA");
+        for (i, ty) in [
+            GgmlType::Q8_0,
+            GgmlType::Q8_1,
+            GgmlType::Q8_K,
+            GgmlType::F16,
+            GgmlType::BF16,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let seed = 7000 + 100 * isa as u64 + i as u64;
+            let mut rng = Rng::new(seed);
+            let be = ty.block_elems();
+            for blocks in [1usize, 2, 3, 5, 8, 40] {
+                let n = blocks * be.max(32);
+                let mut x = row(&mut rng, n);
+                // Exact ties and a zero block exercise rounding and amax = 0.
+                x[1] = 0.5 * x[0].abs().max(1e-3);
+                if blocks > 2 {
+                    x[32..64].fill(0.0);
+                }
+                let bytes = n / be * ty.block_bytes();
+                let (mut ours, mut theirs) = (vec![0u8; bytes], vec![0u8; bytes]);
+                (table.quantizer(ty).expect("quantizer"))(&x, &mut ours);
+                (scalar.quantizer(ty).expect("quantizer"))(&x, &mut theirs);
+                assert!(ours == theirs, "{isa} {ty} seed {seed} blocks {blocks}");
+                let oracle = quantized(ty, &x);
+                let differing = ours.iter().zip(&oracle).filter(|(a, b)| a != b).count();
+                assert!(
+                    differing <= oracle.len() / 50,
+                    "{isa} {ty} seed {seed}: {differing} bytes differ from the reference"
+                );
+            }
+        }
+    }
+}

@@ -177,7 +177,7 @@ fn deq<W: Pod>(w: &[u8], out: &mut [f32], f: fn(&[W], &mut [f32])) {
 }
 
 #[inline]
-fn quant<A: Pod>(x: &[f32], out: &mut [u8], f: fn(&[f32], &mut [A])) {
+pub(crate) fn quant<A: Pod>(x: &[f32], out: &mut [u8], f: fn(&[f32], &mut [A])) {
     match bytemuck::try_cast_slice_mut::<u8, A>(out) {
         Ok(y) => f(x, y),
         Err(_) => {
@@ -383,6 +383,11 @@ impl KernelTable {
 
     /// The quantizer of activations to `ty` (a `vec_dot_type`).
     pub fn quantizer(&self, ty: GgmlType) -> Option<QuantizeFn> {
+        // As in `weight`: the ISA was confirmed available.
+        #[cfg(target_arch = "x86_64")]
+        if let Some(q) = x86::quantizer(self.isa, ty) {
+            return Some(q);
+        }
         scalar_quantizer(ty)
     }
 }

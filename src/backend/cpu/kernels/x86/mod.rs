@@ -22,7 +22,7 @@
 mod avx2;
 mod avx512;
 
-use super::{DotFn, Isa};
+use super::{DotFn, Isa, QuantizeFn};
 use crate::quant::GgmlType;
 
 /// Whether this CPU runs `isa`'s kernels.
@@ -51,5 +51,14 @@ pub(super) fn vec_dot(isa: Isa, ty: GgmlType) -> Option<DotFn> {
         Isa::Scalar => None,
         Isa::Avx2 => avx2::vec_dot(ty),
         Isa::Avx512 => avx512::vec_dot(ty).or_else(|| avx2::vec_dot(ty)),
+    }
+}
+
+/// The fast activation quantizer to `ty` under `isa`, `None` where the
+/// scalar one stays. Callers must have checked [`available`]`(isa)`.
+pub(super) fn quantizer(isa: Isa, ty: GgmlType) -> Option<QuantizeFn> {
+    match isa {
+        Isa::Scalar => None,
+        Isa::Avx2 | Isa::Avx512 => avx2::quantizer(ty),
     }
 }
