@@ -8,8 +8,8 @@ use std::arch::x86_64::*;
 
 use crate::backend::cpu::kernels::{dot, quant, DotFn, QuantizeFn};
 use crate::quant::blocks::{
-    BlockIQ4NL, BlockIQ4XS, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K, BlockQ5_0, BlockQ5_1,
-    BlockQ6K, BlockQ8K, BlockQ8_0, BlockQ8_1, KVALUES_IQ4NL,
+    BlockIQ4NL, BlockIQ4XS, BlockQ2K, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K, BlockQ5_0,
+    BlockQ5_1, BlockQ6K, BlockQ8K, BlockQ8_0, BlockQ8_1, KVALUES_IQ4NL,
 };
 use crate::quant::GgmlType;
 
@@ -69,6 +69,7 @@ pub(super) fn vec_dot(ty: GgmlType) -> Option<DotFn> {
         T::Q8_0 => entry!(BlockQ8_0, BlockQ8_0, vec_dot_q8_0_q8_0),
         T::IQ4_NL => entry!(BlockIQ4NL, BlockQ8_0, vec_dot_iq4_nl_q8_0),
         T::IQ4_XS => entry!(BlockIQ4XS, BlockQ8K, vec_dot_iq4_xs_q8_k),
+        T::Q2_K => entry!(BlockQ2K, BlockQ8K, vec_dot_q2_k_q8_k),
         T::Q4_K => entry!(BlockQ4K, BlockQ8K, vec_dot_q4_k_q8_k),
         T::Q5_K => entry!(BlockQ5K, BlockQ8K, vec_dot_q5_k_q8_k),
         T::Q6_K => entry!(BlockQ6K, BlockQ8K, vec_dot_q6_k_q8_k),
@@ -448,6 +449,54 @@ unsafe fn vec_dot_q6_k_q8_k(x: &[BlockQ6K], y: &[BlockQ8K]) -> f32 {
     let mut sumf = 0.0f32;
     for (bx, by) in x.iter().zip(y) {
         sumf += h2f(bx.d) * by.d * q6_k_isum(bx, by) as f32;
+    }
+    sumf
+}
+
+/// Exact `sum scale * q * q8` of a Q2_K block (scales in the low nibbles).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q2_k_isum(bx: &BlockQ2K, by: &BlockQ8K) -> i32 {
+    let m3 = _mm256_set1_epi8(3);
+    let mut acc = _mm256_setzero_si256();
+    for h in 0..2 {
+        let q2 = load32(bx.qs.as_ptr().add(32 * h));
+        // Bits 2s..2s+2 of q2[l] are element 128h + 32s + l (values 0..4).
+        let quants = [
+            _mm256_and_si256(q2, m3),
+            _mm256_and_si256(_mm256_srli_epi16::<2>(q2), m3),
+            _mm256_and_si256(_mm256_srli_epi16::<4>(q2), m3),
+            _mm256_and_si256(_mm256_srli_epi16::<6>(q2), m3),
+        ];
+        for (s, &q) in quants.iter().enumerate() {
+            let q8 = load32(by.qs.as_ptr().add(128 * h + 32 * s));
+            let p = _mm256_maddubs_epi16(q, q8);
+            let g = 8 * h + 2 * s;
+            let sc = _mm256_set_m128i(
+                _mm_set1_epi16(i16::from(bx.scales[g + 1] & 0xF)),
+                _mm_set1_epi16(i16::from(bx.scales[g] & 0xF)),
+            );
+            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, sc));
+        }
+    }
+    hsum(acc)
+}
+
+/// Bit-identical to the scalar kernel: both integer sums are exact and the
+/// float formula is the same.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn vec_dot_q2_k_q8_k(x: &[BlockQ2K], y: &[BlockQ8K]) -> f32 {
+    let mut sumf = 0.0f32;
+    for (bx, by) in x.iter().zip(y) {
+        let mins = _mm256_cvtepu8_epi16(_mm_srli_epi16::<4>(_mm_and_si128(
+            _mm_loadu_si128(bx.scales.as_ptr().cast()),
+            _mm_set1_epi8(0xF0u8 as i8),
+        )));
+        let summs = hsum(_mm256_madd_epi16(load32(by.bsums.as_ptr()), mins));
+        let isum = q2_k_isum(bx, by);
+        let dall = by.d * h2f(bx.d);
+        let dmin = by.d * h2f(bx.dmin);
+        sumf += dall * isum as f32 - dmin * summs as f32;
     }
     sumf
 }
