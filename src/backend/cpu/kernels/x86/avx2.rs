@@ -8,8 +8,8 @@ use std::arch::x86_64::*;
 
 use crate::backend::cpu::kernels::{dot, quant, DotFn, QuantizeFn};
 use crate::quant::blocks::{
-    BlockIQ4NL, BlockIQ4XS, BlockQ2K, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K, BlockQ5_0,
-    BlockQ5_1, BlockQ6K, BlockQ8K, BlockQ8_0, BlockQ8_1, KVALUES_IQ4NL,
+    BlockIQ4NL, BlockIQ4XS, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K,
+    BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8K, BlockQ8_0, BlockQ8_1, KVALUES_IQ4NL,
 };
 use crate::quant::GgmlType;
 
@@ -70,6 +70,7 @@ pub(super) fn vec_dot(ty: GgmlType) -> Option<DotFn> {
         T::IQ4_NL => entry!(BlockIQ4NL, BlockQ8_0, vec_dot_iq4_nl_q8_0),
         T::IQ4_XS => entry!(BlockIQ4XS, BlockQ8K, vec_dot_iq4_xs_q8_k),
         T::Q2_K => entry!(BlockQ2K, BlockQ8K, vec_dot_q2_k_q8_k),
+        T::Q3_K => entry!(BlockQ3K, BlockQ8K, vec_dot_q3_k_q8_k),
         T::Q4_K => entry!(BlockQ4K, BlockQ8K, vec_dot_q4_k_q8_k),
         T::Q5_K => entry!(BlockQ5K, BlockQ8K, vec_dot_q5_k_q8_k),
         T::Q6_K => entry!(BlockQ6K, BlockQ8K, vec_dot_q6_k_q8_k),
@@ -497,6 +498,70 @@ unsafe fn vec_dot_q2_k_q8_k(x: &[BlockQ2K], y: &[BlockQ8K]) -> f32 {
         let dall = by.d * h2f(bx.d);
         let dmin = by.d * h2f(bx.dmin);
         sumf += dall * isum as f32 - dmin * summs as f32;
+    }
+    sumf
+}
+
+/// The sixteen signed 6-bit scales of a Q3_K block (stored minus 32).
+#[inline]
+fn q3_scales(packed: &[u8; 12]) -> [i8; 16] {
+    let mut out = [0i8; 16];
+    for (j, o) in out.iter_mut().enumerate() {
+        let low = if j < 8 {
+            packed[j] & 0xF
+        } else {
+            packed[j - 8] >> 4
+        };
+        let high = (packed[8 + j % 4] >> (2 * (j / 4))) & 3;
+        *o = (low | (high << 4)) as i8 - 32;
+    }
+    out
+}
+
+/// Exact `sum scale * q * q8` of a Q3_K block.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q3_k_isum(bx: &BlockQ3K, by: &BlockQ8K) -> i32 {
+    let scales = q3_scales(&bx.scales);
+    let m3 = _mm256_set1_epi8(3);
+    let four = _mm256_set1_epi8(4);
+    let hm = load32(bx.hmask.as_ptr());
+    let mut acc = _mm256_setzero_si256();
+    for h in 0..2 {
+        let q3 = load32(bx.qs.as_ptr().add(32 * h));
+        let low = [
+            _mm256_and_si256(q3, m3),
+            _mm256_and_si256(_mm256_srli_epi16::<2>(q3), m3),
+            _mm256_and_si256(_mm256_srli_epi16::<4>(q3), m3),
+            _mm256_and_si256(_mm256_srli_epi16::<6>(q3), m3),
+        ];
+        for (s, &lo) in low.iter().enumerate() {
+            // Element 128h + 32s + l is low - 4 unless bit 4h + s of hmask[l] is set.
+            let bit = _mm256_set1_epi8((1u8 << (4 * h + s)) as i8);
+            let set = _mm256_cmpeq_epi8(_mm256_and_si256(hm, bit), bit);
+            let minus = _mm256_andnot_si256(set, four);
+            let q8 = load32(by.qs.as_ptr().add(128 * h + 32 * s));
+            // (lo - minus) * q8 as two unsigned x signed products.
+            let p = _mm256_sub_epi16(
+                _mm256_maddubs_epi16(lo, q8),
+                _mm256_maddubs_epi16(minus, q8),
+            );
+            let g = 8 * h + 2 * s;
+            let sc = _mm256_set_m128i(
+                _mm_set1_epi16(i16::from(scales[g + 1])),
+                _mm_set1_epi16(i16::from(scales[g])),
+            );
+            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, sc));
+        }
+    }
+    hsum(acc)
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn vec_dot_q3_k_q8_k(x: &[BlockQ3K], y: &[BlockQ8K]) -> f32 {
+    let mut sumf = 0.0f32;
+    for (bx, by) in x.iter().zip(y) {
+        sumf += h2f(bx.d) * by.d * q3_k_isum(bx, by) as f32;
     }
     sumf
 }

@@ -10,7 +10,7 @@
 //! Agreement with the scalar kernels: the integer sum of each block (or
 //! sub-block) is computed exactly and then scaled and summed in the same
 //! float order as the scalar kernel, so the 32-element formats, Q2_K and
-//! IQ4_XS give bit-identical results. Q4_K, Q5_K and Q6_K sum each block's
+//! IQ4_XS give bit-identical results. Q3_K, Q4_K, Q5_K and Q6_K sum each block's
 //! integer parts exactly but scale them once per block (the scalar kernel
 //! scales eight partial lanes), so they differ by f32 rounding only: within
 //! `1e-6 * sum |w * a|` (a few ulps of the magnitude; tested).
