@@ -111,7 +111,7 @@ fn recorded_matmul_and_get_rows_match() {
         },
     )
     .expect("matmul");
-    let table = KernelTable::scalar();
+    let table = KernelTable::detect(); // the table the backend uses
     let words: Vec<u32> = wq
         .chunks(4)
         .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))

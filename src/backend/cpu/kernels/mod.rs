@@ -3,8 +3,9 @@
 //! Every ISA file defines the same ggml-named kernels over block structs
 //! (`vec_dot_q4_0_q8_0`, `quantize_row_q8_0`, ...). [`KernelTable`] wraps them
 //! as byte-level entries per weight type, so the matmul and the embedding
-//! lookup never match on types in their loops. Only the scalar ISA exists so
-//! far; a faster ISA fills the same slots and keeps the scalar ones it lacks.
+//! lookup never match on types in their loops. A faster ISA (x86-64: AVX2,
+//! AVX-512 VNNI, in `x86/`) fills the same slots and keeps the scalar ones it
+//! lacks; [`KernelTable::detect`] picks the best one the CPU has.
 
 // Index loops mirror ggml's kernels lane for lane (and keep the shape the
 // vectorizer recognises), so clippy's iterator rewrite is not wanted here.
@@ -14,6 +15,8 @@ pub mod float;
 pub mod iq4;
 pub mod kquants;
 pub mod legacy;
+#[cfg(target_arch = "x86_64")]
+mod x86;
 
 use std::borrow::Cow;
 
@@ -57,6 +60,58 @@ pub type QuantizeFn = fn(x: &[f32], out: &mut [u8]);
 pub enum Isa {
     /// Portable scalar Rust (every target).
     Scalar,
+    /// x86-64 AVX2 with FMA and F16C.
+    Avx2,
+    /// x86-64 AVX-512 F+BW+VL with VNNI (plus everything [`Isa::Avx2`] needs).
+    Avx512,
+}
+
+impl Isa {
+    /// Every ISA, slowest first.
+    pub const ALL: [Isa; 3] = [Isa::Scalar, Isa::Avx2, Isa::Avx512];
+
+    /// The name `HEARTH_CPU_ISA` takes (`scalar`, `avx2`, `avx512`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Isa::Scalar => "scalar",
+            Isa::Avx2 => "avx2",
+            Isa::Avx512 => "avx512",
+        }
+    }
+
+    /// The ISA called `name` (case-insensitive), `None` for an unknown name.
+    pub fn parse(name: &str) -> Option<Isa> {
+        Isa::ALL
+            .into_iter()
+            .find(|isa| isa.name().eq_ignore_ascii_case(name.trim()))
+    }
+
+    /// Whether this CPU runs the ISA's kernels (checked at run time).
+    pub fn available(self) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        {
+            x86::available(self)
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            self == Isa::Scalar
+        }
+    }
+
+    /// The fastest ISA this CPU runs.
+    pub fn best() -> Isa {
+        Isa::ALL
+            .into_iter()
+            .rev()
+            .find(|isa| isa.available())
+            .unwrap_or(Isa::Scalar)
+    }
+}
+
+impl std::fmt::Display for Isa {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
 }
 
 /// The kernels of one weight type.
@@ -112,7 +167,7 @@ fn blocks<B: Pod>(bytes: &[u8]) -> Cow<'_, [B]> {
 }
 
 #[inline]
-fn dot<W: Pod, A: Pod>(w: &[u8], a: &[u8], f: fn(&[W], &[A]) -> f32) -> f32 {
+pub(crate) fn dot<W: Pod, A: Pod>(w: &[u8], a: &[u8], f: fn(&[W], &[A]) -> f32) -> f32 {
     f(&blocks::<W>(w), &blocks::<A>(a))
 }
 
@@ -122,7 +177,7 @@ fn deq<W: Pod>(w: &[u8], out: &mut [f32], f: fn(&[W], &mut [f32])) {
 }
 
 #[inline]
-fn quant<A: Pod>(x: &[f32], out: &mut [u8], f: fn(&[f32], &mut [A])) {
+pub(crate) fn quant<A: Pod>(x: &[f32], out: &mut [u8], f: fn(&[f32], &mut [A])) {
     match bytemuck::try_cast_slice_mut::<u8, A>(out) {
         Ok(y) => f(x, y),
         Err(_) => {
@@ -259,10 +314,49 @@ fn scalar_quantizer(ty: GgmlType) -> Option<QuantizeFn> {
 }
 
 impl KernelTable {
-    /// The table for this machine. `HEARTH_CPU_ISA=scalar` (the only ISA so
-    /// far) is accepted for symmetry with the faster ISAs to come.
+    /// The table for this machine: the fastest ISA the CPU has, or the one
+    /// `HEARTH_CPU_ISA` (`scalar`, `avx2`, `avx512`) names. An unknown name,
+    /// or an ISA this CPU lacks, is not an error: a warning goes to stderr
+    /// and the fastest available ISA is used (see [`KernelTable::for_request`]).
     pub fn detect() -> Self {
-        Self { isa: Isa::Scalar }
+        let request = std::env::var("HEARTH_CPU_ISA").ok();
+        let (table, warning) = Self::for_request(request.as_deref());
+        if let Some(w) = warning {
+            eprintln!("hearth: {w}");
+        }
+        table
+    }
+
+    /// The table for an ISA request (the value of `HEARTH_CPU_ISA`, `None`
+    /// or empty for "the fastest available"), with the warning to show when
+    /// the request cannot be honoured and the fastest ISA is used instead.
+    pub fn for_request(request: Option<&str>) -> (Self, Option<String>) {
+        let best = Self { isa: Isa::best() };
+        let Some(name) = request.filter(|r| !r.trim().is_empty()) else {
+            return (best, None);
+        };
+        match Isa::parse(name) {
+            Some(isa) if isa.available() => (Self { isa }, None),
+            Some(isa) => {
+                let w = format!(
+                    "HEARTH_CPU_ISA={name}: this CPU lacks {isa}; using {}",
+                    best.isa
+                );
+                (best, Some(w))
+            }
+            None => {
+                let w = format!(
+                    "HEARTH_CPU_ISA={name} is not one of scalar, avx2, avx512; using {}",
+                    best.isa
+                );
+                (best, Some(w))
+            }
+        }
+    }
+
+    /// The table of `isa`, `None` when this CPU lacks it.
+    pub fn with_isa(isa: Isa) -> Option<Self> {
+        isa.available().then_some(Self { isa })
     }
 
     /// The scalar table (every target).
@@ -277,15 +371,23 @@ impl KernelTable {
 
     /// The kernels for weights of type `ty`, `None` when the backend cannot run it.
     pub fn weight(&self, ty: GgmlType) -> Option<WeightKernels> {
-        match self.isa {
-            Isa::Scalar => scalar_weight_kernels(ty),
+        #[allow(unused_mut)] // only x86-64 replaces slots
+        let mut k = scalar_weight_kernels(ty)?;
+        // The table only holds an ISA that `Isa::available` confirmed.
+        #[cfg(target_arch = "x86_64")]
+        if let Some(vec_dot) = x86::vec_dot(self.isa, ty) {
+            k.vec_dot = vec_dot;
         }
+        Some(k)
     }
 
     /// The quantizer of activations to `ty` (a `vec_dot_type`).
     pub fn quantizer(&self, ty: GgmlType) -> Option<QuantizeFn> {
-        match self.isa {
-            Isa::Scalar => scalar_quantizer(ty),
+        // As in `weight`: the ISA was confirmed available.
+        #[cfg(target_arch = "x86_64")]
+        if let Some(q) = x86::quantizer(self.isa, ty) {
+            return Some(q);
         }
+        scalar_quantizer(ty)
     }
 }

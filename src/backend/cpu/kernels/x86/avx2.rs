@@ -1,0 +1,646 @@
+//! AVX2 kernels (with FMA and F16C): ggml's x86 scheme of `maddubs` (u8 x
+//! i8 pairs to i16) and `madd` (i16 pairs to i32), 32 quants per register.
+//!
+//! Every block's integer sum is exact; four blocks' lanes are reduced
+//! together ([`hsum4`]) and then scaled in the scalar kernel's float order.
+
+use std::arch::x86_64::*;
+
+use crate::backend::cpu::kernels::{dot, quant, DotFn, QuantizeFn};
+use crate::quant::blocks::{
+    BlockIQ4NL, BlockIQ4XS, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K,
+    BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8K, BlockQ8_0, BlockQ8_1, KVALUES_IQ4NL,
+};
+use crate::quant::GgmlType;
+
+/// A table entry for kernel `$f` over weight blocks `$w` and activation
+/// blocks `$a`.
+macro_rules! entry {
+    ($w:ty, $a:ty, $f:ident) => {
+        |w: &[u8], a: &[u8]| {
+            dot::<$w, $a>(w, a, |x, y| {
+                // SAFETY: entries are handed out only by `x86::vec_dot`,
+                // which the kernel table calls only after detecting the
+                // features `$f` is compiled for.
+                unsafe { $f(x, y) }
+            })
+        }
+    };
+}
+pub(super) use entry;
+
+/// Runs `$lanes(bx, by) -> __m256i` (eight i32 lanes whose sum is the
+/// block's integer dot) over the blocks of `$x` and `$y`, and `$body` with
+/// each block and its exact sum, in block order.
+macro_rules! blockwise {
+    ($x:expr, $y:expr, $lanes:ident, |$bx:ident, $by:ident, $sumi:ident| $body:block) => {{
+        let n = $x.len().min($y.len());
+        let (x, y) = (&$x[..n], &$y[..n]);
+        let (x4, y4) = (x.chunks_exact(4), y.chunks_exact(4));
+        let (xr, yr) = (x4.remainder(), y4.remainder());
+        for (bx4, by4) in x4.zip(y4) {
+            let s = $crate::backend::cpu::kernels::x86::avx2::hsum4(
+                $lanes(&bx4[0], &by4[0]),
+                $lanes(&bx4[1], &by4[1]),
+                $lanes(&bx4[2], &by4[2]),
+                $lanes(&bx4[3], &by4[3]),
+            );
+            for k in 0..4 {
+                let ($bx, $by, $sumi) = (&bx4[k], &by4[k], s[k]);
+                $body
+            }
+        }
+        for ($bx, $by) in xr.iter().zip(yr) {
+            let $sumi = $crate::backend::cpu::kernels::x86::avx2::hsum($lanes($bx, $by));
+            $body
+        }
+    }};
+}
+pub(super) use blockwise;
+
+/// The AVX2 dot of weight type `ty`, `None` where the scalar one stays.
+pub(super) fn vec_dot(ty: GgmlType) -> Option<DotFn> {
+    use GgmlType as T;
+    let f: DotFn = match ty {
+        T::Q4_0 => entry!(BlockQ4_0, BlockQ8_0, vec_dot_q4_0_q8_0),
+        T::Q4_1 => entry!(BlockQ4_1, BlockQ8_1, vec_dot_q4_1_q8_1),
+        T::Q5_0 => entry!(BlockQ5_0, BlockQ8_0, vec_dot_q5_0_q8_0),
+        T::Q5_1 => entry!(BlockQ5_1, BlockQ8_1, vec_dot_q5_1_q8_1),
+        T::Q8_0 => entry!(BlockQ8_0, BlockQ8_0, vec_dot_q8_0_q8_0),
+        T::IQ4_NL => entry!(BlockIQ4NL, BlockQ8_0, vec_dot_iq4_nl_q8_0),
+        T::IQ4_XS => entry!(BlockIQ4XS, BlockQ8K, vec_dot_iq4_xs_q8_k),
+        T::Q2_K => entry!(BlockQ2K, BlockQ8K, vec_dot_q2_k_q8_k),
+        T::Q3_K => entry!(BlockQ3K, BlockQ8K, vec_dot_q3_k_q8_k),
+        T::Q4_K => entry!(BlockQ4K, BlockQ8K, vec_dot_q4_k_q8_k),
+        T::Q5_K => entry!(BlockQ5K, BlockQ8K, vec_dot_q5_k_q8_k),
+        T::Q6_K => entry!(BlockQ6K, BlockQ8K, vec_dot_q6_k_q8_k),
+        _ => return None,
+    };
+    Some(f)
+}
+
+// ---- helpers ---------------------------------------------------------------
+
+/// fp16 to f32 with F16C (exact, as the scalar `fp16`).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn h2f(h: half::f16) -> f32 {
+    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(h.to_bits()))))
+}
+
+/// 32 bytes from `p` (unaligned). Precondition: 32 readable bytes.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn load32<T>(p: *const T) -> __m256i {
+    _mm256_loadu_si256(p.cast())
+}
+
+/// Sum of the eight i32 lanes of `v`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn hsum(v: __m256i) -> i32 {
+    let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
+    let s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+    let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b01>(s));
+    _mm_cvtsi128_si32(s)
+}
+
+/// The lane sums of four vectors at once: `[hsum(a), hsum(b), hsum(c), hsum(d)]`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn hsum4(a: __m256i, b: __m256i, c: __m256i, d: __m256i) -> [i32; 4] {
+    // hadd pairs within each 128-bit half: [a, b, c, d] partial sums per half.
+    let abcd = _mm256_hadd_epi32(_mm256_hadd_epi32(a, b), _mm256_hadd_epi32(c, d));
+    let s = _mm_add_epi32(
+        _mm256_castsi256_si128(abcd),
+        _mm256_extracti128_si256::<1>(abcd),
+    );
+    let mut out = [0i32; 4];
+    _mm_storeu_si128(out.as_mut_ptr().cast(), s);
+    out
+}
+
+/// The 32 nibbles of 16 packed bytes: low nibbles in bytes 0..16, high in 16..32.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn nibbles(qs: &[u8; 16]) -> __m256i {
+    let t = _mm_loadu_si128(qs.as_ptr().cast());
+    let both = _mm256_set_m128i(_mm_srli_epi16::<4>(t), t);
+    _mm256_and_si256(both, _mm256_set1_epi8(0x0F))
+}
+
+/// Byte j of the result is 0xFF where bit j of `bits` is set, else 0.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn bytes_from_bits(bits: u32) -> __m256i {
+    let spread = _mm256_shuffle_epi8(
+        _mm256_set1_epi32(bits as i32),
+        _mm256_setr_epi64x(
+            0,
+            0x0101_0101_0101_0101,
+            0x0202_0202_0202_0202,
+            0x0303_0303_0303_0303,
+        ),
+    );
+    // All bits but bit j in byte j: OR gives 0xFF exactly where bit j is set.
+    let others = _mm256_set1_epi64x(0x7fbf_dfef_f7fb_fdfe);
+    _mm256_cmpeq_epi8(_mm256_or_si256(spread, others), _mm256_set1_epi8(-1))
+}
+
+/// u8 x i8 products summed in groups of four into eight i32 lanes.
+/// Exact while each adjacent pair sums within i16 (|u| * |i| * 2 <= 32767).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn dot_u8_i8(u: __m256i, s: __m256i) -> __m256i {
+    _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1))
+}
+
+/// i8 x i8 products summed into eight i32 lanes (sign moved onto `y`).
+/// Exact unless both operands hold -128 in the same byte.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn dot_i8(x: __m256i, y: __m256i) -> __m256i {
+    dot_u8_i8(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x))
+}
+
+// ---- 32-element formats ------------------------------------------------------
+
+/// Q4_0 quants (-8..8) of a block as 32 signed bytes.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn q4_0_quants(b: &BlockQ4_0) -> __m256i {
+    _mm256_sub_epi8(nibbles(&b.qs), _mm256_set1_epi8(8))
+}
+
+/// Q5 quants (0..32) of a block as 32 unsigned bytes.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn q5_quants(qs: &[u8; 16], qh: [u8; 4]) -> __m256i {
+    let high = _mm256_and_si256(
+        bytes_from_bits(u32::from_le_bytes(qh)),
+        _mm256_set1_epi8(0x10),
+    );
+    _mm256_or_si256(nibbles(qs), high)
+}
+
+/// IQ4_NL levels of 16 packed bytes, in element order.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn iq4_levels(qs: &[u8; 16]) -> __m256i {
+    let table = _mm_loadu_si128(KVALUES_IQ4NL.as_ptr().cast());
+    _mm256_shuffle_epi8(_mm256_set_m128i(table, table), nibbles(qs))
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn lanes_q4_0(bx: &BlockQ4_0, by: &BlockQ8_0) -> __m256i {
+    dot_i8(q4_0_quants(bx), load32(by.qs.as_ptr()))
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn vec_dot_q4_0_q8_0(x: &[BlockQ4_0], y: &[BlockQ8_0]) -> f32 {
+    let mut sumf = 0.0f32;
+    blockwise!(x, y, lanes_q4_0, |bx, by, sumi| {
+        sumf += sumi as f32 * (h2f(bx.d) * h2f(by.d));
+    });
+    sumf
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn lanes_q4_1(bx: &BlockQ4_1, by: &BlockQ8_1) -> __m256i {
+    dot_u8_i8(nibbles(&bx.qs), load32(by.qs.as_ptr()))
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn vec_dot_q4_1_q8_1(x: &[BlockQ4_1], y: &[BlockQ8_1]) -> f32 {
+    let mut sumf = 0.0f32;
+    blockwise!(x, y, lanes_q4_1, |bx, by, sumi| {
+        sumf += (h2f(bx.d) * h2f(by.d)) * sumi as f32 + h2f(bx.m) * h2f(by.s);
+    });
+    sumf
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn lanes_q5_0(bx: &BlockQ5_0, by: &BlockQ8_0) -> __m256i {
+    let q = _mm256_sub_epi8(q5_quants(&bx.qs, bx.qh), _mm256_set1_epi8(16));
+    dot_i8(q, load32(by.qs.as_ptr()))
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn vec_dot_q5_0_q8_0(x: &[BlockQ5_0], y: &[BlockQ8_0]) -> f32 {
+    let mut sumf = 0.0f32;
+    blockwise!(x, y, lanes_q5_0, |bx, by, sumi| {
+        sumf += (h2f(bx.d) * h2f(by.d)) * sumi as f32;
+    });
+    sumf
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn lanes_q5_1(bx: &BlockQ5_1, by: &BlockQ8_1) -> __m256i {
+    dot_u8_i8(q5_quants(&bx.qs, bx.qh), load32(by.qs.as_ptr()))
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn vec_dot_q5_1_q8_1(x: &[BlockQ5_1], y: &[BlockQ8_1]) -> f32 {
+    let mut sumf = 0.0f32;
+    blockwise!(x, y, lanes_q5_1, |bx, by, sumi| {
+        sumf += (h2f(bx.d) * h2f(by.d)) * sumi as f32 + h2f(bx.m) * h2f(by.s);
+    });
+    sumf
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn lanes_q8_0(bx: &BlockQ8_0, by: &BlockQ8_0) -> __m256i {
+    dot_i8(load32(bx.qs.as_ptr()), load32(by.qs.as_ptr()))
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn vec_dot_q8_0_q8_0(x: &[BlockQ8_0], y: &[BlockQ8_0]) -> f32 {
+    let mut sumf = 0.0f32;
+    blockwise!(x, y, lanes_q8_0, |bx, by, sumi| {
+        sumf += sumi as f32 * (h2f(bx.d) * h2f(by.d));
+    });
+    sumf
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn lanes_iq4_nl(bx: &BlockIQ4NL, by: &BlockQ8_0) -> __m256i {
+    dot_i8(iq4_levels(&bx.qs), load32(by.qs.as_ptr()))
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn vec_dot_iq4_nl_q8_0(x: &[BlockIQ4NL], y: &[BlockQ8_0]) -> f32 {
+    let mut sumf = 0.0f32;
+    blockwise!(x, y, lanes_iq4_nl, |bx, by, sumi| {
+        sumf += (h2f(bx.d) * h2f(by.d)) * sumi as f32;
+    });
+    sumf
+}
+
+// ---- 256-element formats -----------------------------------------------------
+
+/// Lanes of the 32-element sub-block `ib` of an IQ4_XS block.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn lanes_iq4_xs(bx: &BlockIQ4XS, by: &BlockQ8K, ib: usize) -> __m256i {
+    let qs: &[u8; 16] = bx.qs[16 * ib..16 * ib + 16].try_into().unwrap_or(&[0; 16]);
+    dot_i8(iq4_levels(qs), load32(by.qs.as_ptr().add(32 * ib)))
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn vec_dot_iq4_xs_q8_k(x: &[BlockIQ4XS], y: &[BlockQ8K]) -> f32 {
+    let mut sumf = 0.0f32;
+    for (bx, by) in x.iter().zip(y) {
+        let d4d8 = h2f(bx.d) * by.d;
+        for half in 0..2 {
+            let b = 4 * half;
+            let s = hsum4(
+                lanes_iq4_xs(bx, by, b),
+                lanes_iq4_xs(bx, by, b + 1),
+                lanes_iq4_xs(bx, by, b + 2),
+                lanes_iq4_xs(bx, by, b + 3),
+            );
+            for (k, &sumi) in s.iter().enumerate() {
+                let ib = b + k;
+                let low = (bx.scales_l[ib / 2] >> (4 * (ib % 2))) & 0xF;
+                let high = ((bx.scales_h >> (2 * ib)) & 3) as u8;
+                let ls = i32::from(low | (high << 4)) - 32;
+                sumf += d4d8 * ls as f32 * sumi as f32;
+            }
+        }
+    }
+    sumf
+}
+
+/// The eight 6-bit scales (bytes 0..8) and mins (bytes 8..16) of a Q4_K /
+/// Q5_K block (ggml's `kmask` unpacking).
+#[inline]
+pub(super) fn k4_scales_mins(packed: &[u8; 12]) -> [u8; 16] {
+    const M1: u32 = 0x3f3f_3f3f;
+    const M2: u32 = 0x0f0f_0f0f;
+    const M3: u32 = 0x0303_0303;
+    let w = |i: usize| u32::from_le_bytes([packed[i], packed[i + 1], packed[i + 2], packed[i + 3]]);
+    let (u0, u1, u2) = (w(0), w(4), w(8));
+    let scales_hi = (u2 & M2) | (((u0 >> 6) & M3) << 4);
+    let mins_hi = ((u2 >> 4) & M2) | (((u1 >> 6) & M3) << 4);
+    let mut out = [0u8; 16];
+    out[0..4].copy_from_slice(&(u0 & M1).to_le_bytes());
+    out[4..8].copy_from_slice(&scales_hi.to_le_bytes());
+    out[8..12].copy_from_slice(&(u1 & M1).to_le_bytes());
+    out[12..16].copy_from_slice(&mins_hi.to_le_bytes());
+    out
+}
+
+/// `sum_j bsums[j] * mins[j / 2]` of a Q4_K / Q5_K block.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn k4_min_sum(sm: &[u8; 16], by: &BlockQ8K) -> i32 {
+    let mins = _mm_loadl_epi64(sm.as_ptr().add(8).cast());
+    let pairs = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mins, mins));
+    hsum(_mm256_madd_epi16(load32(by.bsums.as_ptr()), pairs))
+}
+
+/// Exact `sum scale * q * q8` of a Q4_K (`qh = None`) or Q5_K block.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn k45_isum(qs: &[u8; 128], qh: Option<&[u8; 32]>, sm: &[u8; 16], by: &BlockQ8K) -> i32 {
+    let m4 = _mm256_set1_epi8(0x0F);
+    let mut acc = _mm256_setzero_si256();
+    for j in 0..4 {
+        let q4 = load32(qs.as_ptr().add(32 * j));
+        let mut lo = _mm256_and_si256(q4, m4);
+        let mut hi = _mm256_and_si256(_mm256_srli_epi16::<4>(q4), m4);
+        if let Some(qh) = qh {
+            // Bit 2j of qh[l] is the fifth bit of element 64j + l, bit 2j + 1 of 64j + 32 + l.
+            let bits = load32(qh.as_ptr());
+            let fifth = |m: i8| {
+                let mask = _mm256_set1_epi8(m);
+                let set = _mm256_cmpeq_epi8(_mm256_and_si256(bits, mask), mask);
+                _mm256_and_si256(set, _mm256_set1_epi8(0x10))
+            };
+            lo = _mm256_or_si256(lo, fifth((1u8 << (2 * j)) as i8));
+            hi = _mm256_or_si256(hi, fifth((1u8 << (2 * j + 1)) as i8));
+        }
+        let q8l = load32(by.qs.as_ptr().add(64 * j));
+        let q8h = load32(by.qs.as_ptr().add(64 * j + 32));
+        let pl = _mm256_maddubs_epi16(lo, q8l);
+        let ph = _mm256_maddubs_epi16(hi, q8h);
+        let sl = _mm256_set1_epi16(i16::from(sm[2 * j]));
+        let sh = _mm256_set1_epi16(i16::from(sm[2 * j + 1]));
+        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(pl, sl));
+        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(ph, sh));
+    }
+    hsum(acc)
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn vec_dot_q4_k_q8_k(x: &[BlockQ4K], y: &[BlockQ8K]) -> f32 {
+    let (mut sumd, mut summ) = (0.0f32, 0.0f32);
+    for (bx, by) in x.iter().zip(y) {
+        let sm = k4_scales_mins(&bx.scales);
+        sumd += h2f(bx.d) * by.d * k45_isum(&bx.qs, None, &sm, by) as f32;
+        summ -= h2f(bx.dmin) * by.d * k4_min_sum(&sm, by) as f32;
+    }
+    sumd + summ
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn vec_dot_q5_k_q8_k(x: &[BlockQ5K], y: &[BlockQ8K]) -> f32 {
+    let (mut sumd, mut summ) = (0.0f32, 0.0f32);
+    for (bx, by) in x.iter().zip(y) {
+        let sm = k4_scales_mins(&bx.scales);
+        sumd += h2f(bx.d) * by.d * k45_isum(&bx.qs, Some(&bx.qh), &sm, by) as f32;
+        summ -= h2f(bx.dmin) * by.d * k4_min_sum(&sm, by) as f32;
+    }
+    sumd + summ
+}
+
+/// Exact `sum scale * (q - 32) * q8` of a Q6_K block.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q6_k_isum(bx: &BlockQ6K, by: &BlockQ8K) -> i32 {
+    let m4 = _mm256_set1_epi8(0x0F);
+    let m32 = _mm256_set1_epi8(32);
+    let mut acc = _mm256_setzero_si256();
+    for h in 0..2 {
+        let ql0 = load32(bx.ql.as_ptr().add(64 * h));
+        let ql1 = load32(bx.ql.as_ptr().add(64 * h + 32));
+        let qh = load32(bx.qh.as_ptr().add(32 * h));
+        // The four 32-element chunks of this half (values 0..64).
+        let quants = [
+            _mm256_or_si256(
+                _mm256_and_si256(ql0, m4),
+                _mm256_slli_epi16::<4>(_mm256_and_si256(qh, _mm256_set1_epi8(0x03))),
+            ),
+            _mm256_or_si256(
+                _mm256_and_si256(ql1, m4),
+                _mm256_slli_epi16::<2>(_mm256_and_si256(qh, _mm256_set1_epi8(0x0C))),
+            ),
+            _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi16::<4>(ql0), m4),
+                _mm256_and_si256(qh, _mm256_set1_epi8(0x30)),
+            ),
+            _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi16::<4>(ql1), m4),
+                _mm256_and_si256(_mm256_srli_epi16::<2>(qh), _mm256_set1_epi8(0x30)),
+            ),
+        ];
+        for (c, &q) in quants.iter().enumerate() {
+            let q8 = load32(by.qs.as_ptr().add(128 * h + 32 * c));
+            // (q - 32) * q8 as q * q8 - 32 * q8: both within i16 per pair.
+            let p = _mm256_sub_epi16(_mm256_maddubs_epi16(q, q8), _mm256_maddubs_epi16(m32, q8));
+            let g = 8 * h + 2 * c;
+            let sc = _mm256_set_m128i(
+                _mm_set1_epi16(i16::from(bx.scales[g + 1])),
+                _mm_set1_epi16(i16::from(bx.scales[g])),
+            );
+            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, sc));
+        }
+    }
+    hsum(acc)
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn vec_dot_q6_k_q8_k(x: &[BlockQ6K], y: &[BlockQ8K]) -> f32 {
+    let mut sumf = 0.0f32;
+    for (bx, by) in x.iter().zip(y) {
+        sumf += h2f(bx.d) * by.d * q6_k_isum(bx, by) as f32;
+    }
+    sumf
+}
+
+/// Exact `sum scale * q * q8` of a Q2_K block (scales in the low nibbles).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q2_k_isum(bx: &BlockQ2K, by: &BlockQ8K) -> i32 {
+    let m3 = _mm256_set1_epi8(3);
+    let mut acc = _mm256_setzero_si256();
+    for h in 0..2 {
+        let q2 = load32(bx.qs.as_ptr().add(32 * h));
+        // Bits 2s..2s+2 of q2[l] are element 128h + 32s + l (values 0..4).
+        let quants = [
+            _mm256_and_si256(q2, m3),
+            _mm256_and_si256(_mm256_srli_epi16::<2>(q2), m3),
+            _mm256_and_si256(_mm256_srli_epi16::<4>(q2), m3),
+            _mm256_and_si256(_mm256_srli_epi16::<6>(q2), m3),
+        ];
+        for (s, &q) in quants.iter().enumerate() {
+            let q8 = load32(by.qs.as_ptr().add(128 * h + 32 * s));
+            let p = _mm256_maddubs_epi16(q, q8);
+            let g = 8 * h + 2 * s;
+            let sc = _mm256_set_m128i(
+                _mm_set1_epi16(i16::from(bx.scales[g + 1] & 0xF)),
+                _mm_set1_epi16(i16::from(bx.scales[g] & 0xF)),
+            );
+            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, sc));
+        }
+    }
+    hsum(acc)
+}
+
+/// Bit-identical to the scalar kernel: both integer sums are exact and the
+/// float formula is the same.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn vec_dot_q2_k_q8_k(x: &[BlockQ2K], y: &[BlockQ8K]) -> f32 {
+    let mut sumf = 0.0f32;
+    for (bx, by) in x.iter().zip(y) {
+        let mins = _mm256_cvtepu8_epi16(_mm_srli_epi16::<4>(_mm_and_si128(
+            _mm_loadu_si128(bx.scales.as_ptr().cast()),
+            _mm_set1_epi8(0xF0u8 as i8),
+        )));
+        let summs = hsum(_mm256_madd_epi16(load32(by.bsums.as_ptr()), mins));
+        let isum = q2_k_isum(bx, by);
+        let dall = by.d * h2f(bx.d);
+        let dmin = by.d * h2f(bx.dmin);
+        sumf += dall * isum as f32 - dmin * summs as f32;
+    }
+    sumf
+}
+
+/// The sixteen signed 6-bit scales of a Q3_K block (stored minus 32).
+#[inline]
+fn q3_scales(packed: &[u8; 12]) -> [i8; 16] {
+    let mut out = [0i8; 16];
+    for (j, o) in out.iter_mut().enumerate() {
+        let low = if j < 8 {
+            packed[j] & 0xF
+        } else {
+            packed[j - 8] >> 4
+        };
+        let high = (packed[8 + j % 4] >> (2 * (j / 4))) & 3;
+        *o = (low | (high << 4)) as i8 - 32;
+    }
+    out
+}
+
+/// Exact `sum scale * q * q8` of a Q3_K block.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q3_k_isum(bx: &BlockQ3K, by: &BlockQ8K) -> i32 {
+    let scales = q3_scales(&bx.scales);
+    let m3 = _mm256_set1_epi8(3);
+    let four = _mm256_set1_epi8(4);
+    let hm = load32(bx.hmask.as_ptr());
+    let mut acc = _mm256_setzero_si256();
+    for h in 0..2 {
+        let q3 = load32(bx.qs.as_ptr().add(32 * h));
+        let low = [
+            _mm256_and_si256(q3, m3),
+            _mm256_and_si256(_mm256_srli_epi16::<2>(q3), m3),
+            _mm256_and_si256(_mm256_srli_epi16::<4>(q3), m3),
+            _mm256_and_si256(_mm256_srli_epi16::<6>(q3), m3),
+        ];
+        for (s, &lo) in low.iter().enumerate() {
+            // Element 128h + 32s + l is low - 4 unless bit 4h + s of hmask[l] is set.
+            let bit = _mm256_set1_epi8((1u8 << (4 * h + s)) as i8);
+            let set = _mm256_cmpeq_epi8(_mm256_and_si256(hm, bit), bit);
+            let minus = _mm256_andnot_si256(set, four);
+            let q8 = load32(by.qs.as_ptr().add(128 * h + 32 * s));
+            // (lo - minus) * q8 as two unsigned x signed products.
+            let p = _mm256_sub_epi16(
+                _mm256_maddubs_epi16(lo, q8),
+                _mm256_maddubs_epi16(minus, q8),
+            );
+            let g = 8 * h + 2 * s;
+            let sc = _mm256_set_m128i(
+                _mm_set1_epi16(i16::from(scales[g + 1])),
+                _mm_set1_epi16(i16::from(scales[g])),
+            );
+            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, sc));
+        }
+    }
+    hsum(acc)
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn vec_dot_q3_k_q8_k(x: &[BlockQ3K], y: &[BlockQ8K]) -> f32 {
+    let mut sumf = 0.0f32;
+    for (bx, by) in x.iter().zip(y) {
+        sumf += h2f(bx.d) * by.d * q3_k_isum(bx, by) as f32;
+    }
+    sumf
+}
+
+// ---- activation quantizers -------------------------------------------------
+
+/// The AVX2 quantizer to activation type `ty`, `None` where the scalar one stays.
+pub(super) fn quantizer(ty: GgmlType) -> Option<QuantizeFn> {
+    let f: QuantizeFn = match ty {
+        GgmlType::Q8_0 => |x, o| {
+            quant::<BlockQ8_0>(x, o, |x, y| {
+                // SAFETY: handed out only by `x86::quantizer` after the
+                // table detected AVX2 + FMA + F16C.
+                unsafe { quantize_row_q8_0(x, y) }
+            })
+        },
+        GgmlType::Q8_1 => |x, o| {
+            quant::<BlockQ8_1>(x, o, |x, y| {
+                // SAFETY: as above.
+                unsafe { quantize_row_q8_1(x, y) }
+            })
+        },
+        _ => return None,
+    };
+    Some(f)
+}
+
+/// Quantizes 32 values as the scalar `quantize_32` does (scale
+/// `127 / amax`, ties to even) and returns `(amax / 127, sum of quants)`.
+/// Bit-identical: the max is order-free and each element rounds alone.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn quantize_32(x: &[f32], qs: &mut [i8; 32]) -> (f32, i32) {
+    let p = x.as_ptr();
+    let v = [
+        _mm256_loadu_ps(p),
+        _mm256_loadu_ps(p.add(8)),
+        _mm256_loadu_ps(p.add(16)),
+        _mm256_loadu_ps(p.add(24)),
+    ];
+    let sign = _mm256_set1_ps(-0.0);
+    let m = v.iter().fold(_mm256_setzero_ps(), |m, &v| {
+        _mm256_max_ps(m, _mm256_andnot_ps(sign, v))
+    });
+    let m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps::<1>(m));
+    let m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    let amax = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
+    let d = amax / 127.0;
+    let id = _mm256_set1_ps(if amax != 0.0 { 127.0 / amax } else { 0.0 });
+    let i: [__m256i; 4] = std::array::from_fn(|k| {
+        let r = _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
+            _mm256_mul_ps(v[k], id),
+        );
+        _mm256_cvtps_epi32(r)
+    });
+    // Packing interleaves 128-bit halves; the permute restores element order.
+    let packed = _mm256_packs_epi16(
+        _mm256_packs_epi32(i[0], i[1]),
+        _mm256_packs_epi32(i[2], i[3]),
+    );
+    let q = _mm256_permutevar8x32_epi32(packed, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_storeu_si256(qs.as_mut_ptr().cast(), q);
+    let sum = _mm256_add_epi32(_mm256_add_epi32(i[0], i[1]), _mm256_add_epi32(i[2], i[3]));
+    (d, hsum(sum))
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn quantize_row_q8_0(x: &[f32], y: &mut [BlockQ8_0]) {
+    for (x, y) in x.chunks_exact(32).zip(y.iter_mut()) {
+        let (d, _) = quantize_32(x, &mut y.qs);
+        y.d = half::f16::from_f32(d);
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn quantize_row_q8_1(x: &[f32], y: &mut [BlockQ8_1]) {
+    for (x, y) in x.chunks_exact(32).zip(y.iter_mut()) {
+        let (d, sum) = quantize_32(x, &mut y.qs);
+        y.d = half::f16::from_f32(d);
+        y.s = half::f16::from_f32(d * sum as f32);
+    }
+}

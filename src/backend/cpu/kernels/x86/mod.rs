@@ -1,0 +1,64 @@
+//! x86-64 kernels, chosen at run time.
+//!
+//! Each ISA file defines kernels under the scalar names
+//! (`vec_dot_q4_0_q8_0`, ...) as `unsafe` `#[target_feature]` functions and
+//! a `vec_dot(ty)` that wraps them as table entries. Those entries are only
+//! reachable through [`vec_dot`] here, which the kernel table calls only for
+//! an [`Isa`] whose features it has detected: that is the safety argument of
+//! every `unsafe` call in the entries.
+//!
+//! Agreement with the scalar kernels: the integer sum of each block (or
+//! sub-block) is computed exactly and then scaled and summed in the same
+//! float order as the scalar kernel, so the 32-element formats, Q2_K and
+//! IQ4_XS give bit-identical results. Q3_K, Q4_K, Q5_K and Q6_K sum each block's
+//! integer parts exactly but scale them once per block (the scalar kernel
+//! scales eight partial lanes), so they differ by f32 rounding only: within
+//! `1e-6 * sum |w * a|` (a few ulps of the magnitude; tested).
+//!
+//! Precondition shared with ggml's x86 code: int8 activations lie in
+//! -127..=127 (what every activation quantizer produces); -128 multiplies
+//! wrongly in the sign trick of `maddubs`.
+
+mod avx2;
+mod avx512;
+
+use super::{DotFn, Isa, QuantizeFn};
+use crate::quant::GgmlType;
+
+/// Whether this CPU runs `isa`'s kernels.
+pub(super) fn available(isa: Isa) -> bool {
+    match isa {
+        Isa::Scalar => true,
+        Isa::Avx2 => {
+            is_x86_feature_detected!("avx2")
+                && is_x86_feature_detected!("fma")
+                && is_x86_feature_detected!("f16c")
+        }
+        Isa::Avx512 => {
+            available(Isa::Avx2)
+                && is_x86_feature_detected!("avx512f")
+                && is_x86_feature_detected!("avx512bw")
+                && is_x86_feature_detected!("avx512vl")
+                && is_x86_feature_detected!("avx512vnni")
+        }
+    }
+}
+
+/// The fast dot of weight type `ty` under `isa`, `None` where the scalar one
+/// stays. Callers must have checked [`available`]`(isa)`.
+pub(super) fn vec_dot(isa: Isa, ty: GgmlType) -> Option<DotFn> {
+    match isa {
+        Isa::Scalar => None,
+        Isa::Avx2 => avx2::vec_dot(ty),
+        Isa::Avx512 => avx512::vec_dot(ty).or_else(|| avx2::vec_dot(ty)),
+    }
+}
+
+/// The fast activation quantizer to `ty` under `isa`, `None` where the
+/// scalar one stays. Callers must have checked [`available`]`(isa)`.
+pub(super) fn quantizer(isa: Isa, ty: GgmlType) -> Option<QuantizeFn> {
+    match isa {
+        Isa::Scalar => None,
+        Isa::Avx2 | Isa::Avx512 => avx2::quantizer(ty),
+    }
+}

@@ -1,0 +1,226 @@
+//! Every kernel of every ISA this CPU runs against `quant::reference` (the
+//! oracle) and against the scalar kernel, on fresh seeded random rows of
+//! 1..8 blocks and long rows; and choosing an ISA through the table.
+//!
+//! Bounds: the 32-element formats, Q2_K and IQ4_XS are bit-identical to the
+//! scalar kernels (exact integer sums per block, scalar float order); the
+//! k-quants scale whole blocks where the scalar kernel scales eight lanes,
+//! so they agree within `1e-6 * sum |w * a|` (a few f32 ulps of the
+//! magnitude). Against the reference both stay within the scalar kernels'
+//! own bound, `1e-5 * sum |w * a| + 1e-6`.
+
+mod model_support;
+
+use hearth::backend::cpu::kernels::{Isa, KernelTable, WEIGHT_TYPES};
+use hearth::quant::reference;
+use hearth::quant::GgmlType;
+use model_support::rng::Rng;
+
+/// A row of `n` weights of mixed scale (never zeros).
+fn row(rng: &mut Rng, n: usize) -> Vec<f32> {
+    let scale = [0.01f32, 0.5, 3.0][rng.below(3)];
+    rng.normals(n, scale)
+}
+
+fn quantized(ty: GgmlType, x: &[f32]) -> Vec<u8> {
+    let mut out = Vec::new();
+    reference::quantize(ty, x, &mut out).expect("reference quantize");
+    out
+}
+
+/// The ISAs of this CPU other than scalar (printed so a log shows coverage).
+fn fast_isas() -> Vec<Isa> {
+    let isas: Vec<Isa> = Isa::ALL
+        .into_iter()
+        .filter(|isa| *isa != Isa::Scalar && isa.available())
+        .collect();
+    eprintln!("ISAs under test: {isas:?}");
+    isas
+}
+
+/// Whether the ISA kernels of `ty` must equal the scalar ones bit for bit.
+fn bit_identical(ty: GgmlType) -> bool {
+    !matches!(
+        ty,
+        GgmlType::Q3_K | GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K
+    )
+}
+
+#[test]
+fn isa_dots_match_the_reference_and_scalar() {
+    let scalar = KernelTable::scalar();
+    for isa in fast_isas() {
+        let table = KernelTable::with_isa(isa).expect("available ISA");
+        assert_eq!(table.isa(), isa);
+        for (i, &ty) in WEIGHT_TYPES.iter().enumerate() {
+            let seed = 5000 + 100 * isa as u64 + i as u64;
+            let mut rng = Rng::new(seed);
+            let k = table.weight(ty).expect("kernel");
+            let ks = scalar.weight(ty).expect("scalar kernel");
+            assert_eq!(k.vec_dot_type, ks.vec_dot_type, "{isa} {ty}");
+            let be = ty.block_elems();
+            for blocks in [1usize, 2, 3, 4, 5, 6, 7, 8, 9, 64, 77] {
+                let n = blocks * be.max(32);
+                let (w, a) = (row(&mut rng, n), row(&mut rng, n));
+                let wq = quantized(ty, &w);
+                let aq = quantized(k.vec_dot_type, &a);
+                let ours = (k.vec_dot)(&wq, &aq);
+                let theirs = (ks.vec_dot)(&wq, &aq);
+                let oracle = reference::vec_dot(ty, &wq, &aq).expect("reference dot");
+                let mag: f64 = w
+                    .iter()
+                    .zip(&a)
+                    .map(|(x, y)| f64::from((x * y).abs()))
+                    .sum();
+                let ctx = format!("{isa} {ty} seed {seed} blocks {blocks}");
+                assert!(
+                    (f64::from(ours) - f64::from(oracle)).abs() <= 1e-5 * mag + 1e-6,
+                    "{ctx}: {ours} vs reference {oracle}"
+                );
+                if bit_identical(ty) {
+                    assert_eq!(
+                        ours.to_bits(),
+                        theirs.to_bits(),
+                        "{ctx}: {ours} vs scalar {theirs}"
+                    );
+                } else {
+                    assert!(
+                        (f64::from(ours) - f64::from(theirs)).abs() <= 1e-6 * mag + 1e-7,
+                        "{ctx}: {ours} vs scalar {theirs}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn isa_integer_dots_are_exact() {
+    // Unit scales make the 32-element dots integer sums: exactly equal.
+    for isa in fast_isas() {
+        let table = KernelTable::with_isa(isa).expect("available ISA");
+        for ty in [
+            GgmlType::Q4_0,
+            GgmlType::Q5_0,
+            GgmlType::Q8_0,
+            GgmlType::IQ4_NL,
+        ] {
+            let seed = 77;
+            let mut rng = Rng::new(seed);
+            let k = table.weight(ty).expect("kernel");
+            let mut wq = quantized(ty, &row(&mut rng, 512));
+            let mut aq = quantized(GgmlType::Q8_0, &row(&mut rng, 512));
+            let one = half::f16::ONE.to_bits().to_le_bytes();
+            for b in wq.chunks_exact_mut(ty.block_bytes()) {
+                b[..2].copy_from_slice(&one);
+            }
+            for b in aq.chunks_exact_mut(34) {
+                b[..2].copy_from_slice(&one);
+            }
+            let ours = (k.vec_dot)(&wq, &aq);
+            let oracle = reference::vec_dot(ty, &wq, &aq).expect("reference");
+            assert_eq!(ours, oracle, "{isa} {ty} seed {seed}");
+            assert_eq!(ours.fract(), 0.0, "{isa} {ty}: an integer sum");
+        }
+    }
+}
+
+#[test]
+fn extreme_quants_stay_exact() {
+    // Largest magnitudes everywhere (weights from +-max rows, activations of
+    // +-127): no i16 saturation in any ISA.
+    for isa in fast_isas() {
+        let table = KernelTable::with_isa(isa).expect("available ISA");
+        let scalar = KernelTable::scalar();
+        for &ty in &WEIGHT_TYPES {
+            let n = 8 * ty.block_elems().max(32);
+            let w: Vec<f32> = (0..n)
+                .map(|i| if i % 3 == 0 { -1.0 } else { 1.0 })
+                .collect();
+            let a: Vec<f32> = (0..n)
+                .map(|i| if i % 5 == 0 { 1.0 } else { -1.0 })
+                .collect();
+            let k = table.weight(ty).expect("kernel");
+            let wq = quantized(ty, &w);
+            let aq = quantized(k.vec_dot_type, &a);
+            let ours = (k.vec_dot)(&wq, &aq);
+            let theirs = (scalar.weight(ty).expect("scalar").vec_dot)(&wq, &aq);
+            assert!(
+                (ours - theirs).abs() <= 1e-6 * n as f32,
+                "{isa} {ty}: {ours} vs scalar {theirs}"
+            );
+        }
+    }
+}
+
+#[test]
+fn tables_of_every_isa_can_be_chosen() {
+    for isa in Isa::ALL {
+        assert_eq!(Isa::parse(isa.name()), Some(isa));
+        match KernelTable::with_isa(isa) {
+            Some(t) => {
+                assert!(isa.available(), "{isa}");
+                assert_eq!(t.isa(), isa);
+                let (r, warning) = KernelTable::for_request(Some(isa.name()));
+                assert_eq!((r.isa(), warning), (isa, None));
+            }
+            None => {
+                assert!(!isa.available(), "{isa}");
+                let (r, warning) = KernelTable::for_request(Some(isa.name()));
+                assert_eq!(r.isa(), Isa::best());
+                assert!(warning.expect("a warning").contains("lacks"));
+            }
+        }
+    }
+    assert!(KernelTable::with_isa(Isa::Scalar).is_some());
+    assert_eq!(Isa::parse(" AVX2 "), Some(Isa::Avx2));
+    let (t, warning) = KernelTable::for_request(Some(""));
+    assert_eq!((t.isa(), warning), (Isa::best(), None));
+    let (t, warning) = KernelTable::for_request(Some("sse9"));
+    assert_eq!(t.isa(), Isa::best());
+    assert!(warning.expect("a warning").contains("not one of"));
+    assert_eq!(KernelTable::for_request(None).0.isa(), Isa::best());
+}
+
+#[test]
+fn isa_activation_quantizers_equal_the_scalar_ones() {
+    // Same scale, same ties-to-even rounding: byte-identical blocks.
+    let scalar = KernelTable::scalar();
+    for isa in fast_isas() {
+        let table = KernelTable::with_isa(isa).expect("available ISA");
+        for (i, ty) in [
+            GgmlType::Q8_0,
+            GgmlType::Q8_1,
+            GgmlType::Q8_K,
+            GgmlType::F16,
+            GgmlType::BF16,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let seed = 7000 + 100 * isa as u64 + i as u64;
+            let mut rng = Rng::new(seed);
+            let be = ty.block_elems();
+            for blocks in [1usize, 2, 3, 5, 8, 40] {
+                let n = blocks * be.max(32);
+                let mut x = row(&mut rng, n);
+                // Exact ties and a zero block exercise rounding and amax = 0.
+                x[1] = 0.5 * x[0].abs().max(1e-3);
+                if blocks > 2 {
+                    x[32..64].fill(0.0);
+                }
+                let bytes = n / be * ty.block_bytes();
+                let (mut ours, mut theirs) = (vec![0u8; bytes], vec![0u8; bytes]);
+                (table.quantizer(ty).expect("quantizer"))(&x, &mut ours);
+                (scalar.quantizer(ty).expect("quantizer"))(&x, &mut theirs);
+                assert!(ours == theirs, "{isa} {ty} seed {seed} blocks {blocks}");
+                let oracle = quantized(ty, &x);
+                let differing = ours.iter().zip(&oracle).filter(|(a, b)| a != b).count();
+                assert!(
+                    differing <= oracle.len() / 50,
+                    "{isa} {ty} seed {seed}: {differing} bytes differ from the reference"
+                );
+            }
+        }
+    }
+}
