@@ -34,6 +34,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    restore_sigpipe();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Run(args) => cmd::run::run(args),
@@ -52,5 +53,16 @@ fn main() -> ExitCode {
             eprintln!("error: {}", chain.join(": "));
             ExitCode::FAILURE
         }
+    }
+}
+
+/// Lets a closed pipe end the process quietly (`hearth info M | head`), as
+/// it ends other command-line tools, instead of a panic in `println!`.
+fn restore_sigpipe() {
+    #[cfg(unix)]
+    // SAFETY: called first thing in main, before any thread exists; SIG_DFL
+    // is a valid disposition for SIGPIPE.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
 }

@@ -140,3 +140,19 @@ fn tokenize_reads_a_file_and_prints_pieces() {
         "{out}"
     );
 }
+
+#[test]
+fn a_closed_stdout_ends_quietly() {
+    use std::process::Stdio;
+    let path = model(SMOLLM2);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_hearth"))
+        .args(["info", "--metadata", path.to_str().expect("path")])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run hearth");
+    drop(child.stdout.take()); // the reader goes away before anything is printed
+    let out = child.wait_with_output().expect("wait");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
