@@ -155,15 +155,88 @@ pub(super) unsafe fn dot_u8_i8(u: __m256i, s: __m256i) -> __m256i {
     _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1))
 }
 
-/// i8 x i8 products summed into eight i32 lanes (sign moved onto `y`).
-/// Exact unless both operands hold -128 in the same byte.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn dot_i8(x: __m256i, y: __m256i) -> __m256i {
-    dot_u8_i8(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x))
-}
-
 // ---- 32-element formats ------------------------------------------------------
+
+/// The int8 dot primitive `dot_i8` and the dots of the 32-element formats
+/// whose integer part is one u8 x i8 / i8 x i8 product (Q4_0, Q4_1, Q5_0,
+/// Q8_0), compiled for `$features` over the `dot_u8_i8` in scope: AVX2's
+/// `maddubs` + `madd` here, `vpdpbusd` in the AVX-512 VNNI file. One source,
+/// two instruction sets.
+macro_rules! int8_dots {
+    ($features:literal) => {
+        /// i8 x i8 products summed into eight i32 lanes (sign moved onto `y`).
+        /// Exact unless both operands hold -128 in the same byte.
+        #[inline]
+        #[target_feature(enable = $features)]
+        pub(super) unsafe fn dot_i8(x: __m256i, y: __m256i) -> __m256i {
+            dot_u8_i8(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x))
+        }
+
+        #[inline]
+        #[target_feature(enable = $features)]
+        unsafe fn lanes_q4_0(bx: &BlockQ4_0, by: &BlockQ8_0) -> __m256i {
+            dot_i8(q4_0_quants(bx), load32(by.qs.as_ptr()))
+        }
+
+        #[target_feature(enable = $features)]
+        unsafe fn vec_dot_q4_0_q8_0(x: &[BlockQ4_0], y: &[BlockQ8_0]) -> f32 {
+            let mut sumf = 0.0f32;
+            blockwise!(x, y, lanes_q4_0, |bx, by, sumi| {
+                sumf += sumi as f32 * (h2f(bx.d) * h2f(by.d));
+            });
+            sumf
+        }
+
+        #[inline]
+        #[target_feature(enable = $features)]
+        unsafe fn lanes_q4_1(bx: &BlockQ4_1, by: &BlockQ8_1) -> __m256i {
+            dot_u8_i8(nibbles(&bx.qs), load32(by.qs.as_ptr()))
+        }
+
+        #[target_feature(enable = $features)]
+        unsafe fn vec_dot_q4_1_q8_1(x: &[BlockQ4_1], y: &[BlockQ8_1]) -> f32 {
+            let mut sumf = 0.0f32;
+            blockwise!(x, y, lanes_q4_1, |bx, by, sumi| {
+                sumf += (h2f(bx.d) * h2f(by.d)) * sumi as f32 + h2f(bx.m) * h2f(by.s);
+            });
+            sumf
+        }
+
+        #[inline]
+        #[target_feature(enable = $features)]
+        unsafe fn lanes_q5_0(bx: &BlockQ5_0, by: &BlockQ8_0) -> __m256i {
+            let q = _mm256_sub_epi8(q5_quants(&bx.qs, bx.qh), _mm256_set1_epi8(16));
+            dot_i8(q, load32(by.qs.as_ptr()))
+        }
+
+        #[target_feature(enable = $features)]
+        unsafe fn vec_dot_q5_0_q8_0(x: &[BlockQ5_0], y: &[BlockQ8_0]) -> f32 {
+            let mut sumf = 0.0f32;
+            blockwise!(x, y, lanes_q5_0, |bx, by, sumi| {
+                sumf += (h2f(bx.d) * h2f(by.d)) * sumi as f32;
+            });
+            sumf
+        }
+
+        #[inline]
+        #[target_feature(enable = $features)]
+        unsafe fn lanes_q8_0(bx: &BlockQ8_0, by: &BlockQ8_0) -> __m256i {
+            dot_i8(load32(bx.qs.as_ptr()), load32(by.qs.as_ptr()))
+        }
+
+        #[target_feature(enable = $features)]
+        unsafe fn vec_dot_q8_0_q8_0(x: &[BlockQ8_0], y: &[BlockQ8_0]) -> f32 {
+            let mut sumf = 0.0f32;
+            blockwise!(x, y, lanes_q8_0, |bx, by, sumi| {
+                sumf += sumi as f32 * (h2f(bx.d) * h2f(by.d));
+            });
+            sumf
+        }
+    };
+}
+pub(super) use int8_dots;
+
+int8_dots!("avx2,fma,f16c");
 
 /// Q4_0 quants (-8..8) of a block as 32 signed bytes.
 #[inline]
@@ -193,52 +266,6 @@ pub(super) unsafe fn iq4_levels(qs: &[u8; 16]) -> __m256i {
 
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn lanes_q4_0(bx: &BlockQ4_0, by: &BlockQ8_0) -> __m256i {
-    dot_i8(q4_0_quants(bx), load32(by.qs.as_ptr()))
-}
-
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn vec_dot_q4_0_q8_0(x: &[BlockQ4_0], y: &[BlockQ8_0]) -> f32 {
-    let mut sumf = 0.0f32;
-    blockwise!(x, y, lanes_q4_0, |bx, by, sumi| {
-        sumf += sumi as f32 * (h2f(bx.d) * h2f(by.d));
-    });
-    sumf
-}
-
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn lanes_q4_1(bx: &BlockQ4_1, by: &BlockQ8_1) -> __m256i {
-    dot_u8_i8(nibbles(&bx.qs), load32(by.qs.as_ptr()))
-}
-
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn vec_dot_q4_1_q8_1(x: &[BlockQ4_1], y: &[BlockQ8_1]) -> f32 {
-    let mut sumf = 0.0f32;
-    blockwise!(x, y, lanes_q4_1, |bx, by, sumi| {
-        sumf += (h2f(bx.d) * h2f(by.d)) * sumi as f32 + h2f(bx.m) * h2f(by.s);
-    });
-    sumf
-}
-
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn lanes_q5_0(bx: &BlockQ5_0, by: &BlockQ8_0) -> __m256i {
-    let q = _mm256_sub_epi8(q5_quants(&bx.qs, bx.qh), _mm256_set1_epi8(16));
-    dot_i8(q, load32(by.qs.as_ptr()))
-}
-
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn vec_dot_q5_0_q8_0(x: &[BlockQ5_0], y: &[BlockQ8_0]) -> f32 {
-    let mut sumf = 0.0f32;
-    blockwise!(x, y, lanes_q5_0, |bx, by, sumi| {
-        sumf += (h2f(bx.d) * h2f(by.d)) * sumi as f32;
-    });
-    sumf
-}
-
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn lanes_q5_1(bx: &BlockQ5_1, by: &BlockQ8_1) -> __m256i {
     dot_u8_i8(q5_quants(&bx.qs, bx.qh), load32(by.qs.as_ptr()))
 }
@@ -248,21 +275,6 @@ unsafe fn vec_dot_q5_1_q8_1(x: &[BlockQ5_1], y: &[BlockQ8_1]) -> f32 {
     let mut sumf = 0.0f32;
     blockwise!(x, y, lanes_q5_1, |bx, by, sumi| {
         sumf += (h2f(bx.d) * h2f(by.d)) * sumi as f32 + h2f(bx.m) * h2f(by.s);
-    });
-    sumf
-}
-
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn lanes_q8_0(bx: &BlockQ8_0, by: &BlockQ8_0) -> __m256i {
-    dot_i8(load32(bx.qs.as_ptr()), load32(by.qs.as_ptr()))
-}
-
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn vec_dot_q8_0_q8_0(x: &[BlockQ8_0], y: &[BlockQ8_0]) -> f32 {
-    let mut sumf = 0.0f32;
-    blockwise!(x, y, lanes_q8_0, |bx, by, sumi| {
-        sumf += sumi as f32 * (h2f(bx.d) * h2f(by.d));
     });
     sumf
 }
