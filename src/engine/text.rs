@@ -4,6 +4,8 @@
 //! Text is released only when it is complete UTF-8 and cannot be the start
 //! of a stop string; a match cuts the text before it.
 
+use crate::model::tokenizer::take_complete_utf8;
+
 /// The unreleased tail of one request's output.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct TextStream {
@@ -92,41 +94,6 @@ impl TextStream {
             }
         }
         best
-    }
-}
-
-/// Moves the complete UTF-8 prefix of `bytes` into `out`; bytes that can
-/// never form a character become U+FFFD. With `flush` an incomplete tail is
-/// replaced by U+FFFD too, else it stays in `bytes`.
-fn take_complete_utf8(bytes: &mut Vec<u8>, out: &mut String, flush: bool) {
-    loop {
-        match std::str::from_utf8(bytes) {
-            Ok(s) => {
-                out.push_str(s);
-                bytes.clear();
-                return;
-            }
-            Err(e) => {
-                let good = e.valid_up_to();
-                // The first `good` bytes are valid, so this replaces nothing.
-                out.push_str(&String::from_utf8_lossy(&bytes[..good]));
-                match e.error_len() {
-                    Some(bad) => {
-                        out.push('\u{FFFD}');
-                        bytes.drain(..good + bad);
-                    }
-                    None if flush => {
-                        out.push('\u{FFFD}');
-                        bytes.clear();
-                        return;
-                    }
-                    None => {
-                        bytes.drain(..good);
-                        return;
-                    }
-                }
-            }
-        }
     }
 }
 

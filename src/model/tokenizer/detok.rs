@@ -154,15 +154,20 @@ fn clean_spaces(text: &mut Vec<u8>) {
 ///
 /// A character split across tokens (byte-fallback tokens, or BPE tokens holding part of
 /// an emoji) is held back until its last byte arrives. Bytes that can never form a
-/// character are emitted as U+FFFD. Like `decode(.., remove_special = false, ..)` the
-/// first piece loses its leading space when the model adds a space prefix; unlike it,
-/// BPE clean-up of spaces before punctuation is not applied (it needs look-ahead).
+/// character are emitted as U+FFFD. Made with [`StreamDecoder::new`], the first piece
+/// loses its leading space when the model adds a space prefix, like
+/// `decode(.., remove_special = false, ..)` of a whole text; made with
+/// [`StreamDecoder::continuation`] (ids that follow a prompt), it keeps it. BPE
+/// clean-up of spaces before punctuation is not applied (it needs look-ahead).
 #[derive(Debug)]
 pub struct StreamDecoder<'t> {
     tok: &'t Tokenizer,
     special: bool,
     pending: Vec<u8>,
+    /// Whether the next piece is a text's first (its space prefix is stripped).
     first: bool,
+    /// What `first` becomes after [`StreamDecoder::finish`].
+    strip_first: bool,
 }
 
 impl<'t> StreamDecoder<'t> {
@@ -173,6 +178,17 @@ impl<'t> StreamDecoder<'t> {
             special,
             pending: Vec::new(),
             first: true,
+            strip_first: true,
+        }
+    }
+
+    /// A decoder for ids that continue earlier text (a model's output after its
+    /// prompt): no piece loses its leading space.
+    pub fn continuation(tok: &'t Tokenizer, special: bool) -> Self {
+        StreamDecoder {
+            first: false,
+            strip_first: false,
+            ..StreamDecoder::new(tok, special)
         }
     }
 
@@ -188,37 +204,45 @@ impl<'t> StreamDecoder<'t> {
 
     /// Ends the stream: any incomplete trailing bytes come out as U+FFFD.
     pub fn finish(&mut self) -> String {
-        self.first = true;
+        self.first = self.strip_first;
         self.take_complete(true)
     }
 
     fn take_complete(&mut self, flush: bool) -> String {
         let mut out = String::new();
-        loop {
-            match std::str::from_utf8(&self.pending) {
-                Ok(s) => {
-                    out.push_str(s);
-                    self.pending.clear();
-                    return out;
-                }
-                Err(e) => {
-                    let good = e.valid_up_to();
-                    // The first `good` bytes are valid, so this conversion replaces nothing.
-                    out.push_str(&String::from_utf8_lossy(&self.pending[..good]));
-                    match e.error_len() {
-                        Some(bad) => {
-                            out.push('\u{FFFD}');
-                            self.pending.drain(..good + bad);
-                        }
-                        None if flush => {
-                            out.push('\u{FFFD}');
-                            self.pending.clear();
-                            return out;
-                        }
-                        None => {
-                            self.pending.drain(..good);
-                            return out;
-                        }
+        take_complete_utf8(&mut self.pending, &mut out, flush);
+        out
+    }
+}
+
+/// Moves the complete UTF-8 prefix of `bytes` into `out`; bytes that can
+/// never form a character become U+FFFD. With `flush` an incomplete tail is
+/// replaced by U+FFFD too, else it stays in `bytes`.
+pub(crate) fn take_complete_utf8(bytes: &mut Vec<u8>, out: &mut String, flush: bool) {
+    loop {
+        match std::str::from_utf8(bytes) {
+            Ok(s) => {
+                out.push_str(s);
+                bytes.clear();
+                return;
+            }
+            Err(e) => {
+                let good = e.valid_up_to();
+                // The first `good` bytes are valid, so this replaces nothing.
+                out.push_str(&String::from_utf8_lossy(&bytes[..good]));
+                match e.error_len() {
+                    Some(bad) => {
+                        out.push('\u{FFFD}');
+                        bytes.drain(..good + bad);
+                    }
+                    None if flush => {
+                        out.push('\u{FFFD}');
+                        bytes.clear();
+                        return;
+                    }
+                    None => {
+                        bytes.drain(..good);
+                        return;
                     }
                 }
             }

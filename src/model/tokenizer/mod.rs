@@ -39,6 +39,7 @@ mod vocab;
 
 use thiserror::Error;
 
+pub(crate) use detok::take_complete_utf8;
 pub use detok::StreamDecoder;
 pub use vocab::SUPPORTED_PRE;
 
