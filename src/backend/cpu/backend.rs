@@ -11,9 +11,11 @@ use std::cell::{OnceCell, RefCell};
 use std::future::Future;
 use std::ops::Range;
 
+use super::attn_kernels::AttnKernels;
 use super::kernels::KernelTable;
 use super::matmul::{matmul, Weight};
 use super::ops;
+use super::profile::Profile;
 use super::threads::Threads;
 use crate::backend::{Backend, BackendError, BufKind, Caps, OpIo};
 use crate::graph::Op;
@@ -134,6 +136,9 @@ pub struct CpuBackend {
     caps: Caps,
     pub(super) table: KernelTable,
     pub(super) threads: Threads,
+    /// Attention kernels of the same ISA as `table`.
+    pub(super) attn: AttnKernels,
+    profile: Profile,
 }
 
 impl CpuBackend {
@@ -149,8 +154,10 @@ impl CpuBackend {
         };
         Self {
             caps,
-            table,
             threads,
+            attn: AttnKernels::for_isa(table.isa()).unwrap_or_else(AttnKernels::scalar),
+            table,
+            profile: Profile::from_env(),
         }
     }
 }
@@ -314,6 +321,29 @@ fn rope(op: &Op, io: &OpIo<'_, CpuBuffer>, x: &mut [f32]) -> Result<(), BackendE
     Ok(())
 }
 
+impl CpuBackend {
+    /// Runs one op.
+    fn run_op(&self, op: &Op, io: &OpIo<'_, CpuBuffer>) -> Result<(), BackendError> {
+        match op {
+            Op::GetRows { .. } => self.get_rows(op, io),
+            Op::MatMul { .. } => self.mat_mul(op, io),
+            Op::Add => binary(io, op, ops::add),
+            Op::Mul => binary(io, op, |x, y| {
+                x.iter_mut().zip(y).for_each(|(a, b)| *a *= b)
+            }),
+            Op::BiasAdd => binary(io, op, ops::add_bias),
+            Op::SiluMul => binary(io, op, ops::silu_mul),
+            Op::GeluTanhMul => binary(io, op, ops::gelu_mul),
+            Op::KvWrite { .. } => self.kv_write(op, io),
+            Op::PagedAttention { .. } => self.paged_attention(op, io),
+            Op::MoeTopK { .. } => self.moe_top_k(op, io),
+            Op::MoeExperts { .. } => self.moe_experts(op, io),
+            _ if self.supports(op) => self.unary(op, io),
+            _ => Err(BackendError::UnsupportedOp(format!("{op:?}"))),
+        }
+    }
+}
+
 impl Backend for CpuBackend {
     type Buffer = CpuBuffer;
 
@@ -362,26 +392,20 @@ impl Backend for CpuBackend {
     }
 
     fn record(&mut self, op: &Op, io: &OpIo<'_, CpuBuffer>) -> Result<(), BackendError> {
-        match op {
-            Op::GetRows { .. } => self.get_rows(op, io),
-            Op::MatMul { .. } => self.mat_mul(op, io),
-            Op::Add => binary(io, op, ops::add),
-            Op::Mul => binary(io, op, |x, y| {
-                x.iter_mut().zip(y).for_each(|(a, b)| *a *= b)
-            }),
-            Op::BiasAdd => binary(io, op, ops::add_bias),
-            Op::SiluMul => binary(io, op, ops::silu_mul),
-            Op::GeluTanhMul => binary(io, op, ops::gelu_mul),
-            Op::KvWrite { .. } => self.kv_write(op, io),
-            Op::PagedAttention { .. } => self.paged_attention(op, io),
-            Op::MoeTopK { .. } => self.moe_top_k(op, io),
-            Op::MoeExperts { .. } => self.moe_experts(op, io),
-            _ if self.supports(op) => self.unary(op, io),
-            _ => Err(BackendError::UnsupportedOp(format!("{op:?}"))),
+        if !self.profile.on() {
+            return self.run_op(op, io);
         }
+        let tokens = match (op, io.inputs) {
+            (Op::GetRows { .. }, [table, ids]) if table.kind == BufKind::Weights => {
+                Some(ids.len / 4)
+            }
+            _ => None,
+        };
+        self.profile.time(op, tokens, || self.run_op(op, io))
     }
 
     fn submit(&mut self) -> Result<(), BackendError> {
+        self.profile.end_pass();
         Ok(())
     }
 
