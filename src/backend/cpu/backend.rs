@@ -136,8 +136,9 @@ pub struct CpuBackend {
     caps: Caps,
     pub(super) table: KernelTable,
     pub(super) threads: Threads,
-    /// Attention kernels of the same ISA as `table`.
-    pub(super) attn: AttnKernels,
+    /// Attention kernels of the same ISA as `table`; `None`: the scalar
+    /// attention (`HEARTH_ATTN=scalar`, for comparisons).
+    pub(super) attn: Option<AttnKernels>,
     profile: Profile,
 }
 
@@ -155,11 +156,19 @@ impl CpuBackend {
         Self {
             caps,
             threads,
-            attn: AttnKernels::for_isa(table.isa()).unwrap_or_else(AttnKernels::scalar),
+            attn: attn_kernels(&table),
             table,
             profile: Profile::from_env(),
         }
     }
+}
+
+/// The attention kernels of `table`'s ISA, `None` when `HEARTH_ATTN=scalar`
+/// asks for the scalar attention (never on wasm32, which has no environment).
+fn attn_kernels(table: &KernelTable) -> Option<AttnKernels> {
+    let scalar = cfg!(not(target_arch = "wasm32"))
+        && std::env::var("HEARTH_ATTN").is_ok_and(|v| v == "scalar");
+    (!scalar).then(|| AttnKernels::for_isa(table.isa()).unwrap_or_else(AttnKernels::scalar))
 }
 
 /// The `i`th buffer of `list`, or a shape error naming the op.

@@ -1,4 +1,6 @@
-//! Per-op-kind timing of the CPU backend, on when `HEARTH_PROFILE=1`.
+//! Per-op-kind timing of the CPU backend, on when `HEARTH_PROFILE=1` (wall
+//! time) or `HEARTH_PROFILE=cpu` (the calling thread's CPU time, which a
+//! busy machine does not inflate; on Linux, and meaningful at one thread).
 //!
 //! Every recorded op is timed; at each `submit` (the end of one forward
 //! pass) the pass's times go to the decode bucket (one token) or the prefill
@@ -60,6 +62,8 @@ struct Bucket {
 #[derive(Debug, Default)]
 pub(super) struct Profile {
     inner: Option<RefCell<State>>,
+    /// CPU time of the calling thread rather than wall time.
+    cpu: bool,
 }
 
 #[derive(Debug, Default)]
@@ -73,34 +77,46 @@ struct State {
     prefill: Bucket,
 }
 
-#[cfg(not(target_arch = "wasm32"))]
-type Clock = std::time::Instant;
-#[cfg(target_arch = "wasm32")]
-type Clock = ();
+/// Seconds on the profile's clock, from an arbitrary origin.
+type Clock = f64;
 
 #[cfg(not(target_arch = "wasm32"))]
-fn now() -> Clock {
-    std::time::Instant::now()
+fn now(cpu: bool) -> Clock {
+    #[cfg(target_os = "linux")]
+    if cpu {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: `ts` is a valid, writable timespec for the call's duration.
+        let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+        if rc == 0 {
+            return ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9;
+        }
+    }
+    let _ = cpu;
+    thread_local! {
+        static ORIGIN: std::time::Instant = std::time::Instant::now();
+    }
+    ORIGIN.with(|o| o.elapsed().as_secs_f64())
 }
 #[cfg(target_arch = "wasm32")]
-fn now() -> Clock {}
-
-#[cfg(not(target_arch = "wasm32"))]
-fn secs_between(a: Clock, b: Clock) -> f64 {
-    b.duration_since(a).as_secs_f64()
-}
-#[cfg(target_arch = "wasm32")]
-fn secs_between(_: Clock, _: Clock) -> f64 {
+fn now(_: bool) -> Clock {
     0.0
+}
+
+fn secs_between(a: Clock, b: Clock) -> f64 {
+    (b - a).max(0.0)
 }
 
 impl Profile {
     /// On when the environment says `HEARTH_PROFILE=1` (never on wasm32).
     pub(super) fn from_env() -> Self {
-        let on = cfg!(not(target_arch = "wasm32"))
-            && std::env::var("HEARTH_PROFILE").is_ok_and(|v| v == "1");
+        let var = std::env::var("HEARTH_PROFILE").unwrap_or_default();
+        let on = cfg!(not(target_arch = "wasm32")) && (var == "1" || var == "cpu");
         Self {
             inner: on.then(|| RefCell::new(State::default())),
+            cpu: var == "cpu",
         }
     }
 
@@ -115,9 +131,9 @@ impl Profile {
         let Some(cell) = &self.inner else {
             return f();
         };
-        let start = now();
+        let start = now(self.cpu);
         let r = f();
-        let end = now();
+        let end = now(self.cpu);
         if let Ok(mut s) = cell.try_borrow_mut() {
             let k = kind(op);
             if let Some(last) = s.last_end {
@@ -164,7 +180,12 @@ impl Profile {
             }
             let total: f64 = b.secs.iter().sum();
             out += &format!(
-                "hearth profile, {name}: {} passes, {} tokens, {:.3} ms/token\n",
+                "hearth profile ({}), {name}: {} passes, {} tokens, {:.3} ms/token\n",
+                if self.cpu {
+                    "calling thread's CPU time"
+                } else {
+                    "wall time"
+                },
                 b.passes,
                 b.tokens,
                 total * 1e3 / b.tokens as f64
