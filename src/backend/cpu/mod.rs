@@ -13,6 +13,8 @@ pub mod kernels;
 pub mod matmul;
 pub mod model;
 pub mod ops;
+#[cfg(not(target_arch = "wasm32"))]
+mod pool;
 mod profile;
 mod record;
 pub mod threads;
