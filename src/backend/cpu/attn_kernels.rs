@@ -3,8 +3,6 @@
 //! F16C, or portable scalar), each working on a whole tile of keys so one
 //! indirect call covers tens of rows.
 
-use half::f16;
-
 use super::attention::KvRef;
 use super::kernels::{fp16, Isa};
 
@@ -107,7 +105,7 @@ pub(super) fn gather_scalar(
 
 /// f16 values to f32, one by one (the SIMD kernels' tails).
 #[cfg(target_arch = "x86_64")]
-pub(super) fn f16_to_f32_scalar(src: &[f16], dst: &mut [f32]) {
+pub(super) fn f16_to_f32_scalar(src: &[half::f16], dst: &mut [f32]) {
     for (o, &h) in dst.iter_mut().zip(src) {
         *o = fp16(h);
     }
