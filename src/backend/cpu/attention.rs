@@ -7,6 +7,7 @@
 
 use half::f16;
 
+use super::attn_kernels::AttnKernels;
 use super::kernels::fp16;
 use super::ops;
 use super::threads::Threads;
@@ -232,7 +233,8 @@ pub struct LayerKv<'a> {
 
 /// Causal attention of every query row against K/V read through the slot
 /// lists of its sequence (`seq_slots[i]`: slot of each position
-/// `0 .. seqs[i].start + seqs[i].len`; the `block_table` field is unused).
+/// `0 .. seqs[i].start + seqs[i].len`; the `block_table` field is unused),
+/// with the fastest kernels this CPU has.
 ///
 /// q: `[tokens, n_head * head_dim_k]`, out: `[tokens, n_head * head_dim_v]`.
 pub fn attend_slots(
@@ -244,6 +246,37 @@ pub fn attend_slots(
     q: &[f32],
     out: &mut [f32],
 ) -> Result<(), BackendError> {
+    let k = AttnKernels::best();
+    attend_slots_with(&k, threads, kv, shape, seqs, seq_slots, q, out)
+}
+
+/// [`attend_slots`] with the kernels `k`: tiled online softmax, every query
+/// head of a K/V head per pass (`super::attn_fast`).
+#[allow(clippy::too_many_arguments)]
+pub fn attend_slots_with(
+    k: &AttnKernels,
+    threads: &Threads,
+    kv: LayerKv<'_>,
+    shape: &AttnShape,
+    seqs: &[AttnSeq<'_>],
+    seq_slots: &[Vec<usize>],
+    q: &[f32],
+    out: &mut [f32],
+) -> Result<(), BackendError> {
+    check_attn(kv, shape, seqs, seq_slots, q, out)?;
+    super::attn_fast::attend(k, threads, kv, shape, seqs, seq_slots, q, out);
+    Ok(())
+}
+
+/// Checks the shapes of an attention call; returns each row's (sequence, position).
+fn check_attn(
+    kv: LayerKv<'_>,
+    shape: &AttnShape,
+    seqs: &[AttnSeq<'_>],
+    seq_slots: &[Vec<usize>],
+    q: &[f32],
+    out: &[f32],
+) -> Result<Vec<(usize, usize)>, BackendError> {
     let (hk, hv) = (shape.head_dim_k, shape.head_dim_v);
     let (k_width, v_width) = (shape.n_head_kv * hk, shape.n_head_kv * hv);
     let group = shape.n_head / shape.n_head_kv.max(1);
@@ -255,9 +288,11 @@ pub fn attend_slots(
         .max()
         .map_or(0, |s| s + 1);
     if q.len() != rows * shape.n_head * hk
+        || out.len() != rows * shape.n_head * hv
         || kv.k.len() < max_slot * k_width
         || kv.v.len() < max_slot * v_width
         || group * shape.n_head_kv != shape.n_head
+        || group == 0
     {
         return Err(BackendError::Shape(format!(
             "attention: q has {} values for {rows} rows of {} heads of {hk}; caches {} / {}",
@@ -267,7 +302,24 @@ pub fn attend_slots(
             kv.v.len()
         )));
     }
-    let row_seq = row_positions(seqs, seq_slots, rows)?;
+    row_positions(seqs, seq_slots, rows)
+}
+
+/// The scalar attention: per (row, head), all scores, a two-pass softmax,
+/// then the weighted sum of values. Slow; the oracle of the fast one.
+pub fn attend_slots_scalar(
+    threads: &Threads,
+    kv: LayerKv<'_>,
+    shape: &AttnShape,
+    seqs: &[AttnSeq<'_>],
+    seq_slots: &[Vec<usize>],
+    q: &[f32],
+    out: &mut [f32],
+) -> Result<(), BackendError> {
+    let row_seq = check_attn(kv, shape, seqs, seq_slots, q, out)?;
+    let (hk, hv) = (shape.head_dim_k, shape.head_dim_v);
+    let (k_width, v_width) = (shape.n_head_kv * hk, shape.n_head_kv * hv);
+    let group = shape.n_head / shape.n_head_kv.max(1);
     threads.for_chunks(out, hv, |ri, o| {
         let (row, h) = (ri / shape.n_head, ri % shape.n_head);
         let (si, p) = row_seq[row];

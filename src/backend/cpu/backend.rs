@@ -11,9 +11,11 @@ use std::cell::{OnceCell, RefCell};
 use std::future::Future;
 use std::ops::Range;
 
+use super::attn_kernels::AttnKernels;
 use super::kernels::KernelTable;
 use super::matmul::{matmul, Weight};
 use super::ops;
+use super::profile::Profile;
 use super::threads::Threads;
 use crate::backend::{Backend, BackendError, BufKind, Caps, OpIo};
 use crate::graph::Op;
@@ -134,6 +136,10 @@ pub struct CpuBackend {
     caps: Caps,
     pub(super) table: KernelTable,
     pub(super) threads: Threads,
+    /// Attention kernels of the same ISA as `table`; `None`: the scalar
+    /// attention (`HEARTH_ATTN=scalar`, for comparisons).
+    pub(super) attn: Option<AttnKernels>,
+    profile: Profile,
 }
 
 impl CpuBackend {
@@ -149,10 +155,20 @@ impl CpuBackend {
         };
         Self {
             caps,
-            table,
             threads,
+            attn: attn_kernels(&table),
+            table,
+            profile: Profile::from_env(),
         }
     }
+}
+
+/// The attention kernels of `table`'s ISA, `None` when `HEARTH_ATTN=scalar`
+/// asks for the scalar attention (never on wasm32, which has no environment).
+fn attn_kernels(table: &KernelTable) -> Option<AttnKernels> {
+    let scalar = cfg!(not(target_arch = "wasm32"))
+        && std::env::var("HEARTH_ATTN").is_ok_and(|v| v == "scalar");
+    (!scalar).then(|| AttnKernels::for_isa(table.isa()).unwrap_or_else(AttnKernels::scalar))
 }
 
 /// The `i`th buffer of `list`, or a shape error naming the op.
@@ -314,6 +330,29 @@ fn rope(op: &Op, io: &OpIo<'_, CpuBuffer>, x: &mut [f32]) -> Result<(), BackendE
     Ok(())
 }
 
+impl CpuBackend {
+    /// Runs one op.
+    fn run_op(&self, op: &Op, io: &OpIo<'_, CpuBuffer>) -> Result<(), BackendError> {
+        match op {
+            Op::GetRows { .. } => self.get_rows(op, io),
+            Op::MatMul { .. } => self.mat_mul(op, io),
+            Op::Add => binary(io, op, ops::add),
+            Op::Mul => binary(io, op, |x, y| {
+                x.iter_mut().zip(y).for_each(|(a, b)| *a *= b)
+            }),
+            Op::BiasAdd => binary(io, op, ops::add_bias),
+            Op::SiluMul => binary(io, op, ops::silu_mul),
+            Op::GeluTanhMul => binary(io, op, ops::gelu_mul),
+            Op::KvWrite { .. } => self.kv_write(op, io),
+            Op::PagedAttention { .. } => self.paged_attention(op, io),
+            Op::MoeTopK { .. } => self.moe_top_k(op, io),
+            Op::MoeExperts { .. } => self.moe_experts(op, io),
+            _ if self.supports(op) => self.unary(op, io),
+            _ => Err(BackendError::UnsupportedOp(format!("{op:?}"))),
+        }
+    }
+}
+
 impl Backend for CpuBackend {
     type Buffer = CpuBuffer;
 
@@ -362,26 +401,20 @@ impl Backend for CpuBackend {
     }
 
     fn record(&mut self, op: &Op, io: &OpIo<'_, CpuBuffer>) -> Result<(), BackendError> {
-        match op {
-            Op::GetRows { .. } => self.get_rows(op, io),
-            Op::MatMul { .. } => self.mat_mul(op, io),
-            Op::Add => binary(io, op, ops::add),
-            Op::Mul => binary(io, op, |x, y| {
-                x.iter_mut().zip(y).for_each(|(a, b)| *a *= b)
-            }),
-            Op::BiasAdd => binary(io, op, ops::add_bias),
-            Op::SiluMul => binary(io, op, ops::silu_mul),
-            Op::GeluTanhMul => binary(io, op, ops::gelu_mul),
-            Op::KvWrite { .. } => self.kv_write(op, io),
-            Op::PagedAttention { .. } => self.paged_attention(op, io),
-            Op::MoeTopK { .. } => self.moe_top_k(op, io),
-            Op::MoeExperts { .. } => self.moe_experts(op, io),
-            _ if self.supports(op) => self.unary(op, io),
-            _ => Err(BackendError::UnsupportedOp(format!("{op:?}"))),
+        if !self.profile.on() {
+            return self.run_op(op, io);
         }
+        let tokens = match (op, io.inputs) {
+            (Op::GetRows { .. }, [table, ids]) if table.kind == BufKind::Weights => {
+                Some(ids.len / 4)
+            }
+            _ => None,
+        };
+        self.profile.time(op, tokens, || self.run_op(op, io))
     }
 
     fn submit(&mut self) -> Result<(), BackendError> {
+        self.profile.end_pass();
         Ok(())
     }
 

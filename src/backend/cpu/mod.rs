@@ -4,11 +4,18 @@
 //! on [`CpuBackend`].
 
 pub mod attention;
+mod attn_fast;
+pub mod attn_kernels;
+#[cfg(target_arch = "x86_64")]
+mod attn_x86;
 pub mod backend;
 pub mod kernels;
 pub mod matmul;
 pub mod model;
 pub mod ops;
+#[cfg(not(target_arch = "wasm32"))]
+mod pool;
+mod profile;
 mod record;
 pub mod threads;
 

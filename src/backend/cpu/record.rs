@@ -5,7 +5,8 @@
 use half::f16;
 
 use super::attention::{
-    attend_slots, table_slots, write_rows, AttnSeq, AttnShape, KvMut, KvRef, LayerKv,
+    attend_slots_scalar, attend_slots_with, table_slots, write_rows, AttnSeq, AttnShape, KvMut,
+    KvRef, LayerKv,
 };
 use super::backend::{nth, CpuBackend, CpuBuffer};
 use super::matmul::{matmul, Weight};
@@ -136,7 +137,11 @@ impl CpuBackend {
         with_cache(kc, dtype, |k| {
             with_cache(vc, dtype, |v| {
                 let kv = LayerKv { k, v };
-                attend_slots(&self.threads, kv, &shape, &seqs, &slots, &q, out)
+                let t = &self.threads;
+                match &self.attn {
+                    Some(k) => attend_slots_with(k, t, kv, &shape, &seqs, &slots, &q, out),
+                    None => attend_slots_scalar(t, kv, &shape, &seqs, &slots, &q, out),
+                }
             })
         })??
     }

@@ -1,0 +1,143 @@
+//! The row kernels of the fast attention ([`super::attn_fast`]): a table of
+//! function pointers filled once for the ISA the CPU has (AVX-512, AVX2 with
+//! F16C, or portable scalar), each working on a whole tile of keys so one
+//! indirect call covers tens of rows.
+
+use super::attention::KvRef;
+use super::kernels::{fp16, Isa};
+
+/// Gathers rows into a dense f32 tile: for each `slot` of `slots`,
+/// `width` values at `slot * stride + off` of the cache, converted to f32,
+/// into `dst[i * width..]`. Callers have bounds-checked every row.
+pub type GatherFn = fn(src: KvRef<'_>, slots: &[usize], stride: usize, off: usize, dst: &mut [f32]);
+
+/// `out[j] = q · tile[j]` for the `out.len()` rows of width `q.len()` of `tile`.
+pub type ScoresFn = fn(q: &[f32], tile: &[f32], out: &mut [f32]);
+
+/// `acc += Σ_j p[j] * tile[j]` over the `p.len()` rows of width `acc.len()` of `tile`.
+pub type AccumFn = fn(p: &[f32], tile: &[f32], acc: &mut [f32]);
+
+/// `x = exp(x - m)` element-wise (inputs at most `m`); returns the sum.
+pub type ExpSumFn = fn(x: &mut [f32], m: f32) -> f32;
+
+/// `x *= s` element-wise.
+pub type ScaleFn = fn(x: &mut [f32], s: f32);
+
+/// The attention kernels of one ISA.
+#[derive(Clone, Copy)]
+pub struct AttnKernels {
+    /// The ISA they use.
+    pub isa: Isa,
+    /// Rows of the cache to an f32 tile.
+    pub gather: GatherFn,
+    /// Query · key tile.
+    pub scores: ScoresFn,
+    /// Weighted sum of a value tile.
+    pub accum: AccumFn,
+    /// Shifted exponentials and their sum.
+    pub exp_sum: ExpSumFn,
+    /// Scaling.
+    pub scale: ScaleFn,
+}
+
+impl std::fmt::Debug for AttnKernels {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "AttnKernels({})", self.isa)
+    }
+}
+
+impl AttnKernels {
+    /// The portable kernels (every target).
+    pub fn scalar() -> Self {
+        Self {
+            isa: Isa::Scalar,
+            gather: gather_scalar,
+            scores: scores_scalar,
+            accum: accum_scalar,
+            exp_sum: exp_sum_scalar,
+            scale: scale_scalar,
+        }
+    }
+
+    /// The kernels of `isa`, `None` when this CPU lacks it.
+    pub fn for_isa(isa: Isa) -> Option<Self> {
+        if !isa.available() {
+            return None;
+        }
+        #[cfg(target_arch = "x86_64")]
+        {
+            super::attn_x86::kernels(isa).or_else(|| Some(Self::scalar()))
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            Some(Self::scalar())
+        }
+    }
+
+    /// The kernels of the fastest ISA this CPU has.
+    pub fn best() -> Self {
+        Self::for_isa(Isa::best()).unwrap_or_else(Self::scalar)
+    }
+}
+
+/// Scalar [`GatherFn`]; f32 rows are plain copies, and the f32 copy is shared
+/// by every ISA.
+pub(super) fn gather_scalar(
+    src: KvRef<'_>,
+    slots: &[usize],
+    stride: usize,
+    off: usize,
+    dst: &mut [f32],
+) {
+    let width = dst.len() / slots.len().max(1);
+    for (d, &s) in dst.chunks_exact_mut(width.max(1)).zip(slots) {
+        let at = s * stride + off;
+        match src {
+            KvRef::F16(v) => {
+                for (o, &h) in d.iter_mut().zip(&v[at..at + width]) {
+                    *o = fp16(h);
+                }
+            }
+            KvRef::F32(v) => d.copy_from_slice(&v[at..at + width]),
+        }
+    }
+}
+
+/// f16 values to f32, one by one (the SIMD kernels' tails).
+#[cfg(target_arch = "x86_64")]
+pub(super) fn f16_to_f32_scalar(src: &[half::f16], dst: &mut [f32]) {
+    for (o, &h) in dst.iter_mut().zip(src) {
+        *o = fp16(h);
+    }
+}
+
+fn scores_scalar(q: &[f32], tile: &[f32], out: &mut [f32]) {
+    let w = q.len().max(1);
+    for (o, k) in out.iter_mut().zip(tile.chunks_exact(w)) {
+        *o = super::kernels::float::vec_dot_f32(k, q);
+    }
+}
+
+fn accum_scalar(p: &[f32], tile: &[f32], acc: &mut [f32]) {
+    let w = acc.len().max(1);
+    for (&pj, v) in p.iter().zip(tile.chunks_exact(w)) {
+        for (a, &x) in acc.iter_mut().zip(v) {
+            *a += pj * x;
+        }
+    }
+}
+
+fn exp_sum_scalar(x: &mut [f32], m: f32) -> f32 {
+    let mut sum = 0.0f32;
+    for v in x.iter_mut() {
+        *v = (*v - m).exp();
+        sum += *v;
+    }
+    sum
+}
+
+fn scale_scalar(x: &mut [f32], s: f32) {
+    for v in x {
+        *v *= s;
+    }
+}

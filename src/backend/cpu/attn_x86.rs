@@ -1,0 +1,311 @@
+//! AVX2 (+FMA, F16C) attention kernels, used under AVX-512 too.
+//!
+//! The safe entries below are only reachable through [`kernels`], which
+//! [`AttnKernels::for_isa`] calls only after `Isa::available` confirmed the
+//! features: that is the safety argument of every `unsafe` call here. Every
+//! slice access is bounds-checked by the safe entry before the unchecked
+//! SIMD loads run.
+
+use std::arch::x86_64::*;
+
+use half::f16;
+
+use super::attention::KvRef;
+use super::attn_kernels::{f16_to_f32_scalar, gather_scalar, AttnKernels};
+use super::kernels::Isa;
+
+/// The kernels of `isa` (which the caller has checked this CPU has).
+pub(super) fn kernels(isa: Isa) -> Option<AttnKernels> {
+    match isa {
+        Isa::Scalar => None,
+        Isa::Avx2 => Some(AttnKernels {
+            isa,
+            gather: gather_avx2,
+            scores: |q, t, o| checked_scores(q, t, o, scores_avx2),
+            accum: |p, t, a| checked_accum(p, t, a, accum_avx2),
+            exp_sum: |x, m| {
+                // SAFETY: AVX2 and FMA were detected (module doc).
+                unsafe { exp_sum_avx2(x, m) }
+            },
+            scale: |x, s| {
+                // SAFETY: AVX2 was detected (module doc).
+                unsafe { scale_avx2(x, s) }
+            },
+        }),
+        // 512-bit intrinsics are younger than the crate's minimum Rust
+        // version; attention is a small share of a step, so 256-bit it is.
+        Isa::Avx512 => kernels(Isa::Avx2).map(|k| AttnKernels { isa, ..k }),
+    }
+}
+
+type RawTile = unsafe fn(&[f32], &[f32], &mut [f32]);
+
+/// Checks that `tile` holds `out.len()` rows of `q.len()`, then runs `f`.
+fn checked_scores(q: &[f32], tile: &[f32], out: &mut [f32], f: RawTile) {
+    if tile.len() < out.len() * q.len() {
+        let rows = tile.len() / q.len().max(1);
+        return checked_scores(q, tile, &mut out[..rows], f);
+    }
+    // SAFETY: the tile covers every row read; features detected (module doc).
+    unsafe { f(q, tile, out) }
+}
+
+/// Checks that `tile` holds `p.len()` rows of `acc.len()`, then runs `f`.
+fn checked_accum(p: &[f32], tile: &[f32], acc: &mut [f32], f: RawTile) {
+    if tile.len() < p.len() * acc.len() {
+        let rows = tile.len() / acc.len().max(1);
+        return checked_accum(&p[..rows], tile, acc, f);
+    }
+    // SAFETY: the tile covers every row read; features detected (module doc).
+    unsafe { f(p, tile, acc) }
+}
+
+/// Rows of `slots` from an f16 cache through `cvt` (f32 rows are copies).
+fn gather_with(
+    src: KvRef<'_>,
+    slots: &[usize],
+    stride: usize,
+    off: usize,
+    dst: &mut [f32],
+    cvt: unsafe fn(&[f16], &mut [f32]),
+) {
+    let KvRef::F16(v) = src else {
+        return gather_scalar(src, slots, stride, off, dst);
+    };
+    let width = dst.len() / slots.len().max(1);
+    for (d, &s) in dst.chunks_exact_mut(width.max(1)).zip(slots) {
+        let at = s * stride + off;
+        // Slices are bounds-checked here; the kernel reads only `d.len()` of each.
+        let row = &v[at..at + width];
+        // SAFETY: features detected (module doc); equal lengths.
+        unsafe { cvt(row, d) }
+    }
+}
+
+fn gather_avx2(src: KvRef<'_>, slots: &[usize], stride: usize, off: usize, dst: &mut [f32]) {
+    gather_with(src, slots, stride, off, dst, cvt_avx2);
+}
+
+/// f16 to f32, `dst.len()` values (`src` at least as long).
+#[target_feature(enable = "avx2,f16c")]
+unsafe fn cvt_avx2(src: &[f16], dst: &mut [f32]) {
+    let n = dst.len().min(src.len());
+    let mut i = 0;
+    while i + 8 <= n {
+        let h = _mm_loadu_si128(src.as_ptr().add(i).cast());
+        _mm256_storeu_ps(dst.as_mut_ptr().add(i), _mm256_cvtph_ps(h));
+        i += 8;
+    }
+    f16_to_f32_scalar(&src[i..n], &mut dst[i..n]);
+}
+
+/// Horizontal sum of 8 lanes.
+#[target_feature(enable = "avx2")]
+unsafe fn hsum256(v: __m256) -> f32 {
+    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    let s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    _mm_cvtss_f32(s)
+}
+
+/// `out[j] = q · tile[j]`; `tile` holds `out.len()` rows of `q.len()`.
+#[target_feature(enable = "avx2,fma")]
+unsafe fn scores_avx2(q: &[f32], tile: &[f32], out: &mut [f32]) {
+    let w = q.len();
+    let (qp, tp) = (q.as_ptr(), tile.as_ptr());
+    for (j, o) in out.iter_mut().enumerate() {
+        let k = tp.add(j * w);
+        let (mut a0, mut a1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+        let mut i = 0;
+        while i + 16 <= w {
+            a0 = _mm256_fmadd_ps(_mm256_loadu_ps(qp.add(i)), _mm256_loadu_ps(k.add(i)), a0);
+            a1 = _mm256_fmadd_ps(
+                _mm256_loadu_ps(qp.add(i + 8)),
+                _mm256_loadu_ps(k.add(i + 8)),
+                a1,
+            );
+            i += 16;
+        }
+        let mut s = hsum256(_mm256_add_ps(a0, a1));
+        while i < w {
+            s += *qp.add(i) * *k.add(i);
+            i += 1;
+        }
+        *o = s;
+    }
+}
+
+/// `acc += Σ_j p[j] * tile[j]`; `tile` holds `p.len()` rows of `acc.len()`.
+#[target_feature(enable = "avx2,fma")]
+unsafe fn accum_avx2(p: &[f32], tile: &[f32], acc: &mut [f32]) {
+    let w = acc.len();
+    let (ap, tp) = (acc.as_mut_ptr(), tile.as_ptr());
+    let mut c = 0;
+    // Four column blocks at once: each p[j] broadcast feeds four FMAs.
+    while c + 32 <= w {
+        let mut a = [
+            _mm256_loadu_ps(ap.add(c)),
+            _mm256_loadu_ps(ap.add(c + 8)),
+            _mm256_loadu_ps(ap.add(c + 16)),
+            _mm256_loadu_ps(ap.add(c + 24)),
+        ];
+        for (j, &pj) in p.iter().enumerate() {
+            let b = _mm256_set1_ps(pj);
+            let r = tp.add(j * w + c);
+            for (u, a) in a.iter_mut().enumerate() {
+                *a = _mm256_fmadd_ps(b, _mm256_loadu_ps(r.add(8 * u)), *a);
+            }
+        }
+        for (u, a) in a.iter().enumerate() {
+            _mm256_storeu_ps(ap.add(c + 8 * u), *a);
+        }
+        c += 32;
+    }
+    while c + 8 <= w {
+        let mut a = _mm256_loadu_ps(ap.add(c));
+        for (j, &pj) in p.iter().enumerate() {
+            a = _mm256_fmadd_ps(_mm256_set1_ps(pj), _mm256_loadu_ps(tp.add(j * w + c)), a);
+        }
+        _mm256_storeu_ps(ap.add(c), a);
+        c += 8;
+    }
+    for c in c..w {
+        for (j, &pj) in p.iter().enumerate() {
+            *ap.add(c) += pj * *tp.add(j * w + c);
+        }
+    }
+}
+
+/// Lowest exponent argument: below it exp underflows (the result is then
+/// about 1.6e-38, which no softmax weight can tell from 0).
+const EXP_MIN: f32 = -87.0;
+
+/// `exp(x)` for `x` in `[EXP_MIN, 0]`: ggml's `ggml_v_expf` (Arm's optimized
+/// routine, max error 1.5 ulp) without its overflow branches, which this
+/// range never takes.
+macro_rules! exp_body {
+    ($x:expr, $set1:ident, $fmadd:ident, $fnmadd:ident, $sub:ident, $mul:ident, $cast_i:ident, $cast_f:ident, $slli:ident, $add_i:ident) => {{
+        let x = $x;
+        let r = $set1(f32::from_bits(0x4b40_0000)); // 0x1.8p23
+        let z = $fmadd(x, $set1(f32::from_bits(0x3fb8_aa3b)), r); // log2(e)
+        let n = $sub(z, r);
+        let b = $fnmadd(
+            n,
+            $set1(f32::from_bits(0x35bf_be8e)), // 0x1.7f7d1cp-20
+            $fnmadd(n, $set1(f32::from_bits(0x3f31_7200)), x), // 0x1.62e4p-1
+        );
+        let e = $slli::<23>($cast_i(z));
+        let k = $cast_f($add_i(e, $cast_i($set1(1.0))));
+        let u = $mul(b, b);
+        let j = $fmadd(
+            $fmadd(
+                $fmadd(
+                    $set1(f32::from_bits(0x3c07_2010)),
+                    b,
+                    $set1(f32::from_bits(0x3d2b_9f17)),
+                ),
+                u,
+                $fmadd(
+                    $set1(f32::from_bits(0x3e2a_af33)),
+                    b,
+                    $set1(f32::from_bits(0x3eff_fedb)),
+                ),
+            ),
+            u,
+            $mul($set1(f32::from_bits(0x3f7f_fff6)), b),
+        );
+        $fmadd(k, j, k)
+    }};
+}
+
+/// Vector exp of 8 lanes in `[EXP_MIN, 0]`.
+#[target_feature(enable = "avx2,fma")]
+unsafe fn exp8(x: __m256) -> __m256 {
+    exp_body!(
+        x,
+        _mm256_set1_ps,
+        _mm256_fmadd_ps,
+        _mm256_fnmadd_ps,
+        _mm256_sub_ps,
+        _mm256_mul_ps,
+        _mm256_castps_si256,
+        _mm256_castsi256_ps,
+        _mm256_slli_epi32,
+        _mm256_add_epi32
+    )
+}
+
+/// `x = exp(x - m)`, returning the sum.
+#[target_feature(enable = "avx2,fma")]
+unsafe fn exp_sum_avx2(x: &mut [f32], m: f32) -> f32 {
+    let n = x.len();
+    let p = x.as_mut_ptr();
+    let (mv, lo) = (_mm256_set1_ps(m), _mm256_set1_ps(EXP_MIN));
+    let mut sum = _mm256_setzero_ps();
+    let mut i = 0;
+    while i + 8 <= n {
+        let v = _mm256_max_ps(_mm256_sub_ps(_mm256_loadu_ps(p.add(i)), mv), lo);
+        let e = exp8(v);
+        _mm256_storeu_ps(p.add(i), e);
+        sum = _mm256_add_ps(sum, e);
+        i += 8;
+    }
+    let mut s = hsum256(sum);
+    for v in &mut x[i..] {
+        *v = (*v - m).exp();
+        s += *v;
+    }
+    s
+}
+
+/// `x *= s`.
+#[target_feature(enable = "avx2")]
+unsafe fn scale_avx2(x: &mut [f32], s: f32) {
+    let n = x.len();
+    let p = x.as_mut_ptr();
+    let sv = _mm256_set1_ps(s);
+    let mut i = 0;
+    while i + 8 <= n {
+        _mm256_storeu_ps(p.add(i), _mm256_mul_ps(_mm256_loadu_ps(p.add(i)), sv));
+        i += 8;
+    }
+    for v in &mut x[i..] {
+        *v *= s;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vector_exp_matches_libm() {
+        for isa in [Isa::Avx2] {
+            let Some(k) = AttnKernels::for_isa(isa) else {
+                continue;
+            };
+            let xs: Vec<f32> = (0..2000)
+                .map(|i| -90.0 + i as f32 * 0.045 + 0.001)
+                .collect();
+            let mut y = xs.clone();
+            let sum = (k.exp_sum)(&mut y, 0.0);
+            let mut want_sum = 0.0f64;
+            for (&x, &y) in xs.iter().zip(&y) {
+                let w = f64::from(x).exp();
+                want_sum += w;
+                if x >= EXP_MIN {
+                    assert!(
+                        ((f64::from(y) - w) / w).abs() < 4e-7,
+                        "{isa}: exp({x}) = {y}, want {w}"
+                    );
+                } else {
+                    assert!(f64::from(y) < 2e-38, "{isa}: exp({x}) = {y}");
+                }
+            }
+            assert!(
+                ((f64::from(sum) - want_sum) / want_sum).abs() < 1e-5,
+                "{isa}"
+            );
+        }
+    }
+}
