@@ -232,22 +232,20 @@ def models(hearth, cfg, models_dir, bench_dir):
     types = ["Q4_0"] if cfg["quick"] else SYNTH_TYPES
     real = REAL_MODELS[:1] if cfg["quick"] else REAL_MODELS
     # The small real models first: a run cut short has them.
-    out = []
-    for name in real:
-        path = models_dir / name
+    out = [models_dir / name for name in real]
+    for path in out:
         if not path.exists():
             raise BenchError(f"{path} is missing; run `make setup` first")
-        out.append(path)
-    bench_dir.mkdir(parents=True, exist_ok=True)
-    for t in types:
-        path = bench_dir / f"{SYNTH_SHAPE}-{t}.gguf"
-        if not path.exists():
-            run([hearth, "synth", "--shape", SYNTH_SHAPE, "--type", t, path])
-        out.append(path)
+    out += [bench_dir / f"{SYNTH_SHAPE}-{t}.gguf" for t in types]
     if cfg["only"]:
         out = [m for m in out if any(o in m.name for o in cfg["only"])]
         if not out:
             raise BenchError(f"BENCH_MODELS={','.join(cfg['only'])} matches no model")
+    bench_dir.mkdir(parents=True, exist_ok=True)
+    for path in out:
+        if not path.exists():
+            t = path.name[len(SYNTH_SHAPE) + 1:-len(".gguf")]
+            run([hearth, "synth", "--shape", SYNTH_SHAPE, "--type", t, path])
     return out
 
 

@@ -10,6 +10,7 @@ import sys
 import unittest
 from pathlib import Path
 
+sys.dont_write_bytecode = True  # no __pycache__ beside the tracked scripts
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench  # noqa: E402
 
