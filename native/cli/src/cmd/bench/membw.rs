@@ -24,6 +24,11 @@ pub struct Bandwidth {
 }
 
 impl Bandwidth {
+    /// The best repetition's GB/s.
+    pub fn best(&self) -> f64 {
+        self.samples_gbps.iter().copied().fold(0.0, f64::max)
+    }
+
     /// The JSON line.
     pub fn json(&self) -> serde_json::Value {
         json!({
@@ -31,7 +36,7 @@ impl Bandwidth {
             "threads": self.threads,
             "gbps": super::report::mean(&self.samples_gbps),
             "gbps_stddev": super::report::stddev(&self.samples_gbps),
-            "gbps_best": self.samples_gbps.iter().copied().fold(0.0, f64::max),
+            "gbps_best": self.best(),
             "buffer_bytes": self.bytes,
             "reps": self.samples_gbps.len(),
             "samples_gbps": self.samples_gbps,
