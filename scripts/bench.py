@@ -23,6 +23,8 @@ Environment:
 
 Each row is also appended to .cache/bench/rows-BENCH-TIME.jsonl as it is measured.
     LLAMA_BENCH       path of llama-bench (default: built by scripts/build-llamacpp.sh)
+    BENCH_LLAMA_FLAGS more llama-bench flags, e.g. "--poll 0" (its threads then sleep
+                      instead of spinning while they wait, which a busy machine punishes)
 
 Python 3 standard library only. The parsing and table code is unit-tested by
 scripts/test_bench.py on canned output.
@@ -31,6 +33,7 @@ scripts/test_bench.py on canned output.
 import argparse
 import json
 import os
+import shlex
 import statistics
 import subprocess
 import sys
@@ -275,6 +278,7 @@ def measure_pair(subject, anchor, flip):
 
 def bench_cpu(hearth, cfg, model_paths):
     llama = llama_bench_path()
+    llama_flags = LLAMA_BENCH_FLAGS + shlex.split(os.environ.get("BENCH_LLAMA_FLAGS", ""))
     rows, k = [], 0
     for path in model_paths:
         for test, (p, n) in ((f"pp{cfg['p']}", (cfg["p"], 0)), (f"tg{cfg['n']}", (0, cfg["n"]))):
@@ -282,7 +286,7 @@ def bench_cpu(hearth, cfg, model_paths):
                 common = ["-m", path, "-p", p, "-n", n, "-t", t, "-r", cfg["reps"]]
                 h, a = measure_pair(
                     lambda: find(parse_hearth(run([hearth, "bench", *common, "--json"])), test, t),
-                    lambda: find(parse_llama_bench(run([llama, *common, *LLAMA_BENCH_FLAGS, "-o", "json"])), test, t),
+                    lambda: find(parse_llama_bench(run([llama, *common, *llama_flags, "-o", "json"])), test, t),
                     flip=k % 2 == 1,
                 )
                 k += 1
