@@ -26,7 +26,7 @@ run: setup
 	$(HEARTH) run -m $(SMOLLM2) -p "The capital of France is" --temp 0 -n 24
 	$(HEARTH) run -m $(SMOLLM2) --chat -p "Name three colours of the rainbow." --temp 0 -n 48
 
-test: setup lint check-wasm
+test: setup lint check-wasm test-wasm-kernels
 	$(CARGO) test --workspace --all-targets
 	$(CARGO) test --workspace --doc
 
@@ -45,3 +45,25 @@ fuzz:
 
 clean-cache:
 	rm -rf .cache
+
+# --- CPU kernels on other ISAs ---
+# The kernel tests (tests/backend_kernels_isa.rs) built for wasm32-wasip1
+# with SIMD128, run in Node's WASI (.cargo/config.toml names the runner);
+# then the relaxed-SIMD build (its own target dir, Node's relaxed-SIMD flag).
+# Part of `make test`.
+WASM_RELAXED_FLAGS := -C target-feature=+simd128,+relaxed-simd
+WASM_RELAXED_RUNNER := node --no-warnings --experimental-wasm-relaxed-simd scripts/wasi-run.mjs
+.PHONY: test-wasm-kernels test-neon
+test-wasm-kernels:
+	$(CARGO) test -p hearth --target wasm32-wasip1 --test backend_kernels_isa
+	CARGO_TARGET_WASM32_WASIP1_RUSTFLAGS="$(WASM_RELAXED_FLAGS)" \
+	CARGO_TARGET_WASM32_WASIP1_RUNNER="$(WASM_RELAXED_RUNNER)" \
+	$(CARGO) test -p hearth --target wasm32-wasip1 --target-dir target/wasm-relaxed \
+	  --test backend_kernels_isa
+
+# The same tests built for aarch64 and run under qemu-user, on a CPU with
+# dotprod (QEMU's `max`: the sdot kernels) and one without (Cortex-A57: the
+# widening-multiply kernels).
+test-neon:
+	QEMU_CPU=max $(CARGO) test -p hearth --target aarch64-unknown-linux-gnu --test backend_kernels_isa
+	QEMU_CPU=cortex-a57 $(CARGO) test -p hearth --target aarch64-unknown-linux-gnu --test backend_kernels_isa
