@@ -67,3 +67,20 @@ test-wasm-kernels:
 test-neon:
 	QEMU_CPU=max $(CARGO) test -p hearth --target aarch64-unknown-linux-gnu --test backend_kernels_isa
 	QEMU_CPU=cortex-a57 $(CARGO) test -p hearth --target aarch64-unknown-linux-gnu --test backend_kernels_isa
+
+# wasm SIMD128 decode in Node against native Hearth, both on one thread, on
+# SmolLM2-135M Q4_1, interleaved (BENCH_ROUNDS rounds). Node runs with
+# --no-wasm-dynamic-tiering: the whole module is optimized up front (no
+# warm-up in the timings; Node 20 also crashed at exit after tier-up).
+BENCH_ROUNDS ?= 3
+BENCH_PROMPT ?= The capital of France is
+.PHONY: bench-wasm
+bench-wasm: setup
+	$(CARGO) build --release -p hearth-cli
+	$(CARGO) build --release -p hearth --target wasm32-wasip1 --example decode_speed
+	for i in $$(seq $(BENCH_ROUNDS)); do \
+	  node --no-warnings --no-wasm-dynamic-tiering scripts/wasi-run.mjs \
+	    target/wasm32-wasip1/release/examples/decode_speed.wasm \
+	    "$$(realpath $(SMOLLM2))" "$(BENCH_PROMPT)" 64 1; \
+	  $(HEARTH) run -m $(SMOLLM2) -p "$(BENCH_PROMPT)" -n 64 --temp 0 --ignore-eos -t 1 2>&1 >/dev/null | tail -1; \
+	done
