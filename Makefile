@@ -48,14 +48,16 @@ clean-cache:
 
 # --- CPU kernels on other ISAs ---
 # The kernel tests (tests/backend_kernels_isa.rs) built for wasm32-wasip1
-# with SIMD128, run in Node's WASI (.cargo/config.toml names the runner);
-# then the relaxed-SIMD build (its own target dir, Node's relaxed-SIMD flag).
-# Part of `make test`.
+# with SIMD128, run in Node's WASI (.cargo/config.toml names the runner).
+# Part of `make test`. test-wasm-relaxed: the relaxed-SIMD build (its own
+# target dir, Node's relaxed-SIMD flag); not yet in `make test`.
 WASM_RELAXED_FLAGS := -C target-feature=+simd128,+relaxed-simd
 WASM_RELAXED_RUNNER := node --no-warnings --experimental-wasm-relaxed-simd scripts/wasi-run.mjs
-.PHONY: test-wasm-kernels test-neon
+.PHONY: test-wasm-kernels test-wasm-relaxed test-neon
 test-wasm-kernels:
 	$(CARGO) test -p hearth --target wasm32-wasip1 --test backend_kernels_isa
+
+test-wasm-relaxed:
 	CARGO_TARGET_WASM32_WASIP1_RUSTFLAGS="$(WASM_RELAXED_FLAGS)" \
 	CARGO_TARGET_WASM32_WASIP1_RUNNER="$(WASM_RELAXED_RUNNER)" \
 	$(CARGO) test -p hearth --target wasm32-wasip1 --target-dir target/wasm-relaxed \
