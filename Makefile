@@ -26,7 +26,7 @@ run: setup
 	$(HEARTH) run -m $(SMOLLM2) -p "The capital of France is" --temp 0 -n 24
 	$(HEARTH) run -m $(SMOLLM2) --chat -p "Name three colours of the rainbow." --temp 0 -n 48
 
-test: setup lint check-wasm
+test: setup lint check-wasm test-wasm-kernels
 	$(CARGO) test --workspace --all-targets
 	$(CARGO) test --workspace --doc
 
@@ -62,3 +62,44 @@ bench: setup
 bench-webgpu: setup
 	$(CARGO) build --release -p hearth-cli
 	python3 scripts/bench.py webgpu
+
+# --- CPU kernels on other ISAs ---
+# The kernel tests (tests/backend_kernels_isa.rs) built for wasm32-wasip1
+# with SIMD128, run in Node's WASI (.cargo/config.toml names the runner).
+# Part of `make test`. test-wasm-relaxed: the relaxed-SIMD build (its own
+# target dir, Node's relaxed-SIMD flag); not yet in `make test`.
+WASM_RELAXED_FLAGS := -C target-feature=+simd128,+relaxed-simd
+WASM_RELAXED_RUNNER := node --no-warnings --experimental-wasm-relaxed-simd scripts/wasi-run.mjs
+.PHONY: test-wasm-kernels test-wasm-relaxed test-neon
+test-wasm-kernels:
+	$(CARGO) test -p hearth --target wasm32-wasip1 --test backend_kernels_isa
+
+test-wasm-relaxed:
+	CARGO_TARGET_WASM32_WASIP1_RUSTFLAGS="$(WASM_RELAXED_FLAGS)" \
+	CARGO_TARGET_WASM32_WASIP1_RUNNER="$(WASM_RELAXED_RUNNER)" \
+	$(CARGO) test -p hearth --target wasm32-wasip1 --target-dir target/wasm-relaxed \
+	  --test backend_kernels_isa
+
+# The same tests built for aarch64 and run under qemu-user, on a CPU with
+# dotprod (QEMU's `max`: the sdot kernels) and one without (Cortex-A57: the
+# widening-multiply kernels).
+test-neon:
+	QEMU_CPU=max $(CARGO) test -p hearth --target aarch64-unknown-linux-gnu --test backend_kernels_isa
+	QEMU_CPU=cortex-a57 $(CARGO) test -p hearth --target aarch64-unknown-linux-gnu --test backend_kernels_isa
+
+# wasm SIMD128 decode in Node against native Hearth, both on one thread, on
+# SmolLM2-135M Q4_1, interleaved (BENCH_ROUNDS rounds). Node runs with
+# --no-wasm-dynamic-tiering: the whole module is optimized up front (no
+# warm-up in the timings; Node 20 also crashed at exit after tier-up).
+BENCH_ROUNDS ?= 3
+BENCH_PROMPT ?= The capital of France is
+.PHONY: bench-wasm
+bench-wasm: setup
+	$(CARGO) build --release -p hearth-cli
+	$(CARGO) build --release -p hearth --target wasm32-wasip1 --example decode_speed
+	for i in $$(seq $(BENCH_ROUNDS)); do \
+	  node --no-warnings --no-wasm-dynamic-tiering scripts/wasi-run.mjs \
+	    target/wasm32-wasip1/release/examples/decode_speed.wasm \
+	    "$$(realpath $(SMOLLM2))" "$(BENCH_PROMPT)" 64 1; \
+	  $(HEARTH) run -m $(SMOLLM2) -p "$(BENCH_PROMPT)" -n 64 --temp 0 --ignore-eos -t 1 2>&1 >/dev/null | tail -1; \
+	done

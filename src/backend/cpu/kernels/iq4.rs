@@ -25,7 +25,7 @@ fn idot_nibbles(qs: &[u8], q8: &[i8]) -> i32 {
 
 /// The six-bit scale of sub-block `ib` (0..8) of an IQ4_XS block, minus 32.
 #[inline]
-fn xs_scale(b: &BlockIQ4XS, ib: usize) -> i32 {
+pub(super) fn xs_scale(b: &BlockIQ4XS, ib: usize) -> i32 {
     let low = (b.scales_l[ib / 2] >> (4 * (ib % 2))) & 0xF;
     let high = ((b.scales_h >> (2 * ib)) & 3) as u8;
     i32::from(low | (high << 4)) - 32

@@ -57,7 +57,7 @@ fn lanes_add(aux32: &mut [i32; 8], scale: i32, a: &[i8], q8: &[i8]) {
 
 /// The 6-bit scale and min of sub-block `j` (0..8) of a Q4_K / Q5_K block.
 #[inline]
-fn scale_min_k4(j: usize, q: &[u8; 12]) -> (u8, u8) {
+pub(super) fn scale_min_k4(j: usize, q: &[u8; 12]) -> (u8, u8) {
     if j < 4 {
         (q[j] & 63, q[j + 4] & 63)
     } else {
@@ -70,7 +70,7 @@ fn scale_min_k4(j: usize, q: &[u8; 12]) -> (u8, u8) {
 
 /// The sixteen signed 6-bit scales of a Q3_K block (stored minus 32).
 #[inline]
-fn q3_scales(packed: &[u8; 12]) -> [i8; 16] {
+pub(super) fn q3_scales(packed: &[u8; 12]) -> [i8; 16] {
     let mut out = [0i8; 16];
     for (j, o) in out.iter_mut().enumerate() {
         let low = if j < 8 {

@@ -4,17 +4,22 @@
 //! (`vec_dot_q4_0_q8_0`, `quantize_row_q8_0`, ...). [`KernelTable`] wraps them
 //! as byte-level entries per weight type, so the matmul and the embedding
 //! lookup never match on types in their loops. A faster ISA (x86-64: AVX2,
-//! AVX-512 VNNI, in `x86/`) fills the same slots and keeps the scalar ones it
+//! AVX-512 VNNI, in `x86/`; aarch64: NEON with dotprod, in `arm/`; wasm32:
+//! SIMD128, in `wasm/`) fills the same slots and keeps the scalar ones it
 //! lacks; [`KernelTable::detect`] picks the best one the CPU has.
 
 // Index loops mirror ggml's kernels lane for lane (and keep the shape the
 // vectorizer recognises), so clippy's iterator rewrite is not wanted here.
 #![allow(clippy::needless_range_loop)]
 
+#[cfg(target_arch = "aarch64")]
+mod arm;
 pub mod float;
 pub mod iq4;
 pub mod kquants;
 pub mod legacy;
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+mod wasm;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
@@ -64,18 +69,25 @@ pub enum Isa {
     Avx2,
     /// x86-64 AVX-512 F+BW+VL with VNNI (plus everything [`Isa::Avx2`] needs).
     Avx512,
+    /// aarch64 NEON (Advanced SIMD), using `sdot` where the CPU has dotprod.
+    Neon,
+    /// wasm32 SIMD128 (a build with `-C target-feature=+simd128`; with
+    /// `+relaxed-simd` too, its int8 dots use the relaxed dot instruction).
+    Simd128,
 }
 
 impl Isa {
-    /// Every ISA, slowest first.
-    pub const ALL: [Isa; 3] = [Isa::Scalar, Isa::Avx2, Isa::Avx512];
+    /// Every ISA, slowest first within each architecture.
+    pub const ALL: [Isa; 5] = [Isa::Scalar, Isa::Avx2, Isa::Avx512, Isa::Neon, Isa::Simd128];
 
-    /// The name `HEARTH_CPU_ISA` takes (`scalar`, `avx2`, `avx512`).
+    /// The name `HEARTH_CPU_ISA` takes (`scalar`, `avx2`, `avx512`, `neon`, `simd128`).
     pub fn name(self) -> &'static str {
         match self {
             Isa::Scalar => "scalar",
             Isa::Avx2 => "avx2",
             Isa::Avx512 => "avx512",
+            Isa::Neon => "neon",
+            Isa::Simd128 => "simd128",
         }
     }
 
@@ -92,7 +104,19 @@ impl Isa {
         {
             x86::available(self)
         }
-        #[cfg(not(target_arch = "x86_64"))]
+        #[cfg(target_arch = "aarch64")]
+        {
+            arm::available(self)
+        }
+        #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+        {
+            wasm::available(self)
+        }
+        #[cfg(not(any(
+            target_arch = "x86_64",
+            target_arch = "aarch64",
+            all(target_arch = "wasm32", target_feature = "simd128")
+        )))]
         {
             self == Isa::Scalar
         }
@@ -315,7 +339,7 @@ fn scalar_quantizer(ty: GgmlType) -> Option<QuantizeFn> {
 
 impl KernelTable {
     /// The table for this machine: the fastest ISA the CPU has, or the one
-    /// `HEARTH_CPU_ISA` (`scalar`, `avx2`, `avx512`) names. An unknown name,
+    /// `HEARTH_CPU_ISA` (`scalar`, `avx2`, `avx512`, `neon`, `simd128`) names. An unknown name,
     /// or an ISA this CPU lacks, is not an error: a warning goes to stderr
     /// and the fastest available ISA is used (see [`KernelTable::for_request`]).
     pub fn detect() -> Self {
@@ -346,7 +370,8 @@ impl KernelTable {
             }
             None => {
                 let w = format!(
-                    "HEARTH_CPU_ISA={name} is not one of scalar, avx2, avx512; using {}",
+                    "HEARTH_CPU_ISA={name} is not one of {}; using {}",
+                    Isa::ALL.map(Isa::name).join(", "),
                     best.isa
                 );
                 (best, Some(w))
@@ -371,11 +396,19 @@ impl KernelTable {
 
     /// The kernels for weights of type `ty`, `None` when the backend cannot run it.
     pub fn weight(&self, ty: GgmlType) -> Option<WeightKernels> {
-        #[allow(unused_mut)] // only x86-64 replaces slots
+        #[allow(unused_mut)] // only the SIMD architectures replace slots
         let mut k = scalar_weight_kernels(ty)?;
         // The table only holds an ISA that `Isa::available` confirmed.
         #[cfg(target_arch = "x86_64")]
         if let Some(vec_dot) = x86::vec_dot(self.isa, ty) {
+            k.vec_dot = vec_dot;
+        }
+        #[cfg(target_arch = "aarch64")]
+        if let Some(vec_dot) = arm::vec_dot(self.isa, ty) {
+            k.vec_dot = vec_dot;
+        }
+        #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+        if let Some(vec_dot) = wasm::vec_dot(self.isa, ty) {
             k.vec_dot = vec_dot;
         }
         Some(k)
@@ -386,6 +419,14 @@ impl KernelTable {
         // As in `weight`: the ISA was confirmed available.
         #[cfg(target_arch = "x86_64")]
         if let Some(q) = x86::quantizer(self.isa, ty) {
+            return Some(q);
+        }
+        #[cfg(target_arch = "aarch64")]
+        if let Some(q) = arm::quantizer(self.isa, ty) {
+            return Some(q);
+        }
+        #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+        if let Some(q) = wasm::quantizer(self.isa, ty) {
             return Some(q);
         }
         scalar_quantizer(ty)

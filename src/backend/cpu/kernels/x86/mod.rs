@@ -41,6 +41,7 @@ pub(super) fn available(isa: Isa) -> bool {
                 && is_x86_feature_detected!("avx512vl")
                 && is_x86_feature_detected!("avx512vnni")
         }
+        Isa::Neon | Isa::Simd128 => false,
     }
 }
 
@@ -48,9 +49,9 @@ pub(super) fn available(isa: Isa) -> bool {
 /// stays. Callers must have checked [`available`]`(isa)`.
 pub(super) fn vec_dot(isa: Isa, ty: GgmlType) -> Option<DotFn> {
     match isa {
-        Isa::Scalar => None,
         Isa::Avx2 => avx2::vec_dot(ty),
         Isa::Avx512 => avx512::vec_dot(ty).or_else(|| avx2::vec_dot(ty)),
+        _ => None,
     }
 }
 
@@ -58,7 +59,7 @@ pub(super) fn vec_dot(isa: Isa, ty: GgmlType) -> Option<DotFn> {
 /// scalar one stays. Callers must have checked [`available`]`(isa)`.
 pub(super) fn quantizer(isa: Isa, ty: GgmlType) -> Option<QuantizeFn> {
     match isa {
-        Isa::Scalar => None,
         Isa::Avx2 | Isa::Avx512 => avx2::quantizer(ty),
+        _ => None,
     }
 }

@@ -1,0 +1,82 @@
+//! Prefill and decode speed of a GGUF model on one thread, with the model
+//! read into memory (`MemSource`): the same program natively and as
+//! wasm32-wasip1 under Node (`make bench-wasm` runs both, interleaved).
+//!
+//! `decode_speed MODEL [PROMPT] [N_TOKENS] [REPEATS]` prints one JSON line per
+//! repeat: `{"target", "isa", "prompt_tokens", "prefill_tps", "decode_tokens",
+//! "decode_tps"}` (greedy decoding, end of text ignored).
+
+use std::error::Error;
+use std::time::Instant;
+
+use hearth::backend::cpu::kernels::KernelTable;
+use hearth::engine::{Clock, Engine, EngineConfig, GenerateRequest, Prompt};
+use hearth::gguf::source::MemSource;
+use hearth::gguf::GgufModel;
+use hearth::model::tokenizer::Tokenizer;
+use hearth::model::{load_cpu_model, LoadOptions, ModelConfig};
+use hearth::sample::SamplingParams;
+
+fn main() -> Result<(), Box<dyn Error>> {
+    let args: Vec<String> = std::env::args().collect();
+    let Some(path) = args.get(1) else {
+        return Err("usage: decode_speed MODEL.gguf [PROMPT] [N_TOKENS] [REPEATS]".into());
+    };
+    let prompt = args
+        .get(2)
+        .map_or("The capital of France is", String::as_str);
+    let n: usize = args.get(3).map_or(Ok(64), |s| s.parse())?;
+    let repeats: usize = args.get(4).map_or(Ok(1), |s| s.parse())?;
+    let bytes = std::fs::read(path).map_err(|e| format!("cannot read {path}: {e}"))?;
+    let sources = [MemSource::new(bytes)];
+    let model = pollster::block_on(GgufModel::read(&sources))?;
+    let md = model.metadata();
+    let mc = ModelConfig::from_metadata_supported(md)?;
+    let tokenizer = Tokenizer::from_metadata(md)?;
+    let config = EngineConfig {
+        n_ctx: mc.n_ctx_train.min(1024),
+        max_num_seqs: 1,
+        ..EngineConfig::default()
+    };
+    let opts = LoadOptions {
+        kv: config.kv_cache_config(),
+        threads: 1,
+        exact_f32: false,
+    };
+    let cpu = pollster::block_on(load_cpu_model(&model, &sources, &opts, &mut |_| {}))?;
+    let mut engine = Engine::new(cpu, tokenizer, None, config)?;
+    let start = Instant::now();
+    engine.set_clock(Clock::from_fn(move || start.elapsed().as_secs_f64()));
+    let target = if cfg!(target_arch = "wasm32") {
+        "wasm32"
+    } else {
+        "native"
+    };
+    let isa = KernelTable::detect().isa();
+    for _ in 0..repeats {
+        let before = engine.stats();
+        let mut req = GenerateRequest::new(Prompt::Text(prompt.to_string()));
+        req.max_tokens = Some(n);
+        req.sampling = SamplingParams::greedy();
+        req.ignore_eos = true;
+        engine.add_request(req)?;
+        while engine.has_unfinished() {
+            pollster::block_on(engine.step())?;
+        }
+        let s = engine.stats();
+        let (pt, ps) = (
+            s.prefill_tokens - before.prefill_tokens,
+            s.prefill_s - before.prefill_s,
+        );
+        let (dt, ds) = (
+            s.decode_tokens - before.decode_tokens,
+            s.decode_s - before.decode_s,
+        );
+        println!(
+            "{{\"target\": \"{target}\", \"isa\": \"{isa}\", \"prompt_tokens\": {pt}, \"prefill_tps\": {:.2}, \"decode_tokens\": {dt}, \"decode_tps\": {:.2}}}",
+            pt as f64 / ps.max(1e-9),
+            dt as f64 / ds.max(1e-9)
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,41 @@
+//! wasm32 kernels, chosen at compile time.
+//!
+//! wasm has no run-time feature detection: a module either validates with
+//! SIMD128 instructions or fails to load. So these kernels exist only in a
+//! build with `-C target-feature=+simd128` (`Isa::Simd128`); a build that
+//! adds `+relaxed-simd` uses `i32x4.relaxed_dot_i8x16_i7x16_add` for the
+//! formats whose weights are (or are made) 7-bit unsigned, and is a separate
+//! module for the engines that have relaxed SIMD.
+//!
+//! Agreement with the scalar kernels is as on x86 (see `x86/mod.rs`): exact
+//! integer sums per block, then the scalar float order, so the 32-element
+//! formats, Q2_K, IQ4_XS and the float dots are bit-identical; Q3_K .. Q6_K
+//! scale each block's exact integer sum once and differ by f32 rounding only.
+
+mod simd128;
+
+use super::{DotFn, Isa, QuantizeFn};
+use crate::quant::GgmlType;
+
+/// Whether this build runs `isa`'s kernels (SIMD128 is fixed at compile time).
+pub(super) fn available(isa: Isa) -> bool {
+    matches!(isa, Isa::Scalar | Isa::Simd128)
+}
+
+/// The SIMD128 dot of weight type `ty` under `isa`, `None` where the scalar
+/// one stays.
+pub(super) fn vec_dot(isa: Isa, ty: GgmlType) -> Option<DotFn> {
+    match isa {
+        Isa::Simd128 => simd128::vec_dot(ty),
+        _ => None,
+    }
+}
+
+/// The SIMD128 activation quantizer to `ty` under `isa`, `None` where the
+/// scalar one stays.
+pub(super) fn quantizer(isa: Isa, ty: GgmlType) -> Option<QuantizeFn> {
+    match isa {
+        Isa::Simd128 => simd128::quantizer(ty),
+        _ => None,
+    }
+}
