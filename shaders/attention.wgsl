@@ -32,6 +32,8 @@ struct Params {
 @group(0) @binding(6) var<storage, read_write> out: array<f32>;
 
 var<workgroup> tile_w: array<f32, WG>;
+var<workgroup> row_pos: u32;
+var<workgroup> row_table: u32;
 var<workgroup> tile_slot: array<u32, WG>;
 
 fn cache_at(is_k: bool, i: u32) -> f32 {
@@ -57,16 +59,21 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let row = g / p.n_head;
     let h = g % p.n_head;
     let kvh = h / (p.n_head / p.n_head_kv);
-    // The row's sequence: its position and block table.
-    var pos = 0u;
-    var table = 0u;
-    for (var s = 0u; s < p.n_seq; s = s + 1u) {
-        let first = seqs[4u * s];
-        if row >= first && row < first + seqs[4u * s + 1u] {
-            pos = seqs[4u * s + 2u] + (row - first);
-            table = seqs[4u * s + 3u];
+    // The row's sequence: its position and block table, read by one
+    // invocation and made workgroup-uniform (the key loop has barriers).
+    if lid == 0u {
+        row_pos = 0u;
+        row_table = 0u;
+        for (var s = 0u; s < p.n_seq; s = s + 1u) {
+            let first = seqs[4u * s];
+            if row >= first && row < first + seqs[4u * s + 1u] {
+                row_pos = seqs[4u * s + 2u] + (row - first);
+                row_table = seqs[4u * s + 3u];
+            }
         }
     }
+    let pos = workgroupUniformLoad(&row_pos);
+    let table = workgroupUniformLoad(&row_table);
     var lo = 0u;
     if p.window > 0u && pos + 1u > p.window {
         lo = pos + 1u - p.window;

@@ -297,6 +297,7 @@ impl WebGpuBackend {
             || width % head_dim as u64 != 0
             || n_rot > head_dim
             || n_rot < 2
+            || head_dim % 2 != 0
             || factors.is_some_and(|f| f32s(f) < (n_rot / 2) as u64)
         {
             return Err(shape(op, format!("{n} values for {rows} positions")));
@@ -319,7 +320,7 @@ impl WebGpuBackend {
             u32::from(factors.is_some()),
             0,
         ];
-        let pairs = (rows * (width / head_dim as u64) * (n_rot / 2) as u64) as u32;
+        let pairs = (rows * (width / head_dim as u64) * (head_dim / 2) as u64) as u32;
         let f = factors.unwrap_or(pos);
         self.dispatch(
             &key,
