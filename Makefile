@@ -27,7 +27,7 @@ run: setup
 	$(HEARTH) run -m $(SMOLLM2) --chat -p "Name three colours of the rainbow." --temp 0 -n 48
 
 test: setup lint check-wasm test-wasm-kernels
-	$(CARGO) test --workspace --all-targets
+	HEARTH_REQUIRE_GPU=1 $(CARGO) test --workspace --all-targets
 	$(CARGO) test --workspace --doc
 
 lint:
@@ -37,6 +37,14 @@ lint:
 
 check-wasm:
 	$(CARGO) check -p hearth --target wasm32-unknown-unknown
+
+# WebGPU: the GPU tests alone, on whatever adapter the machine has (lavapipe
+# without a GPU; HEARTH_GPU_ADAPTER=name picks one, HEARTH_GPU_NO_F16=1 and
+# HEARTH_GPU_NO_SUBGROUPS=1 force the fallbacks). A missing adapter fails.
+.PHONY: test-webgpu
+test-webgpu: setup
+	HEARTH_REQUIRE_GPU=1 $(CARGO) test -p hearth --test backend_webgpu_ops --test model_webgpu
+	HEARTH_REQUIRE_GPU=1 HEARTH_GPU_NO_F16=1 HEARTH_GPU_NO_SUBGROUPS=1 $(CARGO) test -p hearth --test backend_webgpu_ops
 
 FUZZ_SECONDS ?= 600
 fuzz:

