@@ -163,7 +163,7 @@ impl QuantKernels {
     ) -> Result<(), BackendError> {
         let layout = packed_layout(a.ty, a.n, a.k)?;
         check_parts(a.w, a.n)?;
-        if a.x.offset % 16 != 0 || a.y.offset % 4 != 0 {
+        if !a.x.offset.is_multiple_of(16) || !a.y.offset.is_multiple_of(4) {
             return Err(BackendError::Shape(format!(
                 "matmul: x offset {} must be a multiple of 16 bytes and y offset {} of 4",
                 a.x.offset, a.y.offset
@@ -210,7 +210,10 @@ impl QuantKernels {
         let v = self.variant(kernel, a.ty, tokens)?;
         let pipeline = be.pipeline(&v.key, &v.parts);
         for part in a.w {
-            let groups = u32_of(part.rows.div_ceil(u64::from(self.cfg.mv_rows)), "row groups")?;
+            let groups = u32_of(
+                part.rows.div_ceil(u64::from(self.cfg.mv_rows)),
+                "row groups",
+            )?;
             let params = KernelParams {
                 n: u32_of(part.rows, "part rows")?,
                 first_row: u32_of(part.first_row, "first row")?,
@@ -343,7 +346,7 @@ impl QuantKernels {
     ) -> Result<(), BackendError> {
         let layout = packed_layout(a.ty, a.n, a.k)?;
         check_parts(a.w, a.n)?;
-        if a.ids.offset % 4 != 0 || a.y.offset % 4 != 0 {
+        if !a.ids.offset.is_multiple_of(4) || !a.y.offset.is_multiple_of(4) {
             return Err(BackendError::Shape(format!(
                 "get_rows: ids offset {} and y offset {} must be multiples of 4 bytes",
                 a.ids.offset, a.y.offset

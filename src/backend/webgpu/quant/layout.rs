@@ -137,7 +137,7 @@ pub fn packed_layout(ty: GgmlType, rows: u64, cols: u64) -> Result<PackedLayout,
         ty,
     })?;
     let be = ty.block_elems() as u64;
-    if cols == 0 || cols % be != 0 || cols % 8 != 0 {
+    if cols == 0 || !cols.is_multiple_of(be) || !cols.is_multiple_of(8) {
         return Err(BackendError::Shape(format!(
             "a {ty} row of {cols} values is not a whole number of {}-value blocks (and of 8); the WebGPU kernels need whole blocks",
             be.max(8)
@@ -150,7 +150,9 @@ pub fn packed_layout(ty: GgmlType, rows: u64, cols: u64) -> Result<PackedLayout,
         Arrangement::Halves | Arrangement::SplitScale { .. } => (nb * bb).next_multiple_of(4),
     };
     let bytes = rows.checked_mul(row_bytes).ok_or_else(|| {
-        BackendError::Shape(format!("a [{rows}, {cols}] {ty} weight overflows u64 bytes"))
+        BackendError::Shape(format!(
+            "a [{rows}, {cols}] {ty} weight overflows u64 bytes"
+        ))
     })?;
     Ok(PackedLayout {
         ty,
@@ -252,7 +254,7 @@ impl Repacker {
     /// Repacks `gguf` (whole GGUF rows, any alignment) and appends the packed
     /// bytes to `out`. Errors on a partial row or more rows than the tensor has.
     pub fn push_rows(&mut self, gguf: &[u8], out: &mut Vec<u8>) -> Result<(), BackendError> {
-        if gguf.len() % self.src_row_bytes != 0 {
+        if !gguf.len().is_multiple_of(self.src_row_bytes) {
             return Err(BackendError::Shape(format!(
                 "repack of a {} weight: {} bytes is not a whole number of {}-byte rows; feed whole rows",
                 self.layout.ty,
@@ -298,7 +300,7 @@ impl Repacker {
 /// block bytes: for debugging and tests, and for reading weights back.
 pub fn unpack_rows(layout: &PackedLayout, packed: &[u8]) -> Result<Vec<u8>, BackendError> {
     let rb = layout.row_bytes as usize;
-    if rb == 0 || packed.len() % rb != 0 {
+    if rb == 0 || !packed.len().is_multiple_of(rb) {
         return Err(BackendError::Shape(format!(
             "unpack: {} bytes is not a whole number of {rb}-byte packed rows",
             packed.len()

@@ -177,7 +177,10 @@ impl KernelConfig {
     /// `self` adjusted to what `caps` allows: workgroup sizes within the
     /// invocation limit, tiles within workgroup memory.
     pub fn fit(mut self, caps: &GpuCaps) -> Self {
-        let max_inv = caps.max_workgroup_invocations.min(caps.max_workgroup_size_x).max(32);
+        let max_inv = caps
+            .max_workgroup_invocations
+            .min(caps.max_workgroup_size_x)
+            .max(32);
         while self.mv_wg > max_inv {
             self.mv_wg /= 2;
         }
@@ -187,7 +190,8 @@ impl KernelConfig {
         }
         let elem = if caps.f16 { 2 } else { 4 };
         // Tiles plus room for the composed reduction buffers.
-        let fits = |c: &Self| (c.tile_m + c.tile_n) * 32 * elem + 2048 <= caps.max_workgroup_storage;
+        let fits =
+            |c: &Self| (c.tile_m + c.tile_n) * 32 * elem + 2048 <= caps.max_workgroup_storage;
         while (!fits(&self) || self.tiled_wg() > max_inv) && self.tile_m > self.thread_m {
             self.tile_m /= 2;
         }
@@ -224,13 +228,19 @@ pub fn variant(
     if kernel != Kernel::QuantizeX && !kernel.runs(ty) {
         return None;
     }
-    let ty_parts = |ty| [PARAMS_WGSL, QUANT_COMMON_WGSL, format_source(ty).unwrap_or("")];
+    let ty_parts = |ty| {
+        [
+            PARAMS_WGSL,
+            QUANT_COMMON_WGSL,
+            format_source(ty).unwrap_or(""),
+        ]
+    };
     Some(match kernel {
         Kernel::MatVec | Kernel::MatVecI8 => {
             let sg = caps.subgroups
                 && caps.subgroup_min_size >= 4
                 && caps.subgroup_max_size <= cfg.team()
-                && cfg.team() % caps.subgroup_max_size.max(1) == 0;
+                && cfg.team().is_multiple_of(caps.subgroup_max_size.max(1));
             let key = PipelineKey::new(kernel.name(), cfg.mv_wg, caps)
                 .with_ty(type_label(ty))
                 .with_subgroups(sg)

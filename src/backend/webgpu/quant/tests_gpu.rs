@@ -42,7 +42,11 @@ fn weight(ty: GgmlType, seed: u64) -> (Vec<u8>, Vec<f32>) {
 }
 
 /// Uploads `gguf` repacked into two parts (rows 0..SPLIT, SPLIT..N).
-fn upload_parts(be: &WebGpuBackend, ty: GgmlType, gguf: &[u8]) -> Vec<(crate::backend::webgpu::GpuBuffer, u64, u64)> {
+fn upload_parts(
+    be: &WebGpuBackend,
+    ty: GgmlType,
+    gguf: &[u8],
+) -> Vec<(crate::backend::webgpu::GpuBuffer, u64, u64)> {
     let mut rp = Repacker::new(ty, N, K).expect("repacker");
     let rb = rp.gguf_row_bytes();
     let layout = packed_layout(ty, N, K).expect("layout");
@@ -51,7 +55,9 @@ fn upload_parts(be: &WebGpuBackend, ty: GgmlType, gguf: &[u8]) -> Vec<(crate::ba
         let mut packed = Vec::new();
         let src = &gguf[first as usize * rb..(first + rows) as usize * rb];
         rp.push_rows(src, &mut packed).expect("repack");
-        let buf = be.alloc(layout.part_bytes(rows), BufKind::Weights).expect("alloc");
+        let buf = be
+            .alloc(layout.part_bytes(rows), BufKind::Weights)
+            .expect("alloc");
         be.upload(&buf, 0, &packed).expect("upload");
         parts.push((buf, first, rows));
     }
@@ -60,7 +66,9 @@ fn upload_parts(be: &WebGpuBackend, ty: GgmlType, gguf: &[u8]) -> Vec<(crate::ba
 }
 
 fn f32_buffer(be: &WebGpuBackend, v: &[f32]) -> crate::backend::webgpu::GpuBuffer {
-    let buf = be.alloc(v.len() as u64 * 4, BufKind::Activations).expect("alloc");
+    let buf = be
+        .alloc(v.len() as u64 * 4, BufKind::Activations)
+        .expect("alloc");
     be.upload(&buf, 0, bytemuck::cast_slice(v)).expect("upload");
     buf
 }
@@ -100,9 +108,15 @@ fn matmul_case(be: &mut WebGpuBackend, qk: &QuantKernels, ty: GgmlType, m: u64, 
         k: K,
         n: N,
         m,
-        x: BufRef { buffer: &xb.raw, offset: 0 },
+        x: BufRef {
+            buffer: &xb.raw,
+            offset: 0,
+        },
         w: &w,
-        y: BufRef { buffer: &yb.raw, offset: 0 },
+        y: BufRef {
+            buffer: &yb.raw,
+            offset: 0,
+        },
     };
     qk.encode_matmul(be, &args).expect("encode");
     be.submit().expect("submit");
@@ -112,7 +126,11 @@ fn matmul_case(be: &mut WebGpuBackend, qk: &QuantKernels, ty: GgmlType, m: u64, 
         for r in 0..N as usize {
             let row = &deq[r * K as usize..(r + 1) * K as usize];
             let xt = &x[t * K as usize..(t + 1) * K as usize];
-            want[t * N as usize + r] = row.iter().zip(xt).map(|(&a, &b)| f64::from(a) * f64::from(b)).sum();
+            want[t * N as usize + r] = row
+                .iter()
+                .zip(xt)
+                .map(|(&a, &b)| f64::from(a) * f64::from(b))
+                .sum();
         }
     }
     nmse(&y, &want)
@@ -132,34 +150,57 @@ fn check_matmul(ms: &[u64], int8: &[bool], bound: impl Fn(bool, bool, u64) -> f6
     let base = be.context().caps.clone();
     println!("adapter: {base}");
     let mut failures = Vec::new();
+    let mut worst = std::collections::BTreeMap::new();
     for (name, caps) in caps_variants(&base) {
         for &i8 in int8 {
-            let qk = QuantKernels::new(&caps, KernelConfig { int8: i8, ..KernelConfig::default() });
+            let qk = QuantKernels::new(
+                &caps,
+                KernelConfig {
+                    int8: i8,
+                    ..KernelConfig::default()
+                },
+            );
             for (i, ty) in SUPPORTED_TYPES.into_iter().enumerate() {
                 for &m in ms {
                     let seed = 0x6E0_0000 + (i as u64) * 16 + m;
                     let e = matmul_case(&mut be, &qk, ty, m, seed);
-                    let b = bound(i8 && super::sources::has_int8(ty), caps.f16, m);
-                    if !(e <= b) {
-                        failures.push(format!("{ty} {name} int8={i8} m={m}: nmse {e:.3e} > {b:.0e} (seed {seed:#x})"));
+                    let int8_path = i8 && super::sources::has_int8(ty);
+                    let b = bound(int8_path, caps.f16, m);
+                    let w = worst.entry((name, int8_path)).or_insert(0.0f64);
+                    *w = w.max(e);
+                    if e.is_nan() || e > b {
+                        failures.push(format!(
+                            "{ty} {name} int8={i8} m={m}: nmse {e:.3e} > {b:.0e} (seed {seed:#x})"
+                        ));
                     }
                 }
             }
         }
+    }
+    for ((caps, int8), e) in &worst {
+        println!("worst nmse, {caps} caps, int8 path {int8}: {e:.2e}");
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
 #[test]
 fn matvec_matches_reference_on_gpu() {
-    // int8: activations quantized per 32 values (~1.6e-5 for uniform data).
-    check_matmul(&[1, 3], &[false, true], |int8, _, _| if int8 { 2e-4 } else { 1e-10 });
+    // int8: activations quantized per 32 values (~2e-5 measured for uniform data).
+    check_matmul(
+        &[1, 3],
+        &[false, true],
+        |int8, _, _| if int8 { 1e-4 } else { 1e-11 },
+    );
 }
 
 #[test]
 fn tiled_matmul_matches_reference_on_gpu() {
     // 70 tokens: two token tiles, the second ragged; f16 tiles round x and w.
-    check_matmul(&[11, 70], &[false], |_, f16, _| if f16 { 2e-6 } else { 1e-10 });
+    check_matmul(
+        &[11, 70],
+        &[false],
+        |_, f16, _| if f16 { 1e-6 } else { 1e-11 },
+    );
 }
 
 #[test]
@@ -171,21 +212,34 @@ fn get_rows_matches_dequantize_on_gpu() {
         let seed = 0x6E7_0000 + i as u64;
         let (gguf, deq) = weight(ty, seed);
         let parts = upload_parts(&be, ty, &gguf);
-        let idb = be.alloc(ids.len() as u64 * 4, BufKind::Activations).expect("alloc");
-        be.upload(&idb, 0, bytemuck::cast_slice(&ids)).expect("upload");
+        let idb = be
+            .alloc(ids.len() as u64 * 4, BufKind::Activations)
+            .expect("alloc");
+        be.upload(&idb, 0, bytemuck::cast_slice(&ids))
+            .expect("upload");
         let yb = f32_buffer(&be, &vec![f32::NAN; ids.len() * K as usize]);
         let w: Vec<WeightPart> = parts
             .iter()
-            .map(|(b, first, rows)| WeightPart { buffer: &b.raw, first_row: *first, rows: *rows })
+            .map(|(b, first, rows)| WeightPart {
+                buffer: &b.raw,
+                first_row: *first,
+                rows: *rows,
+            })
             .collect();
         let args = GetRowsArgs {
             ty,
             k: K,
             n: N,
-            ids: BufRef { buffer: &idb.raw, offset: 0 },
+            ids: BufRef {
+                buffer: &idb.raw,
+                offset: 0,
+            },
             count: ids.len() as u64,
             w: &w,
-            y: BufRef { buffer: &yb.raw, offset: 0 },
+            y: BufRef {
+                buffer: &yb.raw,
+                offset: 0,
+            },
         };
         qk.encode_get_rows(&mut be, &args).expect("encode");
         be.submit().expect("submit");
@@ -194,7 +248,10 @@ fn get_rows_matches_dequantize_on_gpu() {
             let got = &y[t * K as usize..(t + 1) * K as usize];
             let want = &deq[id as usize * K as usize..(id as usize + 1) * K as usize];
             for (j, (&g, &w)) in got.iter().zip(want).enumerate() {
-                assert!((g - w).abs() <= 1e-6 * (1.0 + w.abs()), "{ty} id {id} value {j}: {g} vs {w} (seed {seed:#x})");
+                assert!(
+                    (g - w).abs() <= 1e-6 * (1.0 + w.abs()),
+                    "{ty} id {id} value {j}: {g} vs {w} (seed {seed:#x})"
+                );
             }
         }
     }

@@ -9,7 +9,7 @@ fn validate(label: &str, source: &str, f16: bool, sg: bool) {
         Ok(m) => m,
         Err(e) => panic!("{label}: parse error\n{}", e.emit_to_string(source)),
     };
-    let mut caps = naga::valid::Capabilities::empty();
+    let mut caps = naga::valid::Capabilities::SHADER_FLOAT16_IN_FLOAT32;
     if f16 {
         caps |= naga::valid::Capabilities::SHADER_FLOAT16;
     }
@@ -77,8 +77,18 @@ fn params_struct_matches_the_wgsl() {
         .filter_map(|l| l.split_once(": u32,").map(|(name, _)| name))
         .collect();
     let expect = [
-        "k", "n", "m", "nb", "row_words", "x_off", "x_stride", "y_off", "y_stride", "groups",
-        "first_row", "count",
+        "k",
+        "n",
+        "m",
+        "nb",
+        "row_words",
+        "x_off",
+        "x_stride",
+        "y_off",
+        "y_stride",
+        "groups",
+        "first_row",
+        "count",
     ];
     assert_eq!(fields, expect);
     assert_eq!(std::mem::size_of::<KernelParams>(), 4 * expect.len());
