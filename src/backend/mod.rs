@@ -2,6 +2,8 @@
 //! recorded ops (DESIGN.md "Backends"); [`cpu`] is the portable one.
 
 pub mod cpu;
+#[cfg(feature = "webgpu")]
+pub mod webgpu;
 
 use std::future::Future;
 use std::ops::Range;
@@ -29,6 +31,10 @@ pub enum BackendError {
     /// The backend does not implement an op.
     #[error("the backend does not support op {0}")]
     UnsupportedOp(String),
+    /// The WebGPU device failed or lacks something.
+    #[cfg(feature = "webgpu")]
+    #[error(transparent)]
+    Gpu(#[from] webgpu::GpuError),
     /// A buffer access outside the buffer.
     #[error("buffer access {range:?} outside a buffer of {len} bytes")]
     OutOfBounds {
@@ -84,6 +90,25 @@ pub trait Backend {
     fn alloc(&self, bytes: u64, kind: BufKind) -> Result<Self::Buffer, BackendError>;
     /// Copies `src` into `dst` at `offset`.
     fn upload(&self, dst: &Self::Buffer, offset: u64, src: &[u8]) -> Result<(), BackendError>;
+    /// Bytes a weight of `rows` rows of `cols` values of `ty` takes on the
+    /// backend (a backend that repacks blocks may need more or fewer).
+    fn weight_bytes(&self, ty: GgmlType, cols: usize, rows: usize) -> u64 {
+        (cols / ty.block_elems().max(1) * ty.block_bytes() * rows) as u64
+    }
+    /// Uploads whole rows `first_row..` of a weight (`src`: the rows as the
+    /// GGUF file stores them) into `dst`, repacking them if the backend
+    /// wants another layout.
+    fn upload_weight_rows(
+        &self,
+        dst: &Self::Buffer,
+        ty: GgmlType,
+        cols: usize,
+        first_row: usize,
+        src: &[u8],
+    ) -> Result<(), BackendError> {
+        let row_bytes = cols / ty.block_elems().max(1) * ty.block_bytes();
+        self.upload(dst, (first_row * row_bytes) as u64, src)
+    }
     /// Whether [`Backend::record`] accepts `op`.
     fn supports(&self, op: &Op) -> bool;
     /// Records (the CPU: executes) `op` over `io`.

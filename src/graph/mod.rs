@@ -156,4 +156,11 @@ pub enum Op {
     },
     /// `cap * tanh(x / cap)` on logits.
     LogitSoftcap(f32),
+    /// Index of the largest value of each `width`-wide row (ties: the
+    /// lowest index), so a greedy step reads back one u32 per sequence.
+    /// in: x `[rows, width]` f32; out: `[rows]` u32.
+    Argmax {
+        /// Row width.
+        width: usize,
+    },
 }

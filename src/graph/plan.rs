@@ -82,6 +82,21 @@ impl Plan {
         });
     }
 
+    /// Replaces the result (rows of `width` f32 logits) by the argmax of
+    /// each row (u32), computed on the device: a greedy step then reads
+    /// back 4 bytes per row instead of the logits.
+    pub fn argmax_result(&mut self, width: usize) {
+        let Some((i, n)) = self.result else {
+            return;
+        };
+        let rows = n as usize / 4 / width.max(1);
+        let out = self.act(rows * 4);
+        self.push(Op::Argmax { width }, &[BufId::Act(i)], &[out]);
+        if let BufId::Act(o) = out {
+            self.result = Some((o, (rows * 4) as u64));
+        }
+    }
+
     /// Checks that every step has the buffers its op takes and that every
     /// buffer exists (`weights`, `layers`: what the model holds).
     pub fn check(&self, weights: usize, layers: usize) -> Result<(), BackendError> {
@@ -122,7 +137,7 @@ pub fn arity(op: &Op) -> (std::ops::RangeInclusive<usize>, usize) {
         Op::GetRows { .. } | Op::MatMul { .. } | Op::RmsNorm { .. } => (2..=2, 1),
         Op::Rope { .. } => (2..=3, 1),
         Op::Add | Op::Mul | Op::BiasAdd | Op::SiluMul | Op::GeluTanhMul => (2..=2, 1),
-        Op::Scale(_) | Op::Softmax { .. } | Op::LogitSoftcap(_) => (1..=1, 1),
+        Op::Scale(_) | Op::Softmax { .. } | Op::LogitSoftcap(_) | Op::Argmax { .. } => (1..=1, 1),
         Op::KvWrite { .. } => (3..=3, 2),
         Op::PagedAttention { .. } => (5..=5, 1),
         Op::MoeTopK { .. } => (1..=1, 2),

@@ -197,6 +197,28 @@ impl<B: Backend> Model<B> {
     }
 }
 
+impl<B: Backend> Model<B> {
+    /// A greedy forward pass: the argmax of each wanted logits row,
+    /// computed on the backend, so the step reads back one u32 per row.
+    pub async fn run_argmax(&mut self, batch: &Batch<'_>) -> crate::Result<Vec<u32>> {
+        self.check_batch(batch)?;
+        if batch.num_tokens() == 0 {
+            return Ok(Vec::new());
+        }
+        let mut plan = build_plan(&*self, batch)?;
+        plan.argmax_result(self.cfg.n_vocab);
+        let held = Held {
+            weights: &self.buffers,
+            kv: &self.kv,
+        };
+        let bytes = execute(&mut self.backend, &plan, &held).await?;
+        Ok(bytes
+            .chunks_exact(4)
+            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect())
+    }
+}
+
 impl<B: Backend> ForwardModel for Model<B> {
     fn config(&self) -> &ModelConfig {
         &self.cfg

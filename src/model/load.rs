@@ -1,10 +1,12 @@
 //! Loading a GGUF model onto a backend.
 //!
-//! Tensor data is streamed in bounded chunks in file order (over an mmap'd
-//! source the chunks borrow the mapping) into 4-byte aligned buffers, one per
-//! tensor, reporting progress after every chunk. Then each tensor is checked
-//! against the shape the architecture needs and uploaded to the backend
-//! (vectors as f32).
+//! The tensors the architecture needs are checked against the file's
+//! tensor table first ([`Layout`]: names, shapes, types) and their buffers
+//! allocated; then tensor data is streamed in bounded chunks in file order
+//! (over an mmap'd source the chunks borrow the mapping) straight into
+//! those buffers: whole rows of a matrix as they complete (the backend may
+//! repack them), vectors converted to f32 at their end. Peak host memory is
+//! a chunk and a row, not the model. Progress is reported after every chunk.
 
 use std::collections::HashMap;
 
@@ -14,10 +16,11 @@ use half::{bf16, f16};
 
 use crate::backend::cpu::{CpuBackend, CpuModel};
 use crate::backend::{Backend, BackendError, BufKind};
-use crate::gguf::{ByteSource, GgufModel, TensorInfo, TensorStream};
+use crate::gguf::{ByteSource, GgufModel, TensorStream};
 use crate::graph::Op;
-use crate::model::arch::{spec_for, ArchSpec};
-use crate::model::generic::{FfnWeights, LayerWeights, Model, ModelWeights, WeightInfo};
+use crate::model::arch::spec_for;
+use crate::model::generic::Model;
+use crate::model::layout::{Layout, Slot, SlotKind};
 use crate::model::{KvCacheConfig, KvType, ModelConfig};
 use crate::quant::GgmlType;
 
@@ -86,38 +89,156 @@ pub struct LoadProgress {
     pub tensors_total: usize,
 }
 
-/// One tensor's bytes, 4-byte aligned.
-struct Raw {
-    info: TensorInfo,
-    data: Vec<u32>,
+/// Fills one slot's buffer from the stream: whole rows of a matrix go to
+/// the backend as soon as they are complete (a partial row waits in
+/// `carry`); a vector is gathered, converted to f32 and uploaded at its end.
+struct Filler<'a, B: Backend> {
+    backend: &'a B,
+    carry: Vec<u8>,
+    rows_done: usize,
+    received: u64,
 }
 
-/// Reads every tensor of `model` from `sources` (one per split).
-async fn read_all<S: ByteSource>(
+impl<B: Backend> Filler<'_, B> {
+    fn feed(&mut self, slot: &Slot, buf: &B::Buffer, data: &[u8], last: bool) -> crate::Result<()> {
+        self.received += data.len() as u64;
+        match slot.kind {
+            SlotKind::Matrix { ty, cols, .. } => {
+                let row_bytes = cols / ty.block_elems().max(1) * ty.block_bytes();
+                let mut data = data;
+                if !self.carry.is_empty() {
+                    let need = (row_bytes - self.carry.len()).min(data.len());
+                    self.carry.extend_from_slice(&data[..need]);
+                    data = &data[need..];
+                    if self.carry.len() == row_bytes {
+                        self.backend.upload_weight_rows(
+                            buf,
+                            ty,
+                            cols,
+                            self.rows_done,
+                            &self.carry,
+                        )?;
+                        self.rows_done += 1;
+                        self.carry.clear();
+                    }
+                }
+                let whole = data.len() / row_bytes * row_bytes;
+                if whole > 0 {
+                    self.backend.upload_weight_rows(
+                        buf,
+                        ty,
+                        cols,
+                        self.rows_done,
+                        &data[..whole],
+                    )?;
+                    self.rows_done += whole / row_bytes;
+                }
+                self.carry.extend_from_slice(&data[whole..]);
+            }
+            SlotKind::Vector { ty, n } => {
+                self.carry.extend_from_slice(data);
+                if last {
+                    let v = vector_f32(&slot.name, ty, n, &self.carry)?;
+                    self.backend.upload(buf, 0, bytemuck::cast_slice(&v))?;
+                }
+            }
+        }
+        if last {
+            if self.received != slot.file_bytes
+                || (matches!(slot.kind, SlotKind::Matrix { .. }) && !self.carry.is_empty())
+            {
+                return Err(BackendError::Shape(format!(
+                    "tensor '{}': {} of {} bytes arrived",
+                    slot.name, self.received, slot.file_bytes
+                ))
+                .into());
+            }
+            self.carry = Vec::new();
+            self.rows_done = 0;
+            self.received = 0;
+        }
+        Ok(())
+    }
+}
+
+/// A vector tensor's values as f32.
+fn vector_f32(name: &str, ty: GgmlType, n: usize, bytes: &[u8]) -> crate::Result<Vec<f32>> {
+    let short = || -> crate::Error {
+        BackendError::Shape(format!(
+            "tensor '{name}': {} bytes do not hold {n} values",
+            bytes.len()
+        ))
+        .into()
+    };
+    Ok(match ty {
+        GgmlType::F32 => bytes
+            .get(..n * 4)
+            .ok_or_else(short)?
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect(),
+        GgmlType::F16 => bytes
+            .get(..n * 2)
+            .ok_or_else(short)?
+            .chunks_exact(2)
+            .map(|b| f16::from_le_bytes([b[0], b[1]]).to_f32())
+            .collect(),
+        GgmlType::BF16 => bytes
+            .get(..n * 2)
+            .ok_or_else(short)?
+            .chunks_exact(2)
+            .map(|b| bf16::from_le_bytes([b[0], b[1]]).to_f32())
+            .collect(),
+        ty => {
+            return Err(BackendError::UnsupportedType {
+                tensor: name.to_string(),
+                ty,
+            }
+            .into())
+        }
+    })
+}
+
+/// Allocates every slot's buffer on `backend`.
+fn alloc_weights<B: Backend>(backend: &B, slots: &[Slot]) -> crate::Result<Vec<B::Buffer>> {
+    slots
+        .iter()
+        .map(|s| {
+            let bytes = match s.kind {
+                SlotKind::Matrix { ty, cols, rows } => backend.weight_bytes(ty, cols, rows),
+                SlotKind::Vector { n, .. } => (n * 4) as u64,
+            };
+            Ok(backend.alloc(bytes, BufKind::Weights)?)
+        })
+        .collect()
+}
+
+/// Streams every tensor of `model` the layout needs from `sources` (one
+/// per split) into its buffer, in bounded chunks.
+async fn stream_weights<B: Backend, S: ByteSource>(
+    backend: &B,
     model: &GgufModel,
     sources: &[S],
+    slots: &[Slot],
+    buffers: &[B::Buffer],
     progress: &mut dyn FnMut(&LoadProgress),
-) -> crate::Result<HashMap<String, Raw>> {
-    let mut out: HashMap<String, Raw> = HashMap::new();
+) -> crate::Result<()> {
+    let by_name: HashMap<&str, usize> = slots
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (s.name.as_str(), i))
+        .collect();
+    let mut filler = Filler {
+        backend,
+        carry: Vec::new(),
+        rows_done: 0,
+        received: 0,
+    };
     let mut stream = TensorStream::for_model(model, sources, CHUNK_BYTES)?;
     while let Some(chunk) = stream.next().await? {
-        if !out.contains_key(&chunk.tensor.name) {
-            let size = usize::try_from(chunk.tensor.size).map_err(|_| LoadError::TooLarge {
-                name: chunk.tensor.name.clone(),
-                bytes: chunk.tensor.size,
-            })?;
-            let raw = Raw {
-                info: chunk.tensor.clone(),
-                data: vec![0u32; size.div_ceil(4)],
-            };
-            out.insert(chunk.tensor.name.clone(), raw);
+        if let Some(&i) = by_name.get(chunk.tensor.name.as_str()) {
+            filler.feed(&slots[i], &buffers[i], chunk.data, chunk.last)?;
         }
-        let Some(raw) = out.get_mut(&chunk.tensor.name) else {
-            continue;
-        };
-        let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut raw.data);
-        let at = chunk.offset as usize;
-        bytes[at..at + chunk.data.len()].copy_from_slice(chunk.data);
         let p = chunk.progress;
         progress(&LoadProgress {
             bytes_done: p.bytes_done,
@@ -126,129 +247,7 @@ async fn read_all<S: ByteSource>(
             tensors_total: p.tensors_total,
         });
     }
-    Ok(out)
-}
-
-/// Takes tensors out of the read set, checking shapes and types, and
-/// uploads them to the backend.
-struct Tensors<'a, B: Backend> {
-    raw: HashMap<String, Raw>,
-    backend: &'a B,
-    buffers: Vec<B::Buffer>,
-    arch: String,
-}
-
-impl<B: Backend> Tensors<'_, B> {
-    fn take_raw(&mut self, name: &str, shape: &[usize]) -> crate::Result<Option<Raw>> {
-        let Some(raw) = self.raw.remove(name) else {
-            return Ok(None);
-        };
-        let expected: Vec<u64> = shape.iter().map(|&d| d as u64).collect();
-        if raw.info.shape != expected {
-            return Err(LoadError::WrongShape {
-                name: name.to_string(),
-                expected,
-                found: raw.info.shape.clone(),
-            }
-            .into());
-        }
-        Ok(Some(raw))
-    }
-
-    fn missing(&self, name: &str) -> crate::Error {
-        LoadError::MissingTensor {
-            name: name.to_string(),
-            arch: self.arch.clone(),
-        }
-        .into()
-    }
-
-    /// Uploads `bytes` as a new weight buffer.
-    fn upload(
-        &mut self,
-        bytes: &[u8],
-        ty: GgmlType,
-        cols: usize,
-        rows: usize,
-    ) -> crate::Result<WeightInfo> {
-        let buf = self.backend.alloc(bytes.len() as u64, BufKind::Weights)?;
-        self.backend.upload(&buf, 0, bytes)?;
-        self.buffers.push(buf);
-        Ok(WeightInfo {
-            id: self.buffers.len() - 1,
-            ty,
-            cols,
-            rows,
-        })
-    }
-
-    /// A matrix `[shape[0]]` columns by the product of the rest rows.
-    fn weight_opt(&mut self, name: &str, shape: &[usize]) -> crate::Result<Option<WeightInfo>> {
-        let Some(raw) = self.take_raw(name, shape)? else {
-            return Ok(None);
-        };
-        let rows = shape[1..].iter().product();
-        let ty = raw.info.ty;
-        let len = raw.info.size as usize;
-        let row_bytes = shape[0] / ty.block_elems().max(1) * ty.block_bytes();
-        if shape[0] % ty.block_elems().max(1) != 0 || row_bytes * rows != len {
-            return Err(BackendError::Shape(format!(
-                "tensor '{name}': {len} bytes do not hold {rows} rows of {} {ty}",
-                shape[0]
-            ))
-            .into());
-        }
-        let bytes: &[u8] = bytemuck::cast_slice(&raw.data);
-        self.upload(&bytes[..len], ty, shape[0], rows).map(Some)
-    }
-
-    fn weight(&mut self, name: &str, shape: &[usize]) -> crate::Result<WeightInfo> {
-        self.weight_opt(name, shape)?
-            .ok_or_else(|| self.missing(name))
-    }
-
-    /// A vector (norm weight, bias), uploaded as f32.
-    fn vector_opt(&mut self, name: &str, n: usize) -> crate::Result<Option<WeightInfo>> {
-        let Some(raw) = self.take_raw(name, &[n])? else {
-            return Ok(None);
-        };
-        let all: &[u8] = bytemuck::cast_slice(&raw.data);
-        let bytes = all.get(..raw.info.size as usize).unwrap_or(all);
-        if bytes.len() < n * raw.info.ty.block_bytes() / raw.info.ty.block_elems().max(1) {
-            return Err(BackendError::Shape(format!(
-                "tensor '{name}': {} bytes do not hold {n} values",
-                bytes.len()
-            ))
-            .into());
-        }
-        let out: Vec<f32> = match raw.info.ty {
-            GgmlType::F32 => bytes[..n * 4]
-                .chunks_exact(4)
-                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-                .collect(),
-            GgmlType::F16 => bytes[..n * 2]
-                .chunks_exact(2)
-                .map(|b| f16::from_le_bytes([b[0], b[1]]).to_f32())
-                .collect(),
-            GgmlType::BF16 => bytes[..n * 2]
-                .chunks_exact(2)
-                .map(|b| bf16::from_le_bytes([b[0], b[1]]).to_f32())
-                .collect(),
-            ty => {
-                return Err(BackendError::UnsupportedType {
-                    tensor: name.to_string(),
-                    ty,
-                }
-                .into())
-            }
-        };
-        self.upload(bytemuck::cast_slice(&out), GgmlType::F32, n, 1)
-            .map(Some)
-    }
-
-    fn vector(&mut self, name: &str, n: usize) -> crate::Result<WeightInfo> {
-        self.vector_opt(name, n)?.ok_or_else(|| self.missing(name))
-    }
+    Ok(())
 }
 
 /// Checks up front that the backend runs every matrix's type, so a bad file
@@ -269,86 +268,6 @@ fn check_types<B: Backend>(model: &GgufModel, backend: &B) -> Result<(), Backend
         }
     }
     Ok(())
-}
-
-fn load_ffn<B: Backend>(
-    t: &mut Tensors<'_, B>,
-    cfg: &ModelConfig,
-    moe: bool,
-    p: &str,
-) -> crate::Result<FfnWeights> {
-    let d = cfg.n_embd;
-    if moe {
-        let (ne, ff) = (cfg.n_expert, cfg.n_ff_expert.unwrap_or(cfg.n_ff));
-        return Ok(FfnWeights::Moe {
-            router: t.weight(&format!("{p}.ffn_gate_inp.weight"), &[d, ne])?,
-            gate: t.weight(&format!("{p}.ffn_gate_exps.weight"), &[d, ff, ne])?,
-            up: t.weight(&format!("{p}.ffn_up_exps.weight"), &[d, ff, ne])?,
-            down: t.weight(&format!("{p}.ffn_down_exps.weight"), &[ff, d, ne])?,
-            n_ff: ff,
-        });
-    }
-    let ff = cfg.n_ff;
-    Ok(FfnWeights::Dense {
-        gate: t.weight(&format!("{p}.ffn_gate.weight"), &[d, ff])?,
-        up: t.weight(&format!("{p}.ffn_up.weight"), &[d, ff])?,
-        down: t.weight(&format!("{p}.ffn_down.weight"), &[ff, d])?,
-    })
-}
-
-fn load_layer<B: Backend>(
-    t: &mut Tensors<'_, B>,
-    cfg: &ModelConfig,
-    spec: &ArchSpec,
-    il: usize,
-) -> crate::Result<LayerWeights> {
-    let p = format!("blk.{il}");
-    let d = cfg.n_embd;
-    let (qd, kd, vd) = (
-        cfg.n_head * cfg.head_dim_k,
-        cfg.n_head_kv * cfg.head_dim_k,
-        cfg.n_head_kv * cfg.head_dim_v,
-    );
-    let bias = if spec.qkv_bias {
-        Some([
-            t.vector(&format!("{p}.attn_q.bias"), qd)?,
-            t.vector(&format!("{p}.attn_k.bias"), kd)?,
-            t.vector(&format!("{p}.attn_v.bias"), vd)?,
-        ])
-    } else {
-        None
-    };
-    let qk_norm = if spec.qk_norm {
-        Some([
-            t.vector(&format!("{p}.attn_q_norm.weight"), cfg.head_dim_k)?,
-            t.vector(&format!("{p}.attn_k_norm.weight"), cfg.head_dim_k)?,
-        ])
-    } else {
-        None
-    };
-    let post = |t: &mut Tensors<'_, B>, name: &str| -> crate::Result<Option<WeightInfo>> {
-        if spec.post_norms {
-            t.vector(&format!("{p}.{name}.weight"), d).map(Some)
-        } else {
-            Ok(None)
-        }
-    };
-    Ok(LayerWeights {
-        attn_norm: t.vector(&format!("{p}.attn_norm.weight"), d)?,
-        wq: t.weight(&format!("{p}.attn_q.weight"), &[d, qd])?,
-        wk: t.weight(&format!("{p}.attn_k.weight"), &[d, kd])?,
-        wv: t.weight(&format!("{p}.attn_v.weight"), &[d, vd])?,
-        wo: t.weight(
-            &format!("{p}.attn_output.weight"),
-            &[cfg.n_head * cfg.head_dim_v, d],
-        )?,
-        bias,
-        qk_norm,
-        post_attn_norm: post(t, "post_attention_norm")?,
-        ffn_norm: t.vector(&format!("{p}.ffn_norm.weight"), d)?,
-        ffn: load_ffn(t, cfg, spec.moe, &p)?,
-        post_ffn_norm: post(t, "post_ffw_norm")?,
-    })
 }
 
 /// Allocates the K and V cache of every layer.
@@ -410,35 +329,17 @@ pub async fn load_model<B: Backend, S: ByteSource>(
         .into());
     }
     check_types(model, &backend)?;
-    let raw = read_all(model, sources, progress).await?;
-    let mut t = Tensors {
-        raw,
-        backend: &backend,
-        buffers: Vec::new(),
-        arch: cfg.arch.clone(),
-    };
-    let d = cfg.n_embd;
-    let tok_embd = t.weight("token_embd.weight", &[d, cfg.n_vocab])?;
-    let output = t.weight_opt("output.weight", &[d, cfg.n_vocab])?;
-    let output_norm = t.vector("output_norm.weight", d)?;
-    let rope_freqs = t.vector_opt("rope_freqs.weight", spec.n_rot / 2)?;
-    let layers = (0..cfg.n_layer)
-        .map(|il| load_layer(&mut t, &cfg, &spec, il))
-        .collect::<crate::Result<Vec<_>>>()?;
-    let buffers = t.buffers;
+    let mut layout = Layout::new(model, &cfg.arch);
+    let weights = layout.model(&cfg, &spec)?;
+    let buffers = alloc_weights(&backend, &layout.slots)?;
+    stream_weights(&backend, model, sources, &layout.slots, &buffers, progress).await?;
     let kv = alloc_kv(&backend, &cfg, &opts.kv)?;
     Ok(Model {
         spec,
         backend,
         exact: opts.exact_f32,
         buffers,
-        weights: ModelWeights {
-            tok_embd,
-            output_norm,
-            output,
-            rope_freqs,
-            layers,
-        },
+        weights,
         kv,
         kv_cfg: opts.kv,
         cfg,

@@ -6,6 +6,7 @@ pub mod chat;
 pub mod config;
 pub mod forward;
 pub mod generic;
+pub mod layout;
 pub mod load;
 pub mod synth;
 pub mod tokenizer;

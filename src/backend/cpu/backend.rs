@@ -314,6 +314,30 @@ fn rope(op: &Op, io: &OpIo<'_, CpuBuffer>, x: &mut [f32]) -> Result<(), BackendE
     Ok(())
 }
 
+/// [`Op::Argmax`]: the index of each row's largest value (lowest on ties).
+fn argmax_rows(op: &Op, io: &OpIo<'_, CpuBuffer>, width: usize) -> Result<(), BackendError> {
+    let x = nth(io.inputs, 0, op)?.f32s()?;
+    if width == 0 || x.len() % width != 0 {
+        return Err(BackendError::Shape(format!(
+            "{op:?}: {} values are not whole rows",
+            x.len()
+        )));
+    }
+    let ids: Vec<u32> = x
+        .chunks_exact(width)
+        .map(|row| {
+            let mut best = 0;
+            for (i, &v) in row.iter().enumerate() {
+                if v > row[best] || row[best].is_nan() {
+                    best = i;
+                }
+            }
+            best as u32
+        })
+        .collect();
+    nth(io.outputs, 0, op)?.set_f32s(bytemuck::cast_slice(&ids))
+}
+
 impl Backend for CpuBackend {
     type Buffer = CpuBuffer;
 
@@ -376,6 +400,7 @@ impl Backend for CpuBackend {
             Op::PagedAttention { .. } => self.paged_attention(op, io),
             Op::MoeTopK { .. } => self.moe_top_k(op, io),
             Op::MoeExperts { .. } => self.moe_experts(op, io),
+            Op::Argmax { width } => argmax_rows(op, io, *width),
             _ if self.supports(op) => self.unary(op, io),
             _ => Err(BackendError::UnsupportedOp(format!("{op:?}"))),
         }

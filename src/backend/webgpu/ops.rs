@@ -1,0 +1,488 @@
+//! Recording of every op except the weight kernels: one function per op,
+//! each checking its buffers' sizes, picking the pipeline variant and
+//! queueing one dispatch (two for a K/V write).
+
+use super::backend::{Bind, Dispatch, WebGpuBackend};
+use super::buffer::GpuBuffer;
+use super::shader::{ConstValue, PipelineKey};
+use crate::backend::{BackendError, OpIo};
+use crate::graph::{Op, RopeMode};
+use crate::model::KvType;
+
+/// Kernel sources, one file per op.
+mod src {
+    pub const BINARY: &str = include_str!("../../../shaders/binary.wgsl");
+    pub const UNARY: &str = include_str!("../../../shaders/unary.wgsl");
+    pub const GATED: &str = include_str!("../../../shaders/gated.wgsl");
+    pub const RMS_NORM: &str = include_str!("../../../shaders/rms_norm.wgsl");
+    pub const SOFTMAX: &str = include_str!("../../../shaders/softmax.wgsl");
+    pub const ROPE: &str = include_str!("../../../shaders/rope.wgsl");
+    pub const KV_WRITE: &str = include_str!("../../../shaders/kv_write.wgsl");
+    pub const ATTENTION: &str = include_str!("../../../shaders/attention.wgsl");
+    pub const MOE_TOP_K: &str = include_str!("../../../shaders/moe_top_k.wgsl");
+    pub const ARGMAX: &str = include_str!("../../../shaders/argmax.wgsl");
+}
+
+/// Every kernel file of this module with the constants its variants
+/// need, for validation without a device: (name, source, constants).
+pub fn kernel_sources() -> Vec<(&'static str, &'static str, Vec<(&'static str, ConstValue)>)> {
+    let mode = |m| vec![("MODE", ConstValue::U32(m))];
+    let f16c = |b| vec![("F16_CACHE", ConstValue::Bool(b))];
+    let mut attn = f16c(true);
+    attn.push(("VPT", ConstValue::U32(2)));
+    vec![
+        ("binary", src::BINARY, mode(2)),
+        ("unary", src::UNARY, mode(1)),
+        ("gated", src::GATED, mode(1)),
+        ("rms_norm", src::RMS_NORM, vec![]),
+        ("softmax", src::SOFTMAX, vec![]),
+        ("rope", src::ROPE, mode(1)),
+        ("kv_write", src::KV_WRITE, f16c(true)),
+        ("kv_write", src::KV_WRITE, f16c(false)),
+        ("attention", src::ATTENTION, attn),
+        ("moe_top_k", src::MOE_TOP_K, vec![]),
+        ("argmax", src::ARGMAX, vec![]),
+    ]
+}
+
+/// Workgroup size of element-wise kernels.
+const WG_ELEM: u32 = 256;
+/// Workgroup size of row kernels (norms, softmax, argmax) and attention.
+const WG_ROW: u32 = 64;
+
+fn shape(op: &Op, what: impl std::fmt::Display) -> BackendError {
+    BackendError::Shape(format!("{op:?}: {what}"))
+}
+
+/// The `i`th buffer of `list`, or a shape error naming the op.
+pub fn nth<'a>(list: &[&'a GpuBuffer], i: usize, op: &Op) -> Result<&'a GpuBuffer, BackendError> {
+    list.get(i)
+        .copied()
+        .ok_or_else(|| shape(op, format!("needs buffer {i}")))
+}
+
+/// f32 values a buffer holds.
+fn f32s(b: &GpuBuffer) -> u64 {
+    b.len / 4
+}
+
+impl WebGpuBackend {
+    /// Whether the op has a kernel here (weights: F32 and F16 for now).
+    pub(super) fn supports_op(&self, op: &Op) -> bool {
+        match op {
+            Op::GetRows { ty, .. } | Op::MatMul { ty, .. } => super::dense::supports(*ty),
+            Op::MoeExperts { .. } => false,
+            Op::KvWrite {
+                k_width,
+                v_width,
+                dtype,
+                ..
+            } => *dtype == KvType::F32 || (k_width % 2 == 0 && v_width % 2 == 0),
+            Op::PagedAttention {
+                head_dim_k,
+                n_head,
+                n_head_kv,
+                dtype,
+                ..
+            } => {
+                *n_head_kv > 0
+                    && n_head % n_head_kv == 0
+                    && (*dtype == KvType::F32 || head_dim_k % 2 == 0)
+            }
+            _ => true,
+        }
+    }
+
+    /// Queues the op's dispatches.
+    pub(super) fn record_op(
+        &mut self,
+        op: &Op,
+        io: &OpIo<'_, GpuBuffer>,
+    ) -> Result<(), BackendError> {
+        if !self.supports_op(op) {
+            return Err(BackendError::UnsupportedOp(format!("{op:?}")));
+        }
+        match op {
+            Op::GetRows { .. } | Op::MatMul { .. } => self.record_dense(op, io),
+            Op::Add => self.binary(op, io, 0),
+            Op::Mul => self.binary(op, io, 1),
+            Op::BiasAdd => self.binary(op, io, 2),
+            Op::Scale(s) => self.unary(op, io, 0, *s),
+            Op::LogitSoftcap(c) => self.unary(op, io, 1, *c),
+            Op::SiluMul => self.gated(op, io, 0),
+            Op::GeluTanhMul => self.gated(op, io, 1),
+            Op::RmsNorm { width, eps } => self.rms_norm(op, io, *width, *eps),
+            Op::Softmax { width } => self.softmax(op, io, *width),
+            Op::Rope { .. } => self.rope(op, io),
+            Op::KvWrite { .. } => self.kv_write(op, io),
+            Op::PagedAttention { .. } => self.attention(op, io),
+            Op::MoeTopK { n_expert, k } => self.moe_top_k(op, io, *n_expert, *k),
+            Op::Argmax { width } => self.argmax(op, io, *width),
+            Op::MoeExperts { .. } => Err(BackendError::UnsupportedOp(format!("{op:?}"))),
+        }
+    }
+
+    /// Queues `kernel` over `groups` workgroups.
+    fn dispatch(
+        &mut self,
+        key: &PipelineKey,
+        source: &str,
+        params: Vec<u32>,
+        bufs: &[&GpuBuffer],
+        groups: u32,
+    ) {
+        let pipeline = self.pipeline(key, &[source]);
+        let d = Dispatch {
+            pipeline,
+            params,
+            binds: bufs.iter().map(|b| Bind::whole(b)).collect(),
+            groups: self.grid(groups),
+        };
+        self.enqueue(d);
+    }
+
+    fn key(&self, kernel: &'static str, wg: u32) -> PipelineKey {
+        PipelineKey::new(kernel, wg, &self.ctx.caps)
+    }
+
+    fn binary(&mut self, op: &Op, io: &OpIo<'_, GpuBuffer>, mode: u32) -> Result<(), BackendError> {
+        let (x, y, out) = (
+            nth(io.inputs, 0, op)?,
+            nth(io.inputs, 1, op)?,
+            nth(io.outputs, 0, op)?,
+        );
+        let (n, m) = (f32s(x), f32s(y));
+        let ok = if mode == 2 {
+            m > 0 && n % m == 0
+        } else {
+            n == m
+        };
+        if !ok || f32s(out) < n {
+            return Err(shape(
+                op,
+                format!("inputs of {n} and {m} values, output of {}", f32s(out)),
+            ));
+        }
+        let key = self
+            .key("binary", WG_ELEM)
+            .with_const("MODE", ConstValue::U32(mode));
+        let params = vec![n as u32, m as u32, 0, 0];
+        self.dispatch(
+            &key,
+            src::BINARY,
+            params,
+            &[x, y, out],
+            (n as u32).div_ceil(WG_ELEM),
+        );
+        Ok(())
+    }
+
+    fn unary(
+        &mut self,
+        op: &Op,
+        io: &OpIo<'_, GpuBuffer>,
+        mode: u32,
+        s: f32,
+    ) -> Result<(), BackendError> {
+        let (x, out) = (nth(io.inputs, 0, op)?, nth(io.outputs, 0, op)?);
+        let n = f32s(x);
+        if f32s(out) < n {
+            return Err(shape(op, "output smaller than input"));
+        }
+        let key = self
+            .key("unary", WG_ELEM)
+            .with_const("MODE", ConstValue::U32(mode));
+        let params = vec![n as u32, s.to_bits(), 0, 0];
+        self.dispatch(
+            &key,
+            src::UNARY,
+            params,
+            &[x, out],
+            (n as u32).div_ceil(WG_ELEM),
+        );
+        Ok(())
+    }
+
+    fn gated(&mut self, op: &Op, io: &OpIo<'_, GpuBuffer>, mode: u32) -> Result<(), BackendError> {
+        let (g, u, out) = (
+            nth(io.inputs, 0, op)?,
+            nth(io.inputs, 1, op)?,
+            nth(io.outputs, 0, op)?,
+        );
+        let n = f32s(g);
+        if f32s(u) != n || f32s(out) < n {
+            return Err(shape(op, format!("gate of {n} values, up of {}", f32s(u))));
+        }
+        let key = self
+            .key("gated", WG_ELEM)
+            .with_const("MODE", ConstValue::U32(mode));
+        self.dispatch(
+            &key,
+            src::GATED,
+            vec![n as u32, 0, 0, 0],
+            &[g, u, out],
+            (n as u32).div_ceil(WG_ELEM),
+        );
+        Ok(())
+    }
+
+    fn rms_norm(
+        &mut self,
+        op: &Op,
+        io: &OpIo<'_, GpuBuffer>,
+        width: usize,
+        eps: f32,
+    ) -> Result<(), BackendError> {
+        let (x, w, out) = (
+            nth(io.inputs, 0, op)?,
+            nth(io.inputs, 1, op)?,
+            nth(io.outputs, 0, op)?,
+        );
+        let n = f32s(x);
+        if width == 0 || n % width as u64 != 0 || f32s(w) < width as u64 || f32s(out) < n {
+            return Err(shape(op, format!("{n} values, weight of {}", f32s(w))));
+        }
+        let rows = (n / width as u64) as u32;
+        let key = self.key("rms_norm", WG_ROW);
+        let params = vec![rows, width as u32, eps.to_bits(), 0];
+        self.dispatch(&key, src::RMS_NORM, params, &[x, w, out], rows);
+        Ok(())
+    }
+
+    fn softmax(
+        &mut self,
+        op: &Op,
+        io: &OpIo<'_, GpuBuffer>,
+        width: usize,
+    ) -> Result<(), BackendError> {
+        let (x, out) = (nth(io.inputs, 0, op)?, nth(io.outputs, 0, op)?);
+        let n = f32s(x);
+        if width == 0 || n % width as u64 != 0 || f32s(out) < n {
+            return Err(shape(op, format!("{n} values are not whole rows")));
+        }
+        let rows = (n / width as u64) as u32;
+        let key = self.key("softmax", WG_ROW);
+        self.dispatch(
+            &key,
+            src::SOFTMAX,
+            vec![rows, width as u32, 0, 0],
+            &[x, out],
+            rows,
+        );
+        Ok(())
+    }
+
+    fn rope(&mut self, op: &Op, io: &OpIo<'_, GpuBuffer>) -> Result<(), BackendError> {
+        let Op::Rope {
+            mode,
+            head_dim,
+            n_rot,
+            base,
+            scale,
+        } = *op
+        else {
+            return Err(shape(op, "not a rope"));
+        };
+        let (x, pos, out) = (
+            nth(io.inputs, 0, op)?,
+            nth(io.inputs, 1, op)?,
+            nth(io.outputs, 0, op)?,
+        );
+        let factors = io.inputs.get(2).copied();
+        let (n, rows) = (f32s(x), pos.len / 4);
+        let width = if rows == 0 { 0 } else { n / rows };
+        if rows == 0
+            || n % rows != 0
+            || head_dim == 0
+            || width % head_dim as u64 != 0
+            || n_rot > head_dim
+            || n_rot < 2
+            || factors.is_some_and(|f| f32s(f) < (n_rot / 2) as u64)
+        {
+            return Err(shape(op, format!("{n} values for {rows} positions")));
+        }
+        let key = self.key("rope", WG_ELEM).with_const(
+            "MODE",
+            ConstValue::U32(match mode {
+                RopeMode::Norm => 0,
+                RopeMode::Neox => 1,
+            }),
+        );
+        let theta_scale = base.powf(-2.0 / n_rot as f32);
+        let params = vec![
+            rows as u32,
+            width as u32,
+            head_dim as u32,
+            n_rot as u32,
+            theta_scale.to_bits(),
+            scale.to_bits(),
+            u32::from(factors.is_some()),
+            0,
+        ];
+        let pairs = (rows * (width / head_dim as u64) * (n_rot / 2) as u64) as u32;
+        let f = factors.unwrap_or(pos);
+        self.dispatch(
+            &key,
+            src::ROPE,
+            params,
+            &[x, pos, f, out],
+            pairs.div_ceil(WG_ELEM),
+        );
+        Ok(())
+    }
+
+    fn kv_write(&mut self, op: &Op, io: &OpIo<'_, GpuBuffer>) -> Result<(), BackendError> {
+        let Op::KvWrite {
+            k_width,
+            v_width,
+            dtype,
+            ..
+        } = *op
+        else {
+            return Err(shape(op, "not a K/V write"));
+        };
+        let slots = nth(io.inputs, 2, op)?;
+        let tokens = slots.len / 4;
+        let f16 = dtype == KvType::F16;
+        for (i, width) in [(0, k_width), (1, v_width)] {
+            let (src, cache) = (nth(io.inputs, i, op)?, nth(io.outputs, i, op)?);
+            if f32s(src) != tokens * width as u64 {
+                return Err(shape(
+                    op,
+                    format!("{} values for {tokens} rows of {width}", f32s(src)),
+                ));
+            }
+            let key = self
+                .key("kv_write", WG_ELEM)
+                .with_const("F16_CACHE", ConstValue::Bool(f16));
+            let per = if f16 { width / 2 } else { width } as u64;
+            let params = vec![tokens as u32, width as u32, 0, 0];
+            self.dispatch(
+                &key,
+                src::KV_WRITE,
+                params,
+                &[src, slots, cache],
+                ((tokens * per) as u32).div_ceil(WG_ELEM),
+            );
+        }
+        Ok(())
+    }
+
+    fn attention(&mut self, op: &Op, io: &OpIo<'_, GpuBuffer>) -> Result<(), BackendError> {
+        let Op::PagedAttention {
+            n_head,
+            n_head_kv,
+            head_dim_k,
+            head_dim_v,
+            scale,
+            window,
+            softcap,
+            block_size,
+            dtype,
+            ..
+        } = *op
+        else {
+            return Err(shape(op, "not attention"));
+        };
+        let q = nth(io.inputs, 0, op)?;
+        let (kc, vc) = (nth(io.inputs, 1, op)?, nth(io.inputs, 2, op)?);
+        let (seqs, tables, out) = (
+            nth(io.inputs, 3, op)?,
+            nth(io.inputs, 4, op)?,
+            nth(io.outputs, 0, op)?,
+        );
+        let rows = f32s(q) / (n_head * head_dim_k).max(1) as u64;
+        if f32s(q) != rows * (n_head * head_dim_k) as u64
+            || f32s(out) != rows * (n_head * head_dim_v) as u64
+            || seqs.len % 16 != 0
+            || block_size == 0
+        {
+            return Err(shape(
+                op,
+                format!("q of {} values, out of {}", f32s(q), f32s(out)),
+            ));
+        }
+        let vpt = (head_dim_v as u32).div_ceil(WG_ROW).max(1);
+        let key = self
+            .key("attention", WG_ROW)
+            .with_const("F16_CACHE", ConstValue::Bool(dtype == KvType::F16))
+            .with_const("VPT", ConstValue::U32(vpt));
+        let params = vec![
+            rows as u32,
+            n_head as u32,
+            n_head_kv as u32,
+            head_dim_k as u32,
+            head_dim_v as u32,
+            scale.to_bits(),
+            softcap.unwrap_or(0.0).to_bits(),
+            window.unwrap_or(0) as u32,
+            block_size as u32,
+            (seqs.len / 16) as u32,
+            0,
+            0,
+        ];
+        let groups = rows as u32 * n_head as u32;
+        self.dispatch(
+            &key,
+            src::ATTENTION,
+            params,
+            &[q, kc, vc, seqs, tables, out],
+            groups,
+        );
+        Ok(())
+    }
+
+    fn moe_top_k(
+        &mut self,
+        op: &Op,
+        io: &OpIo<'_, GpuBuffer>,
+        ne: usize,
+        k: usize,
+    ) -> Result<(), BackendError> {
+        let logits = nth(io.inputs, 0, op)?;
+        let (ids, wts) = (nth(io.outputs, 0, op)?, nth(io.outputs, 1, op)?);
+        let tokens = f32s(logits) / ne.max(1) as u64;
+        if ne == 0
+            || k == 0
+            || k > ne
+            || f32s(logits) != tokens * ne as u64
+            || ids.len / 4 < tokens * k as u64
+            || f32s(wts) < tokens * k as u64
+        {
+            return Err(shape(op, format!("{} logits", f32s(logits))));
+        }
+        let key = self.key("moe_top_k", WG_ROW);
+        let params = vec![tokens as u32, ne as u32, k as u32, 0];
+        self.dispatch(
+            &key,
+            src::MOE_TOP_K,
+            params,
+            &[logits, ids, wts],
+            (tokens as u32).div_ceil(WG_ROW),
+        );
+        Ok(())
+    }
+
+    fn argmax(
+        &mut self,
+        op: &Op,
+        io: &OpIo<'_, GpuBuffer>,
+        width: usize,
+    ) -> Result<(), BackendError> {
+        let (x, out) = (nth(io.inputs, 0, op)?, nth(io.outputs, 0, op)?);
+        let n = f32s(x);
+        if width == 0 || n % width as u64 != 0 || out.len / 4 < n / width as u64 {
+            return Err(shape(op, format!("{n} values are not whole rows")));
+        }
+        let rows = (n / width as u64) as u32;
+        let key = self.key("argmax", WG_ROW).with_subgroups(false);
+        self.dispatch(
+            &key,
+            src::ARGMAX,
+            vec![rows, width as u32, 0, 0],
+            &[x, out],
+            rows,
+        );
+        Ok(())
+    }
+}
