@@ -285,6 +285,15 @@ $('prompt').addEventListener('keydown', (e) => {
 function autosize() { const p = $('prompt'); p.style.height = 'auto'; p.style.height = `${Math.min(p.scrollHeight + 2, 200)}px`; }
 $('prompt').addEventListener('input', autosize);
 $('stop').onclick = () => state.genCtl?.abort();
+document.addEventListener('keydown', (e) => { if (e.key === 'Escape') state.genCtl?.abort(); });
+// A .gguf dropped anywhere on the page loads like the file picker.
+document.addEventListener('dragover', (e) => { if (e.dataTransfer?.types.includes('Files')) e.preventDefault(); });
+document.addEventListener('drop', (e) => {
+  const f = [...(e.dataTransfer?.files ?? [])].find((x) => x.name.endsWith('.gguf'));
+  if (!f) return;
+  e.preventDefault();
+  load(f, f.name);
+});
 $('new-chat').onclick = () => {
   state.genCtl?.abort();
   state.messages = [];
