@@ -1,5 +1,7 @@
-//! The worker pool: rayon natively (a pool of the requested size), the
-//! calling thread alone where threads are unavailable or one was asked for.
+//! The worker pool: rayon natively (a pool of the requested size); in the
+//! threaded wasm build (`+atomics`) rayon's global pool, which the host fills
+//! with Web Workers (wasm-bindgen-rayon's `initThreadPool`) before loading;
+//! the calling thread alone where threads are unavailable or one was asked for.
 
 use rayon::prelude::*;
 
@@ -7,6 +9,9 @@ use rayon::prelude::*;
 #[derive(Debug)]
 pub struct Threads {
     pool: Option<rayon::ThreadPool>,
+    /// Use rayon's global pool (threaded wasm: workers cannot be spawned
+    /// from inside the engine, the host made the pool).
+    global: bool,
 }
 
 impl Threads {
@@ -18,16 +23,23 @@ impl Threads {
         } else {
             n
         };
+        let shared_wasm = cfg!(all(target_arch = "wasm32", target_feature = "atomics"));
         let pool = if n > 1 && cfg!(not(target_arch = "wasm32")) {
             rayon::ThreadPoolBuilder::new().num_threads(n).build().ok()
         } else {
             None
         };
-        Self { pool }
+        Self {
+            pool,
+            global: n > 1 && shared_wasm,
+        }
     }
 
     /// Threads in use.
     pub fn count(&self) -> usize {
+        if self.global {
+            return rayon::current_num_threads();
+        }
         self.pool
             .as_ref()
             .map_or(1, rayon::ThreadPool::current_num_threads)
@@ -47,6 +59,10 @@ impl Threads {
                     .enumerate()
                     .for_each(|(i, c)| f(i, c))
             }),
+            None if self.global => data
+                .par_chunks_mut(chunk)
+                .enumerate()
+                .for_each(|(i, c)| f(i, c)),
             None => data
                 .chunks_mut(chunk)
                 .enumerate()
