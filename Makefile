@@ -59,7 +59,7 @@ $(BENCH_BROWSER)/node_modules/.package-lock.json: $(BENCH_BROWSER)/package-lock.
 	cd $(BENCH_BROWSER) && npm ci --no-audit --no-fund
 
 demo: setup
-	@test -f www/package/dist/index.js || { echo "www/package/dist is not built: build the package first"; exit 1; }
+	@test -f www/package/dist/index.js || { echo "the package is not built"; exit 1; }
 	node scripts/demo.mjs --port $(DEMO_PORT)
 
 bench-browser: setup $(BENCH_BROWSER)/node_modules/.package-lock.json

@@ -1,8 +1,8 @@
 #!/usr/bin/env node
-// make demo: serves the chat page (www/demo), the built package
-// (www/package/dist at /hearth/) and the local models (.cache/models at
-// /models/) on 127.0.0.1 with the COOP/COEP headers threads need, and prints
-// the page's address with SmolLM2 preselected.
+// make demo: serves the repository (the chat page is www/demo, the built
+// package www/package/dist) and the local models (.cache/models at /models/)
+// on 127.0.0.1 with the COOP/COEP headers threads need, and prints the page's
+// address with SmolLM2 preselected.
 //
 //   node scripts/demo.mjs [--port 8080] [--model NAME.gguf]
 // PORT=0 (or a busy port) picks a free one.
@@ -22,13 +22,12 @@ const dist = path.join(ROOT, 'www/package/dist');
 if (!fs.existsSync(path.join(MODELS, model))) console.error(`warning: ${model} is not in ${MODELS}: run \`make setup\``);
 if (!fs.existsSync(path.join(dist, 'index.js'))) console.error(`warning: the package is not built (${dist}): run \`make demo\`, which builds it`);
 
-const roots = { '/': path.join(ROOT, 'www/demo'), '/hearth/': dist, '/models/': MODELS };
 let srv;
 try {
-  srv = await startServer({ roots, port });
+  srv = await startServer({ root: ROOT, models: MODELS, port });
 } catch (e) {
   if (e.code !== 'EADDRINUSE') throw e;
-  srv = await startServer({ roots, port: 0 });
+  srv = await startServer({ root: ROOT, models: MODELS, port: 0 });
 }
-console.log(`Hearth demo on port ${srv.port}: open ${srv.url}/?model=/models/${encodeURIComponent(model)}`);
+console.log(`Hearth demo on port ${srv.port}: open ${srv.url}/www/demo/?model=/models/${encodeURIComponent(model)}`);
 console.log('(served on 127.0.0.1 only, with COOP/COEP headers for threads; Ctrl+C stops it)');

@@ -34,7 +34,6 @@ const O = {
   engines: opt('engines', 'hearth,wllama').split(','),
   timeout: Number(opt('timeout', 900)) * 1000,
   chromium: opt('chromium', process.env.CHROMIUM || '/usr/lib/chromium/chromium'),
-  hearthDist: opt('hearth-dist', process.env.HEARTH_DIST || path.join(ROOT, 'www/package/dist')),
 };
 
 const FLAGS = ['--headless', '--no-sandbox', '--no-first-run', '--disable-background-networking',
@@ -79,7 +78,7 @@ async function measure(base, engine, model, threads) {
     page.on('console', (m) => consoleLines.push(m.type() + ': ' + m.text()));
     page.on('pageerror', (e) => consoleLines.push('pageerror: ' + e));
     const qs = new URLSearchParams({ engine, threads, model: '/models/' + model, pp: O.pp, tg: O.tg });
-    await page.goto(`${base}/bench/?${qs}`);
+    await page.goto(`${base}/scripts/bench-browser/page/?${qs}`);
     await page.waitForFunction(() => window.__result !== undefined, null, { timeout: O.timeout, polling: 500 });
     r = await page.evaluate(() => window.__result);
   } catch (e) {
@@ -99,12 +98,11 @@ async function main() {
   }
   const wllamaDir = path.join(HERE, 'node_modules/@wllama/wllama/esm');
   if (O.engines.includes('wllama') && !fs.existsSync(wllamaDir)) throw new Error('wllama is not installed: run `make setup`');
-  if (O.engines.includes('hearth') && !fs.existsSync(path.join(O.hearthDist, 'index.js'))) {
-    throw new Error(`the Hearth package is not built (${O.hearthDist}/index.js): run \`make wasm\` first`);
+  if (O.engines.includes('hearth') && !fs.existsSync(path.join(ROOT, 'www/package/dist/index.js'))) {
+    throw new Error('the Hearth package is not built (www/package/dist): run `make package` first');
   }
-  const { server, url } = await startServer({
-    roots: { '/bench/': path.join(HERE, 'page'), '/wllama/': wllamaDir, '/hearth/': O.hearthDist, '/models/': MODELS_DIR },
-  });
+  const srv = await startServer({ root: ROOT, models: MODELS_DIR });
+  const url = srv.url;
   const results = [];
   for (const model of O.models) {
     for (const threads of O.threads) {
@@ -118,7 +116,7 @@ async function main() {
       }
     }
   }
-  server.close();
+  await srv.close();
 
   const get = (model, threads, engine) => results.find((x) => x.model === model && x.threads === threads && x.engine === engine)?.r;
   const rows = [];

@@ -1,16 +1,19 @@
-// Static server for `make bench-browser`, bound to 127.0.0.1, with the
-// COOP/COEP/CORP headers that make the page cross-origin isolated
-// (SharedArrayBuffer, hence threads, for both engines). Answers HTTP Range.
+// Static server for `make demo` and `make bench-browser`, bound to
+// 127.0.0.1: the repository root at /, the models at /models/, HTTP Range,
+// and the COOP/COEP/CORP headers that make a page cross-origin isolated
+// (SharedArrayBuffer, hence threads). Same interface as
+// tests/browser/server.mjs, which it gives way to once that one is shared.
 //
 // Adapted from the wllama-bench harness (server.mjs of the wllama anchor
-// measurements, 2026-11-29): same headers and Range handling, routes changed
-// to mount several roots and several models.
+// measurements, 2026-11-29): same headers and Range handling.
 //
-//   startServer({ roots: { '/prefix/': dir, ... }, files: { '/path': file }, index })
+//   startServer({ port, root, models }) -> { url, port, close() }
 import http from 'node:http';
 import fs from 'node:fs';
 import path from 'node:path';
+import { fileURLToPath } from 'node:url';
 
+const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 const TYPES = {
   '.html': 'text/html; charset=utf-8', '.js': 'text/javascript', '.mjs': 'text/javascript',
   '.css': 'text/css', '.svg': 'image/svg+xml', '.png': 'image/png',
@@ -18,27 +21,21 @@ const TYPES = {
   '.gguf': 'application/octet-stream',
 };
 
-function resolve(p, roots, files) {
-  if (files[p]) return files[p];
-  // Longest prefix first so '/a/b/' wins over '/a/'.
-  const pres = Object.keys(roots).sort((a, b) => b.length - a.length);
-  for (const pre of pres) {
-    if (!p.startsWith(pre)) continue;
-    const dir = path.resolve(roots[pre]);
-    const f = path.resolve(dir, '.' + p.slice(pre.length - 1));
-    if (f === dir || f.startsWith(dir + path.sep)) return f;
-  }
-  return null;
+/** The file a URL path names, or null when it escapes its root. */
+function resolve(p, root, models) {
+  const [base, rel] = p.startsWith('/models/') ? [models, p.slice('/models/'.length)] : [root, p.slice(1)];
+  const f = path.resolve(base, rel);
+  return f === base || f.startsWith(base + path.sep) ? f : null;
 }
 
-/** Serves `roots` (URL prefix ending in '/' -> directory) and `files` (URL ->
- * file); '/' answers `index` when given. Resolves to { server, port, url }. */
-export function startServer({ roots = {}, files = {}, index = null, port = 0, log = false } = {}) {
+/** Serves `root` at / and `models` at /models/. */
+export function startServer({ port = 0, root = REPO, models = process.env.HEARTH_MODELS ?? path.join(REPO, '.cache/models'), log = false } = {}) {
+  root = path.resolve(root);
+  models = path.resolve(models);
   const server = http.createServer((req, res) => {
     let p;
     try { p = decodeURIComponent(req.url.split('?')[0]); } catch { p = '/'; }
-    if (p.endsWith('/') && index && p === '/') p = index;
-    let file = resolve(p, roots, files);
+    let file = resolve(p, root, models);
     let st = null;
     try { st = file && fs.statSync(file); } catch { st = null; }
     if (st && st.isDirectory()) {
@@ -56,7 +53,7 @@ export function startServer({ roots = {}, files = {}, index = null, port = 0, lo
     h['Accept-Ranges'] = 'bytes';
     let start = 0, end = st.size - 1, code = 200;
     const m = /^bytes=(\d*)-(\d*)$/.exec(req.headers.range || '');
-    if (m) {
+    if (m && (m[1] !== '' || m[2] !== '')) {
       if (m[1] === '') start = Math.max(0, st.size - Number(m[2]));
       else { start = Number(m[1]); if (m[2] !== '') end = Math.min(Number(m[2]), st.size - 1); }
       if (start > end) { res.writeHead(416, { ...h, 'Content-Range': `bytes */${st.size}` }); res.end(); return; }
@@ -65,14 +62,19 @@ export function startServer({ roots = {}, files = {}, index = null, port = 0, lo
     h['Content-Length'] = end - start + 1;
     res.writeHead(code, h);
     if (log) console.error(`[server] ${req.method} ${p} ${code}`);
-    if (req.method === 'HEAD') { res.end(); return; }
+    if (req.method === 'HEAD' || st.size === 0) { res.end(); return; }
     fs.createReadStream(file, { start, end }).pipe(res);
   });
+  const sockets = new Set();
+  server.on('connection', (s) => { sockets.add(s); s.on('close', () => sockets.delete(s)); });
   return new Promise((ok, fail) => {
     server.once('error', fail);
     server.listen(port, '127.0.0.1', () => {
-      const port = server.address().port;
-      ok({ server, port, url: `http://127.0.0.1:${port}` });
+      const p = server.address().port;
+      ok({
+        port: p, url: `http://127.0.0.1:${p}`,
+        close: () => new Promise((r) => { for (const s of sockets) s.destroy(); server.close(() => r()); }),
+      });
     });
   });
 }

@@ -26,11 +26,11 @@ async function fetchBlob(url) {
 }
 
 async function runWllama() {
-  const { Wllama, LogLevel } = await import('/wllama/index.js');
+  const { Wllama, LogLevel } = await import('../node_modules/@wllama/wllama/esm/index.js');
   const logger = { debug() {}, log() {}, warn: (...a) => say('W ' + a.join(' ')), error: (...a) => say('E ' + a.join(' ')) };
   const t0 = performance.now();
   const blob = await fetchBlob(P.model);
-  const w = new Wllama({ default: '/wllama/wasm/wllama.wasm' }, { logger });
+  const w = new Wllama({ default: new URL('../node_modules/@wllama/wllama/esm/wasm/wllama.wasm', import.meta.url).href }, { logger });
   w.setCompat(null); // never the CDN: everything is served locally
   await w.loadModel([blob], { n_threads: P.threads, n_gpu_layers: 0, n_ctx: 1024, n_parallel: 1, log_level: LogLevel.WARN });
   const loadMs = performance.now() - t0;
@@ -51,7 +51,7 @@ async function runWllama() {
 }
 
 async function runHearth() {
-  const { Hearth } = await import('/hearth/index.js');
+  const { Hearth } = await import('../../../www/package/dist/index.js');
   const t0 = performance.now();
   const engine = await Hearth.load(new URL(P.model, location.href).href, { backend: 'cpu', threads: P.threads, cache: false, contextLength: 1024 });
   const loadMs = performance.now() - t0;

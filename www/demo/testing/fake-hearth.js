@@ -31,8 +31,10 @@ class FakeEngine {
   async #create(req, opts = {}) {
     if (!Array.isArray(req.messages) || !req.messages.length) throw hearthError('bad-request', 'messages must be a non-empty array');
     const last = req.messages.at(-1).content;
-    const text = `This is the fake engine answering "${String(last).slice(0, 60)}". `
+    let text = `This is the fake engine answering "${String(last).slice(0, 60)}". `
       + `The conversation has ${req.messages.length} message(s). A real model would reply here, token by token.`;
+    // "long" in the prompt: an answer of a few minutes, for tests of Stop.
+    if (/\blong\b/.test(last)) text += ' And so on.'.repeat(2000);
     const words = text.split(/(?<= )/);
     const limit = Math.min(words.length, req.max_tokens ?? Infinity);
     const signal = opts.signal;
