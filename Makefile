@@ -50,7 +50,7 @@ clean-cache:
 # `make demo` serves the chat page with SmolLM2 preselected; `make
 # bench-browser` runs the same prompts through Hearth and wllama in one
 # headless Chromium and prints a side-by-side table plus one JSON line.
-# Both need the package built (www/package/dist); DEMO_PORT=0 picks a free port.
+# Both build the package first (make package); DEMO_PORT=0 picks a free port.
 DEMO_PORT      ?= 8080
 BENCH_BROWSER  := scripts/bench-browser
 .PHONY: demo bench-browser
@@ -58,9 +58,8 @@ BENCH_BROWSER  := scripts/bench-browser
 $(BENCH_BROWSER)/node_modules/.package-lock.json: $(BENCH_BROWSER)/package-lock.json
 	cd $(BENCH_BROWSER) && npm ci --no-audit --no-fund
 
-demo: setup
-	@test -f www/package/dist/index.js || { echo "the package is not built"; exit 1; }
+demo: setup package
 	node scripts/demo.mjs --port $(DEMO_PORT)
 
-bench-browser: setup $(BENCH_BROWSER)/node_modules/.package-lock.json
+bench-browser: setup package $(BENCH_BROWSER)/node_modules/.package-lock.json
 	node $(BENCH_BROWSER)/bench.mjs

@@ -38,4 +38,6 @@ test('errors carry their text and what to do next', () => {
   assert.match(unknown.hint, /load again/);
   assert.match(explain({ code: 'no-package', cause: new Error('404') }, 'start').hint, /make demo/);
   assert.equal(explain('plain string').text, 'plain string');
+  const noWasm = explain({ code: 'internal', message: 'Failed to fetch dynamically imported module: http://x/www/package/dist/wasm-mt/hearth_wasm.js' }, 'load');
+  assert.match(noWasm.hint, /make package/);
 });

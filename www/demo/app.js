@@ -333,7 +333,7 @@ async function start() {
     const caps = await state.api.Hearth.capabilities?.();
     if (caps) {
       $('caps').textContent = [
-        caps.webgpu ? 'WebGPU adapter found' : 'No WebGPU adapter',
+        caps.webgpu ? (caps.webgpuBackend ? 'WebGPU available' : 'WebGPU adapter found (not used by this build)') : 'No WebGPU adapter',
         caps.threads ? `threads available (${caps.hardwareConcurrency} cores)` : 'page not cross-origin isolated: one CPU thread',
       ].join(' · ');
     }

@@ -42,6 +42,9 @@ const HINTS = {
  * while `context` ('start' | 'load' | 'generate' | 'cache') was running. */
 export function explain(err, context = '') {
   const code = err?.code;
+  if (/dynamically imported module.*hearth_wasm|hearth_wasm.*(404|not found)/i.test(err?.message ?? '')) {
+    return { title: "The engine's wasm files are missing", text: err.message, hint: 'Build them with `make package` (or run `make demo`, which builds them), then reload.' };
+  }
   const [title, hint] = HINTS[code] ?? [
     context === 'load' ? 'The model could not be loaded' : context === 'generate' ? 'The answer failed' : 'Something went wrong',
     context === 'load' ? 'Check the URL or file, then load again.' : 'Try again; if it keeps failing, reload the page.',
