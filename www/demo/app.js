@@ -26,9 +26,10 @@ function setMode(mode) {
   const ready = mode === 'ready';
   $('prompt').disabled = !(ready || mode === 'generating');
   $('send').disabled = !ready;
+  for (const b of $('suggestions').querySelectorAll('button')) b.disabled = !ready;
   $('send').hidden = mode === 'generating';
   $('stop').hidden = mode !== 'generating';
-  $('prompt').placeholder = state.engine ? 'Message the model (Enter to send, Shift+Enter for a new line)' : 'Load a model to start';
+  $('prompt').placeholder = state.engine ? 'Message the model…' : 'Load a model to start';
   $('status-dot').className = 'dot ' + (mode === 'ready' ? 'ready' : mode === 'idle' ? '' : 'busy');
 }
 
@@ -70,6 +71,7 @@ async function load(source, label) {
   const ctl = new AbortController();
   state.loadCtl = ctl;
   $('error').hidden = true;
+  $('app').classList.remove('side-open');
   setMode('loading');
   $('status-model').textContent = `Loading ${label}…`;
   $('status-backend').hidden = true;
@@ -284,6 +286,11 @@ $('prompt').addEventListener('keydown', (e) => {
 });
 function autosize() { const p = $('prompt'); p.style.height = 'auto'; p.style.height = `${Math.min(p.scrollHeight + 2, 200)}px`; }
 $('prompt').addEventListener('input', autosize);
+$('suggestions').onclick = (e) => {
+  const b = e.target.closest('button');
+  if (!b || document.body.dataset.state !== 'ready') return;
+  send(b.textContent);
+};
 $('stop').onclick = () => state.genCtl?.abort();
 document.addEventListener('keydown', (e) => { if (e.key === 'Escape') state.genCtl?.abort(); });
 // A .gguf dropped anywhere on the page loads like the file picker.
