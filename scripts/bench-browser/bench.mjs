@@ -103,6 +103,7 @@ async function main() {
   }
   const srv = await startServer({ root: ROOT, models: MODELS_DIR });
   const url = srv.url;
+  const load0 = os.loadavg()[0];
   const results = [];
   for (const model of O.models) {
     for (const threads of O.threads) {
@@ -130,7 +131,8 @@ async function main() {
       }
     }
   }
-  console.log(`\nHeadless Chromium, both engines threaded (COOP/COEP page), tokens/s, one run, ratio = Hearth / wllama`);
+  console.log(`\nHeadless Chromium, both engines threaded (COOP/COEP page), tokens/s, one run, ratio = Hearth / wllama`
+    + ` (load average ${load0.toFixed(1)} at the start, ${os.loadavg()[0].toFixed(1)} at the end, ${os.cpus().length} CPUs)`);
   console.log('| model | test | threads | Hearth tok/s | wllama tok/s | ratio |');
   console.log('|---|---|---|---|---|---|');
   for (const r of rows) {
