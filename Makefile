@@ -46,6 +46,35 @@ fuzz:
 clean-cache:
 	rm -rf .cache
 
+# ---- Browser: the wasm builds, the npm package, the Playwright tests ----
+# `make wasm` builds the engine twice into www/package/dist/: wasm-st
+# (single-thread, SIMD128, stable Rust) and wasm-mt (threads through
+# wasm-bindgen-rayon, nightly with -Z build-std); the package picks one at run
+# time by `crossOriginIsolated`. `make package` adds the TypeScript (tsc).
+# `make test-browser` runs tests/browser in Debian's headless Chromium against
+# a local server with COOP/COEP headers and Range support; `make test` runs it.
+# `make serve-browser` serves the repository the same way on port 8080.
+.PHONY: wasm wasm-st wasm-mt package test-browser serve-browser
+
+wasm: wasm-st wasm-mt
+
+wasm-st:
+	bash scripts/build-wasm.sh st
+
+wasm-mt:
+	bash scripts/build-wasm.sh mt
+
+package: wasm
+	cd www/package && npx tsc -p tsconfig.json
+
+test-browser: setup package
+	cd tests/browser && node --test package.test.mjs demo.test.mjs demo-format.test.mjs
+
+serve-browser: package
+	node tests/browser/server.mjs --port 8080
+
+test: test-browser
+
 # ---- Browser demo and benchmark (www/demo, scripts/bench-browser) ----------
 # `make demo` serves the chat page with SmolLM2 preselected; `make
 # bench-browser` runs the same prompts through Hearth and wllama in one

@@ -73,13 +73,42 @@ async function opfsRoot(): Promise<FileSystemDirectoryHandle> {
   return root.getDirectoryHandle(DIR, { create: true });
 }
 
-/** OPFS: `hearth-models/<key>/meta.json` and `part-<i>.gguf`. */
+/** A synchronous OPFS handle (dedicated workers only). */
+interface SyncHandle {
+  write(data: Uint8Array, opts: { at: number }): number;
+  getSize(): number;
+  truncate(size: number): void;
+  flush(): void;
+  close(): void;
+}
+
+/** OPFS: `hearth-models/<key>/meta.json` and `part-<i>.gguf`. In a worker
+ * the download writes through a sync access handle (in place, fast); on the
+ * page `createWritable` (which copies the file, so it batches writes). */
 async function opfsStore(key: string): Promise<Store> {
   const dir = await (await opfsRoot()).getDirectoryHandle(key, { create: true });
   const part = (i: number) => dir.getFileHandle(`part-${i}.gguf`, { create: true });
+  const canSync = typeof (FileSystemFileHandle.prototype as { createSyncAccessHandle?: unknown }).createSyncAccessHandle === 'function';
+  const handles = new Map<number, SyncHandle>();
   const pending = new Map<number, Uint8Array[]>();
   const pendingBytes = new Map<number, number>();
-  const lengths = new Map<number, number>();
+  const sync = async (i: number): Promise<SyncHandle> => {
+    let h = handles.get(i);
+    if (!h) {
+      const fh = (await part(i)) as unknown as { createSyncAccessHandle(): Promise<SyncHandle> };
+      h = await fh.createSyncAccessHandle();
+      handles.set(i, h);
+    }
+    return h;
+  };
+  const closeSync = (i: number) => {
+    const h = handles.get(i);
+    if (h) {
+      h.flush();
+      h.close();
+      handles.delete(i);
+    }
+  };
   const write = async (i: number, truncate: boolean) => {
     const chunks = pending.get(i) ?? [];
     const handle = await part(i);
@@ -106,30 +135,38 @@ async function opfsStore(key: string): Promise<Store> {
       await w.close();
     },
     async stored(i) {
-      const n = (await (await part(i)).getFile()).size + (pendingBytes.get(i) ?? 0);
-      lengths.set(i, n);
-      return n;
+      const h = handles.get(i);
+      if (h) return h.getSize();
+      return (await (await part(i)).getFile()).size + (pendingBytes.get(i) ?? 0);
     },
     async reset(i) {
+      closeSync(i);
       pending.set(i, []);
       await write(i, true);
     },
     async append(i, data) {
+      if (canSync) {
+        const h = await sync(i);
+        h.write(data, { at: h.getSize() });
+        return;
+      }
       const list = pending.get(i) ?? [];
       list.push(data);
       pending.set(i, list);
       const n = (pendingBytes.get(i) ?? 0) + data.length;
       pendingBytes.set(i, n);
-      // Writes go out in 32 MiB batches: fewer, larger OPFS writes.
       if (n >= 32 << 20) await write(i, false);
     },
     async flush(i) {
+      closeSync(i);
       if ((pendingBytes.get(i) ?? 0) > 0) await write(i, false);
     },
     async blob(i) {
+      closeSync(i);
       return (await part(i)).getFile();
     },
     async remove() {
+      for (const i of [...handles.keys()]) closeSync(i);
       await (await opfsRoot()).removeEntry(key, { recursive: true });
     },
   };

@@ -102,8 +102,8 @@ class Queue<T> implements ChunkStream<T> {
   end(error: unknown = null): void {
     this.#done = true;
     this.#error = error;
-    for (const w of this.#waiting) w({ value: undefined, done: true });
     if (error) for (const f of this.#failWaiting) f(error);
+    else for (const w of this.#waiting) w({ value: undefined, done: true });
     this.#waiting = [];
     this.#failWaiting = [];
   }
