@@ -3,7 +3,9 @@
 // ...": one token per word in the SmolLM2 and Gemma 3 vocabularies) followed
 // by `tg` greedy tokens with end-of-generation ignored. Rates are the engines'
 // own timings: llama-server's prompt/predicted timings for wllama, Hearth's
-// `timings` for Hearth. The result goes to window.__result.
+// `timings` for Hearth. The result goes to window.__result. The wllama part
+// (load from a Blob, warm-up that calibrates the prompt length, timings) is
+// adapted from the wllama-bench harness's page/bench.js of 2026-11-29.
 const q = new URLSearchParams(location.search);
 const P = {
   engine: q.get('engine') ?? 'hearth',
