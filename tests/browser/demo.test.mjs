@@ -3,7 +3,7 @@
 //   answer, tokens/s, stop, new chat, the cache list, an error with a hint;
 // - with the real package on SmolLM2-135M: a prompt gets an answer and
 //   tokens/s; a screenshot is kept as a CI artifact in
-//   target/browser-artifacts/demo.png.
+//   target/browser-artifacts/demo.png (and demo-test-double.png for the UI).
 //
 //   node --test tests/browser/demo.test.mjs
 import { test, before, after } from 'node:test';
@@ -86,6 +86,8 @@ test('demo page with the test double: progress, streaming, tokens/s, stop, new c
   await p.keyboard.press('Enter');
   await state(p, 'ready');
   assert.match(await p.textContent('.msg.assistant .bubble'), /has 1 message/);
+  fs.mkdirSync(ARTIFACTS, { recursive: true });
+  await p.screenshot({ path: path.join(ARTIFACTS, 'demo-test-double.png') });
 
   // Cache: the loaded URL is listed with its size; Delete removes an entry.
   const items = p.locator('[data-testid=cache-list] li');
