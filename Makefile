@@ -78,7 +78,10 @@ bench-webgpu: setup
 # target dir, Node's relaxed-SIMD flag); not yet in `make test`.
 WASM_RELAXED_FLAGS := -C target-feature=+simd128,+relaxed-simd
 WASM_RELAXED_RUNNER := node --no-warnings --experimental-wasm-relaxed-simd scripts/wasi-run.mjs
-.PHONY: test-wasm-kernels test-wasm-relaxed test-neon
+.PHONY: test-wasm-kernels test-wasm-relaxed test-neon setup-neon
+setup-neon:
+	bash scripts/setup-neon.sh
+
 test-wasm-kernels:
 	$(CARGO) test -p hearth --target wasm32-wasip1 --test backend_kernels_isa
 
@@ -91,7 +94,7 @@ test-wasm-relaxed:
 # The same tests built for aarch64 and run under qemu-user, on a CPU with
 # dotprod (QEMU's `max`: the sdot kernels) and one without (Cortex-A57: the
 # widening-multiply kernels).
-test-neon:
+test-neon: setup-neon
 	QEMU_CPU=max $(CARGO) test -p hearth --target aarch64-unknown-linux-gnu --test backend_kernels_isa
 	QEMU_CPU=cortex-a57 $(CARGO) test -p hearth --target aarch64-unknown-linux-gnu --test backend_kernels_isa
 
@@ -111,3 +114,50 @@ bench-wasm: setup
 	    "$$(realpath $(SMOLLM2))" "$(BENCH_PROMPT)" 64 1; \
 	  $(HEARTH) run -m $(SMOLLM2) -p "$(BENCH_PROMPT)" -n 64 --temp 0 --ignore-eos -t 1 2>&1 >/dev/null | tail -1; \
 	done
+
+# ---- Browser: the wasm builds, the npm package, the Playwright tests ----
+# `make wasm` builds the engine twice into www/package/dist/: wasm-st
+# (single-thread, SIMD128, stable Rust) and wasm-mt (threads through
+# wasm-bindgen-rayon, nightly with -Z build-std); the package picks one at run
+# time by `crossOriginIsolated`. `make package` adds the TypeScript (tsc).
+# `make test-browser` runs tests/browser in Debian's headless Chromium against
+# a local server with COOP/COEP headers and Range support; `make test` runs it.
+# `make serve-browser` serves the repository the same way on port 8080.
+.PHONY: wasm wasm-st wasm-mt package test-browser serve-browser
+
+wasm: wasm-st wasm-mt
+
+wasm-st:
+	bash scripts/build-wasm.sh st
+
+wasm-mt:
+	bash scripts/build-wasm.sh mt
+
+package: wasm
+	cd www/package && npx tsc -p tsconfig.json
+
+test-browser: setup package
+	cd tests/browser && node --test package.test.mjs demo.test.mjs demo-format.test.mjs
+
+serve-browser: package
+	node tests/browser/server.mjs --port 8080
+
+test: test-browser
+
+# ---- Browser demo and benchmark (www/demo, scripts/bench-browser) ----------
+# `make demo` serves the chat page with SmolLM2 preselected; `make
+# bench-browser` runs the same prompts through Hearth and wllama in one
+# headless Chromium and prints a side-by-side table plus one JSON line.
+# Both build the package first (make package); DEMO_PORT=0 picks a free port.
+DEMO_PORT      ?= 8080
+BENCH_BROWSER  := scripts/bench-browser
+.PHONY: demo bench-browser
+
+$(BENCH_BROWSER)/node_modules/.package-lock.json: $(BENCH_BROWSER)/package-lock.json
+	cd $(BENCH_BROWSER) && npm ci --no-audit --no-fund
+
+demo: setup package
+	node scripts/demo.mjs --port $(DEMO_PORT)
+
+bench-browser: setup package $(BENCH_BROWSER)/node_modules/.package-lock.json
+	node $(BENCH_BROWSER)/bench.mjs

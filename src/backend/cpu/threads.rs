@@ -1,5 +1,6 @@
-//! The worker pool: rayon (a pool of the requested size; on wasm32 the one
-//! a threaded build supplies through wasm-bindgen-rayon), or natively the
+//! The worker pool: rayon (a pool of the requested size; in the threaded
+//! wasm build, `+atomics`, rayon's global pool, which the host fills with Web
+//! Workers through wasm-bindgen-rayon's `initThreadPool` before loading), or natively the
 //! small purpose-built pool of [`super::pool`] (spin, then park) when
 //! `HEARTH_POOL=spin` asks for it; the calling thread alone where threads
 //! are unavailable or one was asked for.
@@ -23,6 +24,9 @@ enum Inner {
     One,
     /// A rayon pool of the requested size.
     Rayon(rayon::ThreadPool),
+    /// rayon's global pool (threaded wasm: the engine cannot spawn workers,
+    /// the host made the pool).
+    Global,
     /// The purpose-built pool.
     #[cfg(not(target_arch = "wasm32"))]
     Own(Pool),
@@ -60,8 +64,11 @@ impl Threads {
                 .ok()
                 .map_or(Inner::One, Inner::Rayon)
         };
+        let shared_wasm = cfg!(all(target_arch = "wasm32", target_feature = "atomics"));
         let inner = if n <= 1 {
             Inner::One
+        } else if shared_wasm {
+            Inner::Global
         } else if std::env::var("HEARTH_POOL").is_ok_and(|v| v == "spin") {
             own_pool(n).unwrap_or_else(rayon_pool)
         } else {
@@ -85,6 +92,7 @@ impl Threads {
         match &self.inner {
             Inner::One => 1,
             Inner::Rayon(p) => p.current_num_threads(),
+            Inner::Global => rayon::current_num_threads(),
             #[cfg(not(target_arch = "wasm32"))]
             Inner::Own(p) => p.count(),
         }
@@ -104,6 +112,10 @@ impl Threads {
                     .enumerate()
                     .for_each(|(i, c)| f(i, c))
             }),
+            Inner::Global => data
+                .par_chunks_mut(chunk)
+                .enumerate()
+                .for_each(|(i, c)| f(i, c)),
             Inner::One => data
                 .chunks_mut(chunk)
                 .enumerate()

@@ -1,0 +1,200 @@
+// Hearth in the browser: load a GGUF model into a Web Worker and talk to it
+// with OpenAI-shaped chat and text completions.
+//
+//   import { Hearth } from '@hearth/web';
+//   const engine = await Hearth.load('https://example.org/SmolLM2-135M-Instruct.Q4_1.gguf', {
+//     onProgress: (p) => console.log(p.phase, p.loaded, p.total),
+//   });
+//   const stream = await engine.chat.completions.create({
+//     messages: [{ role: 'user', content: 'Name three colours.' }], stream: true,
+//   });
+//   for await (const chunk of stream) console.log(chunk.choices[0]?.delta.content ?? '');
+
+import { HearthError } from './errors.js';
+import { cacheApi, type CacheApi } from './cache.js';
+import { ChatApi, CompletionsApi, Generator } from './generate.js';
+import type { FromWorker, SourceSpec, ToWorker, WorkerLoadOptions } from './protocol.js';
+import type { Capabilities, LoadOptions, ModelInfo, ModelSource } from './types.js';
+
+export * from './types.js';
+export { HearthError } from './errors.js';
+export type { CacheApi } from './cache.js';
+
+/** What the browser offers (threads, WebGPU, storage). */
+async function capabilities(): Promise<Capabilities> {
+  const nav = globalThis.navigator as Navigator & { gpu?: { requestAdapter(): Promise<unknown> } };
+  let webgpu = false;
+  try {
+    webgpu = !!nav.gpu && !!(await nav.gpu.requestAdapter());
+  } catch {
+    webgpu = false;
+  }
+  return {
+    threads: globalThis.crossOriginIsolated === true && typeof SharedArrayBuffer !== 'undefined',
+    hardwareConcurrency: nav.hardwareConcurrency ?? 1,
+    webgpu,
+    webgpuBackend: false,
+    opfs: typeof nav.storage?.getDirectory === 'function',
+    cacheStorage: typeof globalThis.caches !== 'undefined',
+  };
+}
+
+/** The files of `source`, URLs resolved against the page. */
+function sourceSpecs(source: ModelSource): SourceSpec[] {
+  const list = Array.isArray(source) ? source : [source];
+  if (list.length === 0) throw new HearthError('bad-request', 'no model source given; pass a URL, a File or a Blob');
+  return list.map((s, i) => {
+    if (typeof Blob !== 'undefined' && s instanceof Blob) {
+      const name = typeof File !== 'undefined' && s instanceof File ? s.name : `blob-${i}.gguf`;
+      return { kind: 'blob', blob: s, name };
+    }
+    const base = globalThis.location?.href;
+    return { kind: 'url', url: new URL(String(s), base).href };
+  });
+}
+
+/** A model loaded in a Web Worker. Create one with {@link Hearth.load}. */
+export class HearthEngine {
+  /** What was loaded and how it runs. */
+  readonly info: ModelInfo;
+  /** OpenAI-shaped chat completions: `engine.chat.completions.create({...})`. */
+  readonly chat: { completions: ChatApi };
+  /** OpenAI-shaped text completions: `engine.completions.create({...})`. */
+  readonly completions: CompletionsApi;
+  readonly #gen: Generator;
+
+  /** @internal */
+  constructor(worker: Worker, info: ModelInfo) {
+    this.info = info;
+    this.#gen = new Generator(worker, info);
+    this.chat = { completions: new ChatApi(this.#gen) };
+    this.completions = new CompletionsApi(this.#gen);
+  }
+
+  /** Token ids of `text` (`addSpecial`: BOS where the model adds one). */
+  tokenize(text: string, opts: { addSpecial?: boolean; parseSpecial?: boolean } = {}): Promise<number[]> {
+    return this.#gen.call({
+      type: 'tokenize', rid: 0, text, addSpecial: opts.addSpecial ?? true, parseSpecial: opts.parseSpecial ?? false,
+    }) as Promise<number[]>;
+  }
+
+  /** The text of token ids. */
+  detokenize(ids: number[]): Promise<string> {
+    return this.#gen.call({ type: 'detokenize', rid: 0, ids }) as Promise<string>;
+  }
+
+  /** Generations live now. */
+  get activeRequests(): number {
+    return this.#gen.active;
+  }
+
+  /** Ends every generation (`finish_reason: 'abort'`), stops the worker and
+   * frees its memory. Later calls fail with code `unloaded`. */
+  async unload(): Promise<void> {
+    this.#gen.terminate();
+  }
+}
+
+/** The package's entry points. */
+export const Hearth = {
+  /** What the browser offers. */
+  capabilities,
+
+  /** The browser cache of models: list, delete, usage against quota. */
+  cache: cacheApi as CacheApi,
+
+  /**
+   * Loads a model into a new Web Worker. Rejects with a {@link HearthError}:
+   * `unsupported-backend` (backend 'webgpu' without support), `no-acceleration`
+   * (with `requireAcceleration`), `unsupported-model` (read from the header,
+   * before the tensors are downloaded), `quota-exceeded` (before the download
+   * when the size is known), `network`, `not-cached`, `aborted`.
+   */
+  async load(source: ModelSource, options: LoadOptions = {}): Promise<HearthEngine> {
+    const t0 = performance.now();
+    const caps = await capabilities();
+    const backend = options.backend ?? 'auto';
+    if (backend !== 'auto' && backend !== 'cpu' && backend !== 'webgpu') {
+      throw new HearthError('bad-request', `backend '${String(backend)}': use 'auto', 'webgpu' or 'cpu'`);
+    }
+    if (backend === 'webgpu') {
+      // Hook for the WebGPU backend: when the core gains it, `webgpuBackend`
+      // becomes true and the worker is told to use it.
+      throw new HearthError(
+        'unsupported-backend',
+        caps.webgpu
+          ? "this build of Hearth has no WebGPU backend yet; use backend 'cpu' or 'auto'"
+          : "this browser gives no WebGPU adapter (and this build has no WebGPU backend yet); use backend 'cpu' or 'auto'",
+      );
+    }
+    const threads = Math.max(1, Math.floor(
+      caps.threads ? options.threads ?? Math.min(caps.hardwareConcurrency, 8) : 1,
+    ));
+    if (options.requireAcceleration && !caps.threads && !(caps.webgpu && caps.webgpuBackend)) {
+      throw new HearthError(
+        'no-acceleration',
+        'neither WebGPU nor threads are available: serve the page with the headers '
+          + "'Cross-Origin-Opener-Policy: same-origin' and 'Cross-Origin-Embedder-Policy: require-corp' "
+          + 'to get threads, or use a browser with WebGPU',
+      );
+    }
+    if ((options.threads ?? 1) > 1 && !caps.threads) {
+      console.warn('[hearth] threads need a cross-origin isolated page (COOP/COEP headers); running on one thread');
+    }
+    const specs = sourceSpecs(source);
+    const base = new URL(options.baseUrl ?? new URL('./', import.meta.url)).href;
+    const wasmUrl = new URL(caps.threads ? 'wasm-mt/hearth_wasm.js' : 'wasm-st/hearth_wasm.js', base).href;
+    const wopts: WorkerLoadOptions = {
+      threads,
+      contextLength: options.contextLength ?? 0,
+      kvType: options.kvType ?? 'f16',
+      maxConcurrentRequests: options.maxConcurrentRequests ?? 4,
+      cache: options.cache ?? true,
+      chatTemplate: options.chatTemplate ?? null,
+      wasmUrl,
+    };
+    const worker = new Worker(new URL('worker.js', base), { type: 'module', name: 'hearth-engine' });
+    const info = await new Promise<Omit<ModelInfo, 'loadSeconds'>>((resolve, reject) => {
+      const onAbort = () => worker.postMessage({ type: 'abort-load' } satisfies ToWorker);
+      if (options.signal?.aborted) {
+        reject(new HearthError('aborted', 'the load was aborted before it started'));
+        return;
+      }
+      options.signal?.addEventListener('abort', onAbort, { once: true });
+      const done = () => {
+        options.signal?.removeEventListener('abort', onAbort);
+        worker.removeEventListener('message', onMessage);
+        worker.removeEventListener('error', onError);
+      };
+      const onMessage = (ev: MessageEvent<FromWorker>) => {
+        const m = ev.data;
+        if (m.type === 'progress') {
+          try {
+            options.onProgress?.(m.progress);
+          } catch (e) {
+            console.error('[hearth] onProgress threw', e);
+          }
+        } else if (m.type === 'loaded') {
+          done();
+          resolve(m.info);
+        } else if (m.type === 'load-error') {
+          done();
+          reject(new HearthError(m.code, m.message));
+        }
+      };
+      const onError = (ev: ErrorEvent) => {
+        done();
+        reject(new HearthError('internal', `the engine's worker failed to start: ${ev.message || 'unknown error'} (is ${base}worker.js served?)`));
+      };
+      worker.addEventListener('message', onMessage);
+      worker.addEventListener('error', onError);
+      worker.postMessage({ type: 'load', sources: specs, options: wopts } satisfies ToWorker);
+    }).catch((e: unknown) => {
+      worker.terminate();
+      throw HearthError.from(e);
+    });
+    return new HearthEngine(worker, { ...info, loadSeconds: (performance.now() - t0) / 1000 });
+  },
+};
+
+export default Hearth;

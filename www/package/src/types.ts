@@ -1,0 +1,347 @@
+// The package's public types: load options, the OpenAI-shaped requests and
+// responses, cache entries. Field names of requests and responses follow the
+// OpenAI REST API (snake_case) so code written for it ports unchanged.
+
+/** Where a model runs. `auto` picks WebGPU when the core supports it and the
+ * browser gives an adapter, else the CPU (wasm SIMD128, threaded when the page
+ * is cross-origin isolated). `webgpu` fails with code `unsupported-backend`
+ * when that path is unavailable. */
+export type Backend = 'auto' | 'webgpu' | 'cpu';
+
+/** A model to load:
+ * - a URL (absolute or relative to the page) of a `.gguf` file, or the first
+ *   part of a split model (`name-00001-of-00003.gguf`: the other parts are
+ *   fetched too). Downloaded with HTTP `Range` requests into the browser cache
+ *   (OPFS, else Cache Storage), resumable after a reload. A URL already in the
+ *   cache loads without the network; the cache id of a model is its absolute
+ *   URL, so `CachedModel.id` is also a valid source;
+ * - a `File` or `Blob` (e.g. from `<input type=file>`), read in place;
+ * - an array of URLs, Files or Blobs: the parts of a split model, in order. */
+export type ModelSource = string | URL | Blob | Array<string | URL | Blob>;
+
+/** Options of {@link Hearth.load}. */
+export interface LoadOptions {
+  /** Where to run the model (default `auto`). */
+  backend?: Backend;
+  /** Called as the download and the load progress. */
+  onProgress?: (progress: LoadProgress) => void;
+  /** Aborts the download or the load (rejects with code `aborted`). A partial
+   * download stays in the cache and resumes on the next load. */
+  signal?: AbortSignal;
+  /** CPU threads (default: `navigator.hardwareConcurrency`, capped at 8, when
+   * the page is cross-origin isolated; else 1). Needs COOP/COEP headers for
+   * more than one. */
+  threads?: number;
+  /** Most tokens of one sequence, prompt plus output (default: the model's
+   * trained context, at most 4096). */
+  contextLength?: number;
+  /** Element type of the K/V cache (default `f16`). */
+  kvType?: 'f16' | 'f32';
+  /** Most requests decoded together (default 4); more wait in the queue. */
+  maxConcurrentRequests?: number;
+  /** Keep a URL source in the browser cache (default true). With false the
+   * model is fetched into memory and not stored. */
+  cache?: boolean;
+  /** A built-in chat template (`chatml`, `llama3`, `gemma`) instead of the
+   * model's own. */
+  chatTemplate?: string;
+  /** Refuse to run on one CPU thread without WebGPU (default false: allowed,
+   * but slow). The error (code `no-acceleration`) comes before any download. */
+  requireAcceleration?: boolean;
+  /** Where the package's `dist/` is served, when a bundler moved the files
+   * (default: next to this module). */
+  baseUrl?: string | URL;
+}
+
+/** Progress of a load. `download` phases repeat per file of a split model. */
+export interface LoadProgress {
+  /** `download`: bytes from the network into the cache; `cache`: the model
+   * was found in the cache; `load`: tensors into the engine; `ready`. */
+  phase: 'download' | 'cache' | 'load' | 'ready';
+  /** Bytes done in this phase (for `download`, over all files, including
+   * bytes a previous, interrupted download already stored). */
+  loaded: number;
+  /** Bytes of this phase in all. */
+  total: number;
+  /** Tensors loaded, in the `load` phase. */
+  tensorsDone?: number;
+  /** Tensors of the model. */
+  tensorsTotal?: number;
+}
+
+/** What was loaded and how it runs. */
+export interface ModelInfo {
+  /** The cache id (absolute URL) of a URL source; `blob:NAME` otherwise. */
+  id: string;
+  /** `general.name` from the GGUF metadata, else the file name. */
+  name: string;
+  /** `general.architecture` (`llama`, `qwen2`, `gemma3`, ...). */
+  architecture: string;
+  /** Bytes of all files. */
+  sizeBytes: number;
+  /** Tensor count. */
+  tensors: number;
+  /** Context length the model was trained with. */
+  trainedContextLength: number;
+  /** Context length of this engine (prompt plus output). */
+  contextLength: number;
+  /** Vocabulary size. */
+  vocabSize: number;
+  /** Whether the model has a chat template (chat completions need one). */
+  hasChatTemplate: boolean;
+  /** Where it runs. */
+  backend: 'cpu' | 'webgpu';
+  /** The wasm build: `threaded` (cross-origin isolated page) or `single`. */
+  build: 'threaded' | 'single';
+  /** CPU threads in use. */
+  threads: number;
+  /** Whether the weights came from the browser cache. */
+  fromCache: boolean;
+  /** Seconds from `Hearth.load` to ready (download included). */
+  loadSeconds: number;
+}
+
+/** What the browser offers, from {@link Hearth.capabilities}. */
+export interface Capabilities {
+  /** `crossOriginIsolated`: threads (SharedArrayBuffer) are available. */
+  threads: boolean;
+  /** `navigator.hardwareConcurrency`. */
+  hardwareConcurrency: number;
+  /** The browser has a WebGPU adapter. */
+  webgpu: boolean;
+  /** The WebGPU backend is in this build of the package (not yet: false). */
+  webgpuBackend: boolean;
+  /** Origin Private File System available for the model cache. */
+  opfs: boolean;
+  /** Cache Storage available (fallback model cache). */
+  cacheStorage: boolean;
+}
+
+// ---------------------------------------------------------------- requests
+
+/** Sampling and stopping parameters shared by both endpoints. */
+export interface SamplingOptions {
+  /** Most tokens to generate (default: until end of generation or the context
+   * is full). `max_completion_tokens` is accepted as an alias. */
+  max_tokens?: number | null;
+  /** Alias of `max_tokens` (newer OpenAI name). */
+  max_completion_tokens?: number | null;
+  /** 0 is greedy (argmax); default 1. */
+  temperature?: number | null;
+  /** Nucleus sampling (default 1: off). */
+  top_p?: number | null;
+  /** Keep the K most likely tokens (default 0: off). Not in OpenAI's API. */
+  top_k?: number | null;
+  /** Drop tokens less likely than P times the most likely (default 0). */
+  min_p?: number | null;
+  /** Random seed (default: random). Same seed, same output. */
+  seed?: number | null;
+  /** Up to 4 strings that end generation; the output is cut before them. */
+  stop?: string | string[] | null;
+  /** OpenAI presence penalty (default 0). */
+  presence_penalty?: number | null;
+  /** OpenAI frequency penalty (default 0). */
+  frequency_penalty?: number | null;
+  /** llama.cpp's repetition penalty (default 1: off). */
+  repetition_penalty?: number | null;
+  /** Return the log-probability of each token. */
+  logprobs?: boolean | null;
+  /** With `logprobs`, the N most likely alternatives too (0-20). */
+  top_logprobs?: number | null;
+  /** Keep generating past end-of-generation tokens (benchmarks). */
+  ignore_eos?: boolean;
+  /** Add the generated token ids to each choice (`token_ids`), as vLLM does. */
+  return_token_ids?: boolean;
+  /** Ignored; for source compatibility with OpenAI clients. */
+  model?: string;
+  /** Ignored: usage is always sent with the last chunk. */
+  stream_options?: { include_usage?: boolean } | null;
+  /** Ignored; for source compatibility (one choice is generated). */
+  n?: 1 | null;
+}
+
+/** One chat message. */
+export interface ChatMessage {
+  role: 'system' | 'developer' | 'user' | 'assistant' | (string & {});
+  content: string | Array<{ type: 'text'; text: string }>;
+}
+
+/** `engine.chat.completions.create` body. */
+export interface ChatCompletionRequest extends SamplingOptions {
+  messages: ChatMessage[];
+  stream?: boolean | null;
+}
+
+/** `engine.completions.create` body. `prompt` as token ids is used exactly
+ * as given (no BOS added); as text it is tokenized like llama.cpp does. */
+export interface CompletionRequest extends SamplingOptions {
+  prompt: string | number[];
+  stream?: boolean | null;
+}
+
+/** Second argument of `create`, as in the OpenAI SDK. */
+export interface RequestOptions {
+  /** Aborting ends the generation at once and frees its K/V blocks; the
+   * result (or the stream's last chunk) then has `finish_reason: 'abort'`. */
+  signal?: AbortSignal;
+}
+
+// --------------------------------------------------------------- responses
+
+/** Why a generation ended: an end token or stop string (`stop`), the token
+ * limit or a full context (`length`), an `AbortSignal` (`abort`), or a
+ * numerical failure of the model (`error`). */
+export type FinishReason = 'stop' | 'length' | 'abort' | 'error';
+
+/** Token counts, OpenAI's shape. */
+export interface CompletionUsage {
+  prompt_tokens: number;
+  completion_tokens: number;
+  total_tokens: number;
+  prompt_tokens_details: { cached_tokens: number };
+}
+
+/** Where the time went (not in OpenAI's API). */
+export interface Timings {
+  /** Seconds waiting for a slot. */
+  queue_s: number;
+  /** Seconds from the first scheduled step to the first token. */
+  prefill_s: number;
+  /** Seconds from the first token to the end. */
+  decode_s: number;
+  /** Prompt tokens computed per second (cached tokens excluded). */
+  prefill_tokens_per_s: number;
+  /** Tokens generated per second after the first. */
+  decode_tokens_per_s: number;
+}
+
+/** Log-probabilities of a token and its alternatives, OpenAI's shape. */
+export interface TokenLogprob {
+  token: string;
+  logprob: number;
+  bytes: number[] | null;
+  top_logprobs: Array<{ token: string; logprob: number; bytes: number[] | null }>;
+}
+
+/** A whole chat completion (`stream` false). */
+export interface ChatCompletion {
+  id: string;
+  object: 'chat.completion';
+  created: number;
+  model: string;
+  choices: Array<{
+    index: 0;
+    message: { role: 'assistant'; content: string };
+    finish_reason: FinishReason;
+    logprobs: { content: TokenLogprob[] } | null;
+    token_ids?: number[];
+  }>;
+  usage: CompletionUsage;
+  timings: Timings;
+}
+
+/** One streamed piece of a chat completion. The last chunk has the
+ * `finish_reason`, `usage` and `timings`. */
+export interface ChatCompletionChunk {
+  id: string;
+  object: 'chat.completion.chunk';
+  created: number;
+  model: string;
+  choices: Array<{
+    index: 0;
+    delta: { role?: 'assistant'; content?: string };
+    finish_reason: FinishReason | null;
+    logprobs: { content: TokenLogprob[] } | null;
+    token_ids?: number[];
+  }>;
+  usage?: CompletionUsage;
+  timings?: Timings;
+}
+
+/** A whole text completion (`stream` false). */
+export interface Completion {
+  id: string;
+  object: 'text_completion';
+  created: number;
+  model: string;
+  choices: Array<{
+    index: 0;
+    text: string;
+    finish_reason: FinishReason;
+    logprobs: { content: TokenLogprob[] } | null;
+    token_ids?: number[];
+  }>;
+  usage: CompletionUsage;
+  timings: Timings;
+}
+
+/** One streamed piece of a text completion (`object` is `text_completion`,
+ * as OpenAI sends it). */
+export interface CompletionChunk {
+  id: string;
+  object: 'text_completion';
+  created: number;
+  model: string;
+  choices: Array<{
+    index: 0;
+    text: string;
+    finish_reason: FinishReason | null;
+    logprobs: { content: TokenLogprob[] } | null;
+    token_ids?: number[];
+  }>;
+  usage?: CompletionUsage;
+  timings?: Timings;
+}
+
+/** A stream of chunks: iterate with `for await`; `abort()` ends it as an
+ * `AbortSignal` would. */
+export interface ChunkStream<T> extends AsyncIterable<T> {
+  abort(): void;
+}
+
+// ------------------------------------------------------------------ cache
+
+/** A model in the browser cache. */
+export interface CachedModel {
+  /** The absolute URL of its first file; pass it to `Hearth.load`. */
+  id: string;
+  /** File name of the first part. */
+  name: string;
+  /** Bytes stored. */
+  bytes: number;
+  /** Bytes of the whole model (known once the first response came). */
+  totalBytes: number;
+  /** All bytes are stored (false: an interrupted download, resumable). */
+  complete: boolean;
+  /** Parts of a split model (1 otherwise). */
+  files: number;
+  /** Where it is kept. */
+  storage: 'opfs' | 'cache-storage';
+  /** When the download last wrote (ms since the epoch). */
+  updated: number;
+}
+
+/** Storage use, from `navigator.storage.estimate()`. */
+export interface CacheUsage {
+  /** Bytes of cached models. */
+  models: number;
+  /** Bytes the origin uses in all. */
+  usage: number;
+  /** Bytes the origin may use. */
+  quota: number;
+  /** Whether the storage is persistent (not evicted under pressure). */
+  persisted: boolean;
+}
+
+/** Error codes of {@link HearthError}. */
+export type HearthErrorCode =
+  | 'unsupported-backend' // backend 'webgpu' asked for, not available
+  | 'no-acceleration' // requireAcceleration, and neither WebGPU nor threads
+  | 'unsupported-model' // architecture, tensor type or file not runnable
+  | 'quota-exceeded' // the model does not fit the storage quota
+  | 'network' // the download failed (status, CORS, no Range support)
+  | 'not-cached' // a cache id that is not in the cache, offline
+  | 'aborted' // the load's AbortSignal fired
+  | 'bad-request' // invalid request parameters (message says which)
+  | 'unloaded' // the engine was unloaded
+  | 'internal'; // anything else (message has the details)

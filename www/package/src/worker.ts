@@ -1,0 +1,217 @@
+// The engine's Web Worker: loads the wasm build the page picked, opens the
+// model (cache, download, or Blob), then steps the engine while any request
+// is live, posting each step's events. Messages (new requests, aborts) are
+// handled between steps, so concurrent generations share one scheduler.
+
+/// <reference lib="webworker" />
+
+import { HearthError } from './errors.js';
+import { blobReader, type Reader } from './cache.js';
+import { openUrl } from './download.js';
+import type { EngineRequest, FinishedEvent, FromWorker, SourceSpec, TokenEvent, ToWorker, WorkerLoadOptions } from './protocol.js';
+import type { LoadProgress, ModelInfo } from './types.js';
+
+/** The wasm-bindgen module's exports used here. */
+interface WasmModule {
+  default(): Promise<unknown>;
+  buildKind(): string;
+  initThreadPool?(n: number): Promise<unknown>;
+  inspect(readers: Reader[]): Promise<string>;
+  load(readers: Reader[], options: string, onProgress: (d: number, t: number, td: number, tt: number) => void): Promise<WasmEngine>;
+}
+
+interface WasmEngine {
+  info(): string;
+  addRequest(json: string): number;
+  cancel(id: number): string;
+  hasUnfinished(): boolean;
+  step(): Promise<string>;
+  tokenize(text: string, addSpecial: boolean, parseSpecial: boolean): Uint32Array;
+  detokenize(ids: Uint32Array): string;
+}
+
+const scope = self as unknown as DedicatedWorkerGlobalScope;
+const post = (m: FromWorker) => scope.postMessage(m);
+
+let engine: WasmEngine | null = null;
+let loadAbort: AbortController | null = null;
+/** Page request id -> engine request id, and back. */
+const byRid = new Map<number, number>();
+const byEngineId = new Map<number, number>();
+let stepping = false;
+/** Messages that arrived while a step ran. */
+const queue: ToWorker[] = [];
+
+scope.onmessage = (ev: MessageEvent<ToWorker>) => {
+  const m = ev.data;
+  if (m.type === 'load') void load(m.sources, m.options);
+  else if (m.type === 'abort-load') loadAbort?.abort();
+  else if (stepping) queue.push(m);
+  else handle(m);
+};
+
+function fail(rid: number, e: unknown): void {
+  const err = HearthError.from(e);
+  post({ type: 'request-error', rid, code: err.code, message: err.message });
+}
+
+/** Handles a request message (never during a step). */
+function handle(m: ToWorker): void {
+  if (!engine) {
+    if ('rid' in m) fail(m.rid, new HearthError('unloaded', 'no model is loaded in this worker'));
+    return;
+  }
+  try {
+    if (m.type === 'generate') {
+      const id = engine.addRequest(JSON.stringify(m.request satisfies EngineRequest));
+      byRid.set(m.rid, id);
+      byEngineId.set(id, m.rid);
+      kick();
+    } else if (m.type === 'abort') {
+      const id = byRid.get(m.rid);
+      if (id === undefined) return;
+      const finished = JSON.parse(engine.cancel(id)) as FinishedEvent;
+      dispatch([finished]);
+    } else if (m.type === 'tokenize') {
+      post({ type: 'result', rid: m.rid, value: [...engine.tokenize(m.text, m.addSpecial, m.parseSpecial)] });
+    } else if (m.type === 'detokenize') {
+      post({ type: 'result', rid: m.rid, value: engine.detokenize(Uint32Array.from(m.ids)) });
+    }
+  } catch (e) {
+    if ('rid' in m) fail(m.rid, e);
+  }
+}
+
+/** Posts events grouped by page request. */
+function dispatch(events: Array<TokenEvent | FinishedEvent>): void {
+  const groups = new Map<number, { tokens: TokenEvent[]; finished: FinishedEvent | null }>();
+  for (const e of events) {
+    const rid = byEngineId.get(e.request);
+    if (rid === undefined) continue;
+    const g = groups.get(rid) ?? { tokens: [], finished: null };
+    if (e.type === 'token') g.tokens.push(e);
+    else {
+      g.finished = e;
+      byEngineId.delete(e.request);
+      byRid.delete(rid);
+    }
+    groups.set(rid, g);
+  }
+  for (const [rid, g] of groups) post({ type: 'events', rid, tokens: g.tokens, finished: g.finished });
+}
+
+/** A macrotask turn, so messages (aborts, new requests) get in between steps. */
+function yieldToEvents(): Promise<void> {
+  return new Promise((resolve) => {
+    const ch = new MessageChannel();
+    ch.port1.onmessage = () => resolve();
+    ch.port2.postMessage(null);
+  });
+}
+
+/** Steps the engine until no request is live. */
+function kick(): void {
+  if (stepping) return;
+  stepping = true;
+  void (async () => {
+    try {
+      while (engine?.hasUnfinished()) {
+        const events = JSON.parse(await engine.step()) as Array<TokenEvent | FinishedEvent>;
+        dispatch(events);
+        await yieldToEvents();
+        for (const m of queue.splice(0)) handle(m);
+      }
+    } catch (e) {
+      // A failed step ends every live request with the error.
+      for (const rid of [...byRid.keys()]) fail(rid, e);
+      byRid.clear();
+      byEngineId.clear();
+    } finally {
+      stepping = false;
+      for (const m of queue.splice(0)) handle(m);
+    }
+  })();
+}
+
+let wasmPromise: Promise<WasmModule> | null = null;
+
+/** Imports and starts the wasm build (and its thread pool) once. */
+function wasm(o: WorkerLoadOptions): Promise<WasmModule> {
+  wasmPromise ??= (async () => {
+    const mod = (await import(o.wasmUrl)) as WasmModule;
+    await mod.default();
+    if (mod.initThreadPool && o.threads > 1) await mod.initThreadPool(o.threads);
+    return mod;
+  })();
+  return wasmPromise;
+}
+
+async function inspect(mod: WasmModule, readers: Reader[]): Promise<void> {
+  await mod.inspect(readers);
+}
+
+async function load(sources: SourceSpec[], o: WorkerLoadOptions): Promise<void> {
+  loadAbort = new AbortController();
+  const signal = loadAbort.signal;
+  const progress = (p: LoadProgress) => post({ type: 'progress', progress: p });
+  try {
+    const mod = await wasm(o);
+    const threaded = mod.buildKind() === 'threaded';
+    let readers: Reader[];
+    let fromCache = false;
+    let id: string;
+    let size: number;
+    const first = sources[0]!;
+    if (sources.every((s) => s.kind === 'blob')) {
+      readers = sources.map((s) => blobReader((s as { blob: Blob }).blob));
+      id = `blob:${(first as { name: string }).name}`;
+      size = readers.reduce((a, r) => a + r.size, 0);
+      await inspect(mod, readers);
+    } else if (sources.length === 1 && first.kind === 'url') {
+      const opened = await openUrl(first.url, { cache: o.cache, signal, progress, inspect: (r) => inspect(mod, r) });
+      ({ readers, fromCache, size } = opened);
+      id = first.url;
+    } else {
+      throw new HearthError('bad-request', 'pass one URL (part 1 of a split model fetches the others), or Files/Blobs only');
+    }
+    if (signal.aborted) throw new HearthError('aborted', 'the load was aborted');
+    const options = JSON.stringify({
+      threads: threaded ? o.threads : 1,
+      n_ctx: o.contextLength,
+      kv_type: o.kvType,
+      max_num_seqs: o.maxConcurrentRequests,
+      chat_template: o.chatTemplate,
+    });
+    let last = 0;
+    engine = await mod.load(readers, options, (done, total, td, tt) => {
+      const now = performance.now();
+      if (now - last < 100 && done < total) return;
+      last = now;
+      progress({ phase: 'load', loaded: done, total, tensorsDone: td, tensorsTotal: tt });
+    });
+    const raw = JSON.parse(engine.info()) as Record<string, unknown>;
+    const name = (raw.name as string | null) ?? decodeURIComponent(id.split('/').pop() ?? id);
+    const info: Omit<ModelInfo, 'loadSeconds'> = {
+      id,
+      name,
+      architecture: raw.architecture as string,
+      sizeBytes: size,
+      tensors: raw.tensors as number,
+      trainedContextLength: raw.trained_context_length as number,
+      contextLength: raw.context_length as number,
+      vocabSize: raw.vocab_size as number,
+      hasChatTemplate: raw.has_chat_template as boolean,
+      backend: 'cpu',
+      build: threaded ? 'threaded' : 'single',
+      threads: raw.threads as number,
+      fromCache,
+    };
+    progress({ phase: 'ready', loaded: size, total: size });
+    post({ type: 'loaded', info });
+  } catch (e) {
+    const err = signal.aborted ? new HearthError('aborted', 'the load was aborted') : HearthError.from(e);
+    post({ type: 'load-error', code: err.code, message: err.message });
+  } finally {
+    loadAbort = null;
+  }
+}

@@ -1,0 +1,269 @@
+//! The browser facade of the Hearth engine, compiled with wasm-bindgen.
+//!
+//! The npm package's Web Worker is the only caller. It passes GGUF files as
+//! reader objects ([`source::JsReader`]), requests and options as JSON text,
+//! and gets events back as JSON text. Nothing here blocks: the CPU forward
+//! pass is synchronous compute inside `step`, and in the threaded build the
+//! data-parallel loops run on wasm-bindgen-rayon's Web Workers (the page must
+//! be cross-origin isolated; the package calls `initThreadPool` first).
+
+mod inspect;
+mod request;
+mod source;
+
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use hearth::engine::{Clock, Engine, EngineConfig, RequestId};
+use hearth::gguf::GgufModel;
+use hearth::model::chat::ChatTemplate;
+use hearth::model::tokenizer::Tokenizer;
+use hearth::model::{load_cpu_model, CpuModel, KvType, LoadOptions, LoadProgress, ModelConfig};
+use js_sys::{Array, Function, Promise};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use wasm_bindgen::prelude::*;
+
+pub use inspect::inspect;
+pub use source::{JsReader, JsSource};
+
+#[cfg(target_feature = "atomics")]
+pub use wasm_bindgen_rayon::init_thread_pool;
+
+#[wasm_bindgen]
+extern "C" {
+    /// `performance.now()` (milliseconds), in windows and workers alike.
+    #[wasm_bindgen(js_namespace = performance, js_name = now)]
+    fn performance_now() -> f64;
+
+    /// `Date.now()` (milliseconds since the epoch).
+    #[wasm_bindgen(js_namespace = Date, js_name = now)]
+    fn date_now() -> f64;
+}
+
+/// `threaded` for the build with atomics and a thread pool, else `single`.
+#[wasm_bindgen(js_name = buildKind)]
+pub fn build_kind() -> String {
+    if cfg!(target_feature = "atomics") {
+        "threaded".into()
+    } else {
+        "single".into()
+    }
+}
+
+/// An error for JavaScript, its message prefixed with a code the package
+/// maps to `HearthError.code` (`unsupported-model: ...`).
+pub(crate) fn js_err(code: &str, err: impl std::fmt::Display) -> JsError {
+    JsError::new(&format!("{code}: {err}"))
+}
+
+/// Engine options, as the worker sends them.
+#[derive(Debug, Deserialize)]
+struct EngineOptions {
+    /// CPU threads (the pool must already have them in the threaded build).
+    threads: usize,
+    /// Context length; 0: the trained one, at most 4096.
+    #[serde(default)]
+    n_ctx: usize,
+    /// `f16` or `f32`.
+    #[serde(default)]
+    kv_type: Option<String>,
+    /// Most requests decoded together.
+    #[serde(default)]
+    max_num_seqs: Option<usize>,
+    /// A built-in chat template to use instead of the model's.
+    #[serde(default)]
+    chat_template: Option<String>,
+}
+
+/// Reader objects (a JS array) as byte sources, one per split.
+fn sources_of(readers: &Array) -> Result<Vec<JsSource>, JsError> {
+    readers
+        .iter()
+        .map(|r| JsSource::new(r.unchecked_into()).map_err(|e| js_err("bad-request", e)))
+        .collect()
+}
+
+/// Loads a model read through `readers` (one per split, in order) into an
+/// engine. `options` is JSON (`threads`, `n_ctx`, `kv_type`,
+/// `max_num_seqs`, `chat_template`); `on_progress(bytesDone, bytesTotal,
+/// tensorsDone, tensorsTotal)` is called after every chunk.
+#[wasm_bindgen]
+pub async fn load(
+    readers: Array,
+    options: String,
+    on_progress: Function,
+) -> Result<WasmEngine, JsError> {
+    let opts: EngineOptions =
+        serde_json::from_str(&options).map_err(|e| js_err("bad-request", e))?;
+    let sources = sources_of(&readers)?;
+    let model = GgufModel::read(&sources)
+        .await
+        .map_err(|e| js_err("unsupported-model", e))?;
+    let md = model.metadata();
+    let mc =
+        ModelConfig::from_metadata_supported(md).map_err(|e| js_err("unsupported-model", e))?;
+    let tokenizer = Tokenizer::from_metadata(md).map_err(|e| js_err("unsupported-model", e))?;
+    let now = (date_now() / 1000.0) as i64;
+    let template = ChatTemplate::from_metadata(md, opts.chat_template.as_deref())
+        .ok()
+        .map(|t| t.with_now(now));
+    let n_ctx = match opts.n_ctx {
+        0 => mc.n_ctx_train.min(4096),
+        n => n,
+    }
+    .max(2);
+    let kv_type = match opts.kv_type.as_deref() {
+        None | Some("f16") => KvType::F16,
+        Some("f32") => KvType::F32,
+        Some(other) => {
+            return Err(js_err(
+                "bad-request",
+                format!("kvType {other:?}: use 'f16' or 'f32'"),
+            ))
+        }
+    };
+    let config = EngineConfig {
+        n_ctx,
+        max_num_seqs: opts.max_num_seqs.unwrap_or(4).max(1),
+        kv_type,
+        ..EngineConfig::default()
+    };
+    let load_opts = LoadOptions {
+        kv: config.kv_cache_config(),
+        threads: opts.threads.max(1),
+        exact_f32: false,
+    };
+    let mut report = |p: &LoadProgress| {
+        let args = Array::of4(
+            &JsValue::from(p.bytes_done as f64),
+            &JsValue::from(p.bytes_total as f64),
+            &JsValue::from(p.tensors_done as f64),
+            &JsValue::from(p.tensors_total as f64),
+        );
+        // A throwing progress callback must not abort the load.
+        let _ = on_progress.apply(&JsValue::NULL, &args);
+    };
+    let cpu = load_cpu_model(&model, &sources, &load_opts, &mut report)
+        .await
+        .map_err(|e| js_err("unsupported-model", e))?;
+    let info = json!({
+        "architecture": mc.arch,
+        "name": mc.name,
+        "tensors": model.tensors.len(),
+        "trained_context_length": mc.n_ctx_train,
+        "context_length": n_ctx,
+        "vocab_size": mc.n_vocab,
+        "has_chat_template": template.is_some(),
+        "threads": load_opts.threads,
+        "build": build_kind(),
+    });
+    let mut engine =
+        Engine::new(cpu, tokenizer, template, config).map_err(|e| js_err("internal", e))?;
+    engine.set_clock(Clock::from_fn(|| performance_now() / 1000.0));
+    Ok(WasmEngine {
+        inner: Rc::new(RefCell::new(engine)),
+        info,
+    })
+}
+
+/// A loaded model and its scheduler. Calls must not overlap: the worker
+/// awaits each `step` before the next call.
+#[wasm_bindgen]
+pub struct WasmEngine {
+    inner: Rc<RefCell<Engine<CpuModel>>>,
+    info: Value,
+}
+
+impl WasmEngine {
+    /// The engine, or an error when a step is in flight.
+    fn engine(&self) -> Result<std::cell::RefMut<'_, Engine<CpuModel>>, JsError> {
+        self.inner
+            .try_borrow_mut()
+            .map_err(|_| js_err("internal", "the engine is busy with a step; await it first"))
+    }
+}
+
+#[wasm_bindgen]
+impl WasmEngine {
+    /// What was loaded, as JSON.
+    pub fn info(&self) -> String {
+        self.info.to_string()
+    }
+
+    /// Queues a request (JSON, see `request.rs`); returns its id.
+    #[wasm_bindgen(js_name = addRequest)]
+    pub fn add_request(&self, request: &str) -> Result<f64, JsError> {
+        let req: request::RequestJson =
+            serde_json::from_str(request).map_err(|e| js_err("bad-request", e))?;
+        let id = self
+            .engine()?
+            .add_request(req.into_request())
+            .map_err(|e| js_err("bad-request", e))?;
+        Ok(id.0 as f64)
+    }
+
+    /// Ends request `id` now and frees its K/V blocks; returns its
+    /// `finished` event as JSON (reason `abort`).
+    pub fn cancel(&self, id: f64) -> Result<String, JsError> {
+        let mut engine = self.engine()?;
+        let event = engine
+            .cancel(RequestId(id as u64))
+            .map_err(|e| js_err("bad-request", e))?;
+        Ok(request::event_json(&event, engine.tokenizer()).to_string())
+    }
+
+    /// Whether any request is waiting or running.
+    #[wasm_bindgen(js_name = hasUnfinished)]
+    pub fn has_unfinished(&self) -> Result<bool, JsError> {
+        Ok(self.engine()?.has_unfinished())
+    }
+
+    /// Runs one scheduler step; resolves to the events as a JSON array.
+    pub fn step(&self) -> Promise {
+        let inner = Rc::clone(&self.inner);
+        wasm_bindgen_futures::future_to_promise(async move {
+            let mut engine = inner
+                .try_borrow_mut()
+                .map_err(|_| JsValue::from(js_err("internal", "a step is already running")))?;
+            let events = engine
+                .step()
+                .await
+                .map_err(|e| JsValue::from(js_err("internal", e)))?;
+            let tok = engine.tokenizer();
+            let out: Vec<Value> = events.iter().map(|e| request::event_json(e, tok)).collect();
+            Ok(JsValue::from(Value::Array(out).to_string()))
+        })
+    }
+
+    /// Token ids of `text` (`add_special`: BOS where the model adds one;
+    /// special-token text parsed when `parse_special`).
+    pub fn tokenize(
+        &self,
+        text: &str,
+        add_special: bool,
+        parse_special: bool,
+    ) -> Result<Vec<u32>, JsError> {
+        let engine = self.engine()?;
+        engine
+            .tokenizer()
+            .encode(text, add_special, parse_special)
+            .map_err(|e| js_err("bad-request", e))
+    }
+
+    /// The text of `ids` (special tokens rendered).
+    pub fn detokenize(&self, ids: Vec<u32>) -> Result<String, JsError> {
+        Ok(self.engine()?.tokenizer().decode(&ids, false, false))
+    }
+
+    /// Throughput counters as JSON (`prefill_tps`, `decode_tps`, ...).
+    pub fn stats(&self) -> Result<String, JsError> {
+        let s = self.engine()?.stats();
+        Ok(json!({
+            "steps": s.steps,
+            "prefill_tokens_per_s": s.prefill_tps(),
+            "decode_tokens_per_s": s.decode_tps(),
+        })
+        .to_string())
+    }
+}
