@@ -35,6 +35,8 @@ pub(super) fn kernels(isa: Isa) -> Option<AttnKernels> {
         // 512-bit intrinsics are younger than the crate's minimum Rust
         // version; attention is a small share of a step, so 256-bit it is.
         Isa::Avx512 => kernels(Isa::Avx2).map(|k| AttnKernels { isa, ..k }),
+        // Other ISAs are not x86: their attention stays scalar.
+        _ => None,
     }
 }
 

@@ -13,7 +13,7 @@ use std::cell::RefCell;
 use crate::graph::Op;
 
 /// Op kinds, in the order they are printed.
-const KINDS: [&str; 14] = [
+const KINDS: [&str; 15] = [
     "GetRows",
     "MatMul",
     "RmsNorm",
@@ -27,6 +27,7 @@ const KINDS: [&str; 14] = [
     "PagedAttention",
     "Moe",
     "LogitSoftcap",
+    "Argmax",
     "(step overhead)",
 ];
 
@@ -46,6 +47,7 @@ fn kind(op: &Op) -> usize {
         Op::PagedAttention { .. } => 10,
         Op::MoeTopK { .. } | Op::MoeExperts { .. } => 11,
         Op::LogitSoftcap(_) => 12,
+        Op::Argmax { .. } => 13,
     }
 }
 
