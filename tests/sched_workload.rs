@@ -19,7 +19,7 @@ fn workload(seed: u64, n: usize) -> Vec<(u64, hearth::sched::Request)> {
         .collect();
     (0..n)
         .map(|i| {
-            let mut prompt = if rng.next() % 2 == 0 {
+            let mut prompt = if rng.next().is_multiple_of(2) {
                 bases[rng.range(0, 2)].clone()
             } else {
                 Vec::new()
@@ -37,7 +37,7 @@ fn config(rng: &mut TestRng, num_blocks: usize) -> SchedulerConfig {
         max_num_seqs: rng.range(1, 8),
         num_blocks,
         block_size: [4, 8, 16][rng.range(0, 2)],
-        enable_prefix_caching: rng.next() % 4 != 0,
+        enable_prefix_caching: !rng.next().is_multiple_of(4),
     }
 }
 
@@ -106,7 +106,7 @@ fn random_cancels_leak_nothing() {
         cfg.num_blocks = min_blocks(&reqs, cfg.block_size) + rng.range(0, 10);
         let mut cancels: Vec<(RequestId, u64)> = Vec::new();
         for (at, r) in &reqs {
-            if rng.next() % 3 == 0 {
+            if rng.next().is_multiple_of(3) {
                 cancels.push((r.id, at + rng.range(0, 6) as u64));
             }
         }

@@ -105,7 +105,7 @@ impl<'a> Layout<'a> {
         let ty = info.ty;
         let be = ty.block_elems().max(1);
         let row_bytes = shape[0] / be * ty.block_bytes();
-        if shape[0] % be != 0 || (row_bytes * rows) as u64 != info.size {
+        if !shape[0].is_multiple_of(be) || (row_bytes * rows) as u64 != info.size {
             return Err(BackendError::Shape(format!(
                 "tensor '{name}': {} bytes do not hold {rows} rows of {} {ty}",
                 info.size, shape[0]

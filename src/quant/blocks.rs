@@ -230,7 +230,7 @@ const _: () = assert!(std::mem::size_of::<BlockBF16>() == 2);
 /// Returns `None` when `bytes` is not a whole number of `B` blocks.
 pub fn cast_blocks<B: Pod>(bytes: &[u8]) -> Option<Vec<B>> {
     let size = std::mem::size_of::<B>();
-    if size == 0 || bytes.len() % size != 0 {
+    if size == 0 || !bytes.len().is_multiple_of(size) {
         return None;
     }
     Some(

@@ -260,7 +260,7 @@ impl RecipeState {
         let n_expert = self.model.n_expert;
         if cat == Category::Output || (self.has_tied_embeddings && cat == Category::TokenEmbd) {
             let nx = t.shape[0] as usize;
-            return if nx % default.block_elems() != 0 {
+            return if !nx.is_multiple_of(default.block_elems()) {
                 G::Q8_0
             } else if default != G::Q8_0 {
                 G::Q6_K
@@ -340,7 +340,7 @@ impl RecipeState {
 /// row length is replaced by a 32-element one, or F16 when none fits.
 fn fallback(ncols: u64, ty: GgmlType) -> GgmlType {
     use GgmlType as G;
-    if ncols % ty.block_elems() as u64 == 0 {
+    if ncols.is_multiple_of(ty.block_elems() as u64) {
         return ty;
     }
     let replacement = match ty {
@@ -351,7 +351,7 @@ fn fallback(ncols: u64, ty: GgmlType) -> GgmlType {
         G::Q6_K => G::Q8_0,
         other => other,
     };
-    if ncols % replacement.block_elems() as u64 == 0 {
+    if ncols.is_multiple_of(replacement.block_elems() as u64) {
         replacement
     } else {
         G::F16

@@ -165,7 +165,7 @@ impl GgmlType {
     /// whole number of blocks or the size overflows.
     pub fn bytes_for(self, n_elems: u64) -> Option<u64> {
         let be = self.block_elems() as u64;
-        if n_elems % be != 0 {
+        if !n_elems.is_multiple_of(be) {
             return None;
         }
         (n_elems / be).checked_mul(self.block_bytes() as u64)

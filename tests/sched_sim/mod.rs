@@ -25,7 +25,7 @@ pub fn mix(mut z: u64) -> u64 {
 /// The token the fake model samples for request `id` at `position`.
 pub fn fake_token(id: RequestId, position: usize) -> u32 {
     let h = mix(id.0.wrapping_mul(1_000_003) ^ position as u64);
-    if h % 29 == 0 {
+    if h.is_multiple_of(29) {
         EOS
     } else {
         2 + (h % 997) as u32

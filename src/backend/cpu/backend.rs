@@ -77,7 +77,10 @@ impl CpuBuffer {
         }
         let len = self.len as usize;
         let row_bytes = (cols / ty.block_elems().max(1)) * ty.block_bytes();
-        if row_bytes == 0 || len % row_bytes != 0 || cols % ty.block_elems().max(1) != 0 {
+        if row_bytes == 0
+            || !len.is_multiple_of(row_bytes)
+            || !cols.is_multiple_of(ty.block_elems().max(1))
+        {
             return Err(BackendError::Shape(format!(
                 "a buffer of {len} bytes does not hold rows of {cols} {ty}"
             )));
@@ -307,8 +310,8 @@ fn rope(op: &Op, io: &OpIo<'_, CpuBuffer>, x: &mut [f32]) -> Result<(), BackendE
     };
     let tokens = pos.len().max(1);
     if (pos.is_empty() && !x.is_empty())
-        || x.len() % tokens != 0
-        || (x.len() / tokens) % head_dim != 0
+        || !x.len().is_multiple_of(tokens)
+        || !(x.len() / tokens).is_multiple_of(*head_dim)
         || n_rot > head_dim
         || factors.as_ref().is_some_and(|f| f.len() < n_rot / 2)
     {

@@ -51,7 +51,7 @@ impl Weight {
                 ty,
             })?;
         let be = ty.block_elems();
-        if cols % be != 0 {
+        if !cols.is_multiple_of(be) {
             return Err(BackendError::Shape(format!(
                 "tensor '{name}': rows of {cols} elements are not whole {ty} blocks of {be}"
             )));

@@ -219,13 +219,13 @@ impl Backend for WebGpuBackend {
 
     fn upload(&self, dst: &GpuBuffer, offset: u64, src: &[u8]) -> Result<(), BackendError> {
         let end = offset + src.len() as u64;
-        if end > dst.len || offset % 4 != 0 {
+        if end > dst.len || !offset.is_multiple_of(4) {
             return Err(BackendError::OutOfBounds {
                 range: offset..end,
                 len: dst.len,
             });
         }
-        if src.len() % 4 == 0 {
+        if src.len().is_multiple_of(4) {
             self.ctx.queue.write_buffer(&dst.raw, offset, src);
         } else {
             let mut padded = src.to_vec();

@@ -79,7 +79,7 @@ impl GpuCaps {
             subgroups,
             subgroup_min_size: if subgroups { info.subgroup_min_size } else { 0 },
             subgroup_max_size: if subgroups { info.subgroup_max_size } else { 0 },
-            max_storage_binding: u64::from(l.max_storage_buffer_binding_size),
+            max_storage_binding: l.max_storage_buffer_binding_size,
             max_buffer: l.max_buffer_size,
             max_workgroup_invocations: l.max_compute_invocations_per_workgroup,
             max_workgroup_size_x: l.max_compute_workgroup_size_x,

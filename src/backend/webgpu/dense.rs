@@ -5,6 +5,7 @@ use super::backend::WebGpuBackend;
 use super::buffer::GpuBuffer;
 use super::ops::nth;
 use super::shader::{ConstValue, PipelineKey};
+use super::KernelSource;
 use crate::backend::{BackendError, OpIo};
 use crate::graph::Op;
 use crate::quant::GgmlType;
@@ -20,7 +21,7 @@ const WG_LINEAR: u32 = 64;
 const WG_ROWS: u32 = 256;
 
 /// The kernel files of this module with constants, for validation.
-pub fn kernel_sources() -> Vec<(&'static str, &'static str, Vec<(&'static str, ConstValue)>)> {
+pub fn kernel_sources() -> Vec<KernelSource> {
     vec![
         (
             "dense_get_rows",

@@ -62,9 +62,13 @@ pub enum GpuError {
     DoesNotFit(String),
 }
 
+/// A kernel file and the constants of one of its variants: (kernel name,
+/// source, constants).
+pub type KernelSource = (&'static str, &'static str, Vec<(&'static str, ConstValue)>);
+
 /// Every kernel file with the constants of one of its variants:
 /// (kernel name, source, constants), for validation without a device.
-pub fn kernel_sources() -> Vec<(&'static str, &'static str, Vec<(&'static str, ConstValue)>)> {
+pub fn kernel_sources() -> Vec<KernelSource> {
     let mut v = ops::kernel_sources();
     v.extend(dense::kernel_sources());
     v

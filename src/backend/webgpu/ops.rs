@@ -5,6 +5,7 @@
 use super::backend::{Bind, Dispatch, WebGpuBackend};
 use super::buffer::GpuBuffer;
 use super::shader::{ConstValue, PipelineKey};
+use super::KernelSource;
 use crate::backend::{BackendError, OpIo};
 use crate::graph::{Op, RopeMode};
 use crate::model::KvType;
@@ -25,7 +26,7 @@ mod src {
 
 /// Every kernel file of this module with the constants its variants
 /// need, for validation without a device: (name, source, constants).
-pub fn kernel_sources() -> Vec<(&'static str, &'static str, Vec<(&'static str, ConstValue)>)> {
+pub fn kernel_sources() -> Vec<KernelSource> {
     let mode = |m| vec![("MODE", ConstValue::U32(m))];
     let f16c = |b| vec![("F16_CACHE", ConstValue::Bool(b))];
     let mut attn = f16c(true);
@@ -239,7 +240,8 @@ impl WebGpuBackend {
             nth(io.outputs, 0, op)?,
         );
         let n = f32s(x);
-        if width == 0 || n % width as u64 != 0 || f32s(w) < width as u64 || f32s(out) < n {
+        if width == 0 || !n.is_multiple_of(width as u64) || f32s(w) < width as u64 || f32s(out) < n
+        {
             return Err(shape(op, format!("{n} values, weight of {}", f32s(w))));
         }
         let rows = (n / width as u64) as u32;
@@ -257,7 +259,7 @@ impl WebGpuBackend {
     ) -> Result<(), BackendError> {
         let (x, out) = (nth(io.inputs, 0, op)?, nth(io.outputs, 0, op)?);
         let n = f32s(x);
-        if width == 0 || n % width as u64 != 0 || f32s(out) < n {
+        if width == 0 || !n.is_multiple_of(width as u64) || f32s(out) < n {
             return Err(shape(op, format!("{n} values are not whole rows")));
         }
         let rows = (n / width as u64) as u32;
@@ -290,7 +292,7 @@ impl WebGpuBackend {
         );
         let factors = io.inputs.get(2).copied();
         let (n, rows) = (f32s(x), pos.len / 4);
-        let width = if rows == 0 { 0 } else { n / rows };
+        let width = n.checked_div(rows).unwrap_or(0);
         if rows == 0
             || n % rows != 0
             || head_dim == 0
@@ -472,7 +474,7 @@ impl WebGpuBackend {
     ) -> Result<(), BackendError> {
         let (x, out) = (nth(io.inputs, 0, op)?, nth(io.outputs, 0, op)?);
         let n = f32s(x);
-        if width == 0 || n % width as u64 != 0 || out.len / 4 < n / width as u64 {
+        if width == 0 || !n.is_multiple_of(width as u64) || out.len / 4 < n / width as u64 {
             return Err(shape(op, format!("{n} values are not whole rows")));
         }
         let rows = (n / width as u64) as u32;

@@ -121,7 +121,11 @@ fn write_directive(out: &mut String, spec: char, t: &Civil, pad: bool) {
             write!(out, "{v}")
         };
     };
-    let hour12 = if t.hour % 12 == 0 { 12 } else { t.hour % 12 };
+    let hour12 = if t.hour.is_multiple_of(12) {
+        12
+    } else {
+        t.hour % 12
+    };
     match spec {
         'Y' => {
             let _ = write!(out, "{}", t.year);

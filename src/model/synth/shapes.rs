@@ -210,13 +210,13 @@ impl SynthShape {
                 return bad(format!("{name} must be at least 1"));
             }
         }
-        if self.heads % self.kv_heads != 0 {
+        if !self.heads.is_multiple_of(self.kv_heads) {
             return bad(format!(
                 "--heads {} is not a multiple of --kv-heads {}",
                 self.heads, self.kv_heads
             ));
         }
-        if self.head_dim % 2 != 0 {
+        if !self.head_dim.is_multiple_of(2) {
             return bad(format!(
                 "--head-dim {} is odd; RoPE rotates pairs, so it must be even",
                 self.head_dim

@@ -151,7 +151,7 @@ fn quantize_with<B: Pod>(
     row: fn(&[f32], &mut [B]),
 ) -> Result<(), QuantError> {
     let be = ty.block_elems();
-    if src.len() % be != 0 {
+    if !src.len().is_multiple_of(be) {
         return Err(shape(
             ty,
             format!(

@@ -20,6 +20,8 @@ pub fn check_backend(name: &str) -> anyhow::Result<()> {
 }
 
 /// A model on any backend of this build.
+// One value per process: the size difference of the variants costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub enum AnyModel {
     /// On the CPU.
