@@ -1,4 +1,4 @@
-//! The row kernels of the fast attention ([`super::attn_fast`]): a table of
+//! The row kernels of the fast attention (`attn_fast`): a table of
 //! function pointers filled once for the ISA the CPU has (AVX-512, AVX2 with
 //! F16C, or portable scalar), each working on a whole tile of keys so one
 //! indirect call covers tens of rows.

@@ -1,7 +1,7 @@
 //! The worker pool: rayon (a pool of the requested size; in the threaded
 //! wasm build, `+atomics`, rayon's global pool, which the host fills with Web
 //! Workers through wasm-bindgen-rayon's `initThreadPool` before loading), or natively the
-//! small purpose-built pool of [`super::pool`] (spin, then park) when
+//! small purpose-built pool of `pool` (spin, then park) when
 //! `HEARTH_POOL=spin` asks for it; the calling thread alone where threads
 //! are unavailable or one was asked for.
 //!
