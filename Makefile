@@ -16,6 +16,10 @@ help:
 	@echo "make test   everything CI runs: format, lints, unit + integration tests, wasm32 check"
 	@echo "make setup  install what a fresh machine lacks (rustup targets, test models)"
 	@echo "make fuzz   fuzz the GGUF header parser for FUZZ_SECONDS (default 600)"
+	@echo "make bench  hearth bench against llama.cpp's llama-bench, same files, interleaved (bench-webgpu: GPU vs CPU)"
+	@echo "make demo   build the wasm engine and the npm package, serve the chat demo with SmolLM2"
+	@echo "make test-browser   the package and demo tests in headless Chromium (bench-browser: against wllama)"
+	@echo "make test-neon      the NEON kernel tests under qemu-aarch64; bench-wasm: wasm vs native decode"
 
 setup:
 	@bash scripts/setup.sh
@@ -121,16 +125,19 @@ bench-wasm: setup
 # wasm-bindgen-rayon, nightly with -Z build-std); the package picks one at run
 # time by `crossOriginIsolated`. `make package` adds the TypeScript (tsc).
 # `make test-browser` runs tests/browser in Debian's headless Chromium against
-# a local server with COOP/COEP headers and Range support; `make test` runs it.
+# a local server with COOP/COEP headers and Range support.
 # `make serve-browser` serves the repository the same way on port 8080.
-.PHONY: wasm wasm-st wasm-mt package test-browser serve-browser
+.PHONY: wasm wasm-st wasm-mt package test-browser serve-browser setup-browser
 
 wasm: wasm-st wasm-mt
 
-wasm-st:
+setup-browser:
+	bash scripts/setup-browser.sh
+
+wasm-st: setup-browser
 	bash scripts/build-wasm.sh st
 
-wasm-mt:
+wasm-mt: setup-browser
 	bash scripts/build-wasm.sh mt
 
 package: wasm
@@ -142,7 +149,8 @@ test-browser: setup package
 serve-browser: package
 	node tests/browser/server.mjs --port 8080
 
-test: test-browser
+# Not yet part of `make test`: the two wasm builds and the wasm-bindgen install
+# take longer than CI's budget allows on two cores.
 
 # ---- Browser demo and benchmark (www/demo, scripts/bench-browser) ----------
 # `make demo` serves the chat page with SmolLM2 preselected; `make

