@@ -6,7 +6,8 @@
 //! - [`shader`]: shader composition from `shaders/*.wgsl` and the pipeline cache;
 //! - [`buffer`]: device buffers and asynchronous readback;
 //! - [`backend`]: the [`Backend`](crate::backend::Backend) implementation;
-//! - `ops`: every non-weight op; `dense`: F32 / F16 weights.
+//! - `ops`: every non-weight op; `dense`: F32 / F16 weights;
+//! - [`quant`]: packed quantized weights, their repack and their kernels.
 
 pub mod backend;
 pub mod buffer;
@@ -16,6 +17,7 @@ mod dense;
 pub mod memory;
 pub mod model;
 mod ops;
+pub mod quant;
 pub mod shader;
 
 pub use backend::WebGpuBackend;

@@ -1,0 +1,86 @@
+// Tiled matrix-matrix product for prefill: y[t, first_row + r] = dot(W[r, :], x[t, :]).
+// A workgroup computes a TILE_M x TILE_N tile (tokens x rows) stepping k by
+// 32: it dequantizes a TILE_N x 32 weight tile and loads a TILE_M x 32 x
+// tile into workgroup memory (as tile_t: f16 where the adapter has it), then
+// each invocation accumulates THREAD_M x 4 outputs in f32.
+// W: one part of a packed weight, [n, k]; x: f32 [m, k]; y: f32 [m, *].
+
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> w: array<u32>;
+@group(0) @binding(2) var<storage, read> x: array<vec4<f32>>;
+@group(0) @binding(3) var<storage, read_write> y: array<f32>;
+
+const BK: u32 = 32u;
+const COLS: u32 = TILE_N / 4u; // invocations along a tile's rows
+
+// Tiles stored k-major: element (kk, i) at kk * TILE + i.
+var<workgroup> wt: array<tile_t, TILE_N * BK>;
+var<workgroup> xt: array<tile_t, TILE_M * BK>;
+
+fn load_tiles(n0: u32, m0: u32, k0: u32, lid: u32) {
+    let groups = p.k / 8u;
+    for (var i = lid; i < TILE_N * 4u; i += WG) {
+        let r = i / 4u;
+        let g = k0 / 8u + i % 4u;
+        var v = W8(vec4<f32>(0.0), vec4<f32>(0.0));
+        if n0 + r < p.n && g < groups {
+            v = quant_w8((n0 + r) * p.row_words, p.nb, g);
+        }
+        let c = (i % 4u) * 8u;
+        for (var j = 0u; j < 4u; j++) {
+            wt[(c + j) * TILE_N + r] = tile_t(v.lo[j]);
+            wt[(c + 4u + j) * TILE_N + r] = tile_t(v.hi[j]);
+        }
+    }
+    for (var i = lid; i < TILE_M * 8u; i += WG) {
+        let r = i / 8u;
+        let c4 = k0 / 4u + i % 8u;
+        var v = vec4<f32>(0.0);
+        if m0 + r < p.m && c4 < p.k / 4u {
+            v = x[(p.x_off + (m0 + r) * p.x_stride) / 4u + c4];
+        }
+        let c = (i % 8u) * 4u;
+        for (var j = 0u; j < 4u; j++) {
+            xt[(c + j) * TILE_M + r] = tile_t(v[j]);
+        }
+    }
+}
+
+@compute @workgroup_size(WG)
+fn main(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    // 1-D grid over (row tile, token tile), row tiles fastest.
+    let gi = group_index(wid, nwg);
+    let n0 = (gi % p.groups) * TILE_N;
+    let m0 = (gi / p.groups) * TILE_M;
+    if m0 >= p.m {
+        return;
+    }
+    let tn = (lid % COLS) * 4u;
+    let tm = (lid / COLS) * THREAD_M;
+    var acc: array<vec4<f32>, THREAD_M>;
+    for (var k0 = 0u; k0 < p.k; k0 += BK) {
+        load_tiles(n0, m0, k0, lid);
+        workgroupBarrier();
+        for (var kk = 0u; kk < BK; kk++) {
+            let o = kk * TILE_N + tn;
+            let b = vec4<f32>(f32(wt[o]), f32(wt[o + 1u]), f32(wt[o + 2u]), f32(wt[o + 3u]));
+            for (var i = 0u; i < THREAD_M; i++) {
+                acc[i] = fma(vec4<f32>(f32(xt[kk * TILE_M + tm + i])), b, acc[i]);
+            }
+        }
+        workgroupBarrier();
+    }
+    for (var i = 0u; i < THREAD_M; i++) {
+        let t = m0 + tm + i;
+        for (var j = 0u; j < 4u; j++) {
+            let r = n0 + tn + j;
+            if t < p.m && r < p.n {
+                y[p.y_off + t * p.y_stride + p.first_row + r] = acc[i][j];
+            }
+        }
+    }
+}

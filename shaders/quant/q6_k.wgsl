@@ -1,0 +1,31 @@
+// Q6_K: 256 values per block in 16 sub-blocks of 16,
+// value = d * sc * (q - 32), q 6 bits, sc a signed byte.
+// Packed row: nb bodies of 52 words (words 0..32 ql, 32..48 qh, 48..52 the
+// 16 scales), then nb f16 scales d. Value i: c = i / 128, r = i % 128,
+// part = r / 32, k = r % 32; low nibble from ql[64c + k + 32 (part & 1)]
+// (high nibble when part >= 2), high bits 2 * part of qh[32c + k].
+
+fn quant_q8(base: u32, nb: u32, g: u32) -> QW8 {
+    let b = g >> 5u;
+    let blk = base + b * 52u;
+    let e = (g & 31u) * 8u;
+    let c = e >> 7u;
+    let part = (e & 127u) >> 5u;
+    let k = e & 31u;
+    let o = blk + 16u * c + ((k + 32u * (part & 1u)) >> 2u);
+    let sh = 4u * (part >> 1u);
+    let oh = blk + 32u + 8u * c + (k >> 2u);
+    let hs = 2u * part;
+    let q = vec2<u32>(
+        ((w[o] >> sh) & 0x0f0f0f0fu) | (((w[oh] >> hs) & 0x03030303u) << 4u),
+        ((w[o + 1u] >> sh) & 0x0f0f0f0fu) | (((w[oh + 1u] >> hs) & 0x03030303u) << 4u),
+    );
+    let s = e >> 4u;
+    let sc = bitcast<i32>(w[blk + 48u + (s >> 2u)] << (24u - 8u * (s & 3u))) >> 24u;
+    let d = w_f16((base + nb * 52u) * 4u + b * 2u) * f32(sc);
+    return QW8(q, d, -32.0 * d);
+}
+
+fn quant_w8(base: u32, nb: u32, g: u32) -> W8 {
+    return qw8_to_w8(quant_q8(base, nb, g));
+}

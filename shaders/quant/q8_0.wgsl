@@ -1,0 +1,13 @@
+// Q8_0: 32 values per block, value = d * q, q a signed byte.
+// Packed row: nb bodies of 8 words (the quants), then nb f16 scales.
+
+fn quant_q8(base: u32, nb: u32, g: u32) -> QW8 {
+    let b = g >> 2u;
+    let o = base + b * 8u + (g & 3u) * 2u;
+    let d = w_f16((base + nb * 8u) * 4u + b * 2u);
+    return QW8(vec2<u32>(w[o], w[o + 1u]), d, 0.0);
+}
+
+fn quant_w8(base: u32, nb: u32, g: u32) -> W8 {
+    return qw8_to_w8(quant_q8(base, nb, g));
+}

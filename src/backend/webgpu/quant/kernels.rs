@@ -1,0 +1,438 @@
+//! [`QuantKernels`]: records matrix products and embedding lookups over
+//! packed quantized weights onto a [`WebGpuBackend`].
+//!
+//! Shapes (row-major, f32 activations):
+//! - `y[m, n] = x[m, k] · W[n, k]ᵀ` ([`QuantKernels::encode_matmul`]);
+//! - `y[count, k] = W[ids[t], :]` ([`QuantKernels::encode_get_rows`]).
+//!
+//! `W` is packed ([`super::layout`]) and may be split by rows into several
+//! buffers ([`WeightPart`]); each part gets its own dispatch writing its
+//! columns of `y`.
+
+use std::sync::Mutex;
+
+use bytemuck::{Pod, Zeroable};
+
+use super::super::backend::{Bind, Dispatch, WebGpuBackend};
+use super::super::caps::GpuCaps;
+use super::layout::{packed_layout, PackedLayout};
+use super::sources::{has_int8, variant, Kernel, KernelConfig};
+use crate::backend::BackendError;
+use crate::quant::GgmlType;
+
+/// A byte position in a device buffer.
+#[derive(Debug, Clone, Copy)]
+pub struct BufRef<'a> {
+    /// The buffer.
+    pub buffer: &'a wgpu::Buffer,
+    /// Byte offset of the first element.
+    pub offset: u64,
+}
+
+/// Rows `first_row .. first_row + rows` of a packed weight, alone in
+/// `buffer` from byte 0 (laid out as a `[rows, cols]` weight).
+#[derive(Debug, Clone, Copy)]
+pub struct WeightPart<'a> {
+    /// The buffer holding the rows.
+    pub buffer: &'a wgpu::Buffer,
+    /// The part's first row in the whole weight.
+    pub first_row: u64,
+    /// Rows in this part.
+    pub rows: u64,
+}
+
+/// `y[m, n] = x[m, k] · W[n, k]ᵀ`.
+#[derive(Debug, Clone, Copy)]
+pub struct MatmulArgs<'a> {
+    /// Weight type.
+    pub ty: GgmlType,
+    /// Dot length: weight columns, x columns.
+    pub k: u64,
+    /// Weight rows: y columns.
+    pub n: u64,
+    /// Tokens: rows of x and y.
+    pub m: u64,
+    /// x: f32 `[m, k]`, contiguous; offset a multiple of 16 bytes.
+    pub x: BufRef<'a>,
+    /// The weight's parts, together covering rows `0..n` once.
+    pub w: &'a [WeightPart<'a>],
+    /// y: f32 `[m, n]`, contiguous; offset a multiple of 4 bytes.
+    pub y: BufRef<'a>,
+}
+
+/// `y[t, :] = W[ids[t], :]` for `t < count`, as f32.
+#[derive(Debug, Clone, Copy)]
+pub struct GetRowsArgs<'a> {
+    /// Table type.
+    pub ty: GgmlType,
+    /// Row length (embedding width).
+    pub k: u64,
+    /// Table rows (vocabulary).
+    pub n: u64,
+    /// Row ids: `count` u32 values; offset a multiple of 4 bytes. Ids at or
+    /// past `n` leave their output row unwritten.
+    pub ids: BufRef<'a>,
+    /// Lookups.
+    pub count: u64,
+    /// The table's parts, together covering rows `0..n` once.
+    pub w: &'a [WeightPart<'a>],
+    /// y: f32 `[count, k]`, contiguous; offset a multiple of 4 bytes.
+    pub y: BufRef<'a>,
+}
+
+/// The uniform every kernel here reads; mirrors `Params` in
+/// `shaders/matmul_params.wgsl` field for field.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Pod, Zeroable)]
+pub struct KernelParams {
+    /// Dot length.
+    pub k: u32,
+    /// Weight rows in this part.
+    pub n: u32,
+    /// Tokens.
+    pub m: u32,
+    /// Blocks per weight row.
+    pub nb: u32,
+    /// u32 words between weight rows.
+    pub row_words: u32,
+    /// First element of x (ids for get_rows).
+    pub x_off: u32,
+    /// Elements between tokens of x.
+    pub x_stride: u32,
+    /// First element of y.
+    pub y_off: u32,
+    /// Elements between tokens of y.
+    pub y_stride: u32,
+    /// Row groups of the grid (matvec, matmul).
+    pub groups: u32,
+    /// The part's first row.
+    pub first_row: u32,
+    /// Items of the one-thread-per-item kernels.
+    pub count: u32,
+}
+
+/// Device scratch of the int8 path: quantized activations and their scales.
+#[derive(Debug)]
+struct Scratch {
+    /// int8 quants, `m * k` bytes.
+    xq: wgpu::Buffer,
+    /// (d, d * sum) per 8 values, `m * k` bytes.
+    xs: wgpu::Buffer,
+    bytes: u64,
+}
+
+/// The quantized weight kernels of one device.
+#[derive(Debug)]
+pub struct QuantKernels {
+    caps: GpuCaps,
+    cfg: KernelConfig,
+    scratch: Mutex<Option<Scratch>>,
+}
+
+fn u32_of(v: u64, what: &str) -> Result<u32, BackendError> {
+    u32::try_from(v).map_err(|_| {
+        BackendError::Shape(format!(
+            "{what} = {v} does not fit the kernels' 32-bit indices; split the operation"
+        ))
+    })
+}
+
+impl QuantKernels {
+    /// Kernels for a device with `caps`, tuned by `cfg` (adjusted to fit
+    /// the adapter's limits).
+    pub fn new(caps: &GpuCaps, cfg: KernelConfig) -> Self {
+        Self {
+            caps: caps.clone(),
+            cfg: cfg.fit(caps),
+            scratch: Mutex::new(None),
+        }
+    }
+
+    /// The tuning in use.
+    pub fn config(&self) -> &KernelConfig {
+        &self.cfg
+    }
+
+    /// Queues `y = x · Wᵀ` on `be`: matrix-vector kernels for up to
+    /// `mv_max_tokens` tokens (int8 dots for quantized weights when
+    /// enabled), the tiled kernel for more.
+    pub fn encode_matmul(
+        &self,
+        be: &mut WebGpuBackend,
+        a: &MatmulArgs<'_>,
+    ) -> Result<(), BackendError> {
+        let layout = packed_layout(a.ty, a.n, a.k)?;
+        check_parts(a.w, a.n)?;
+        if !a.x.offset.is_multiple_of(16) || !a.y.offset.is_multiple_of(4) {
+            return Err(BackendError::Shape(format!(
+                "matmul: x offset {} must be a multiple of 16 bytes and y offset {} of 4",
+                a.x.offset, a.y.offset
+            )));
+        }
+        if a.m == 0 {
+            return Ok(());
+        }
+        let mut base = KernelParams {
+            k: u32_of(a.k, "k")?,
+            m: u32_of(a.m, "m")?,
+            nb: u32_of(layout.blocks_per_row, "blocks per row")?,
+            row_words: u32_of(layout.row_words(), "row words")?,
+            x_off: u32_of(a.x.offset / 4, "x offset")?,
+            x_stride: u32_of(a.k, "k")?,
+            y_off: u32_of(a.y.offset / 4, "y offset")?,
+            y_stride: u32_of(a.n, "n")?,
+            ..KernelParams::default()
+        };
+        u32_of(a.m * a.k.max(a.n), "tokens x width")?;
+        let x = Bind {
+            buf: a.x.buffer.clone(),
+            offset: 0,
+            size: None,
+        };
+        let y = Bind {
+            buf: a.y.buffer.clone(),
+            offset: 0,
+            size: None,
+        };
+        if a.m > u64::from(self.cfg.mv_max_tokens) {
+            return self.encode_tiled(be, a, &layout, base, x, y);
+        }
+        let tokens = if a.m == 1 { 1 } else { 4 };
+        let token_groups = base.m.div_ceil(tokens);
+        let int8 = self.cfg.int8 && has_int8(a.ty);
+        let (kernel, xbinds) = if int8 {
+            let (xq, xs) = self.quantize_x(be, a, base)?;
+            base.x_off = 0;
+            (Kernel::MatVecI8, vec![xq, y, xs])
+        } else {
+            (Kernel::MatVec, vec![x, y])
+        };
+        let v = self.variant(kernel, a.ty, tokens)?;
+        let pipeline = be.pipeline(&v.key, &v.parts);
+        for part in a.w {
+            let groups = u32_of(
+                part.rows.div_ceil(u64::from(self.cfg.mv_rows)),
+                "row groups",
+            )?;
+            let params = KernelParams {
+                n: u32_of(part.rows, "part rows")?,
+                first_row: u32_of(part.first_row, "first row")?,
+                groups,
+                ..base
+            };
+            let total = u32_of(u64::from(groups) * u64::from(token_groups), "workgroups")?;
+            let mut binds = vec![weight_bind(part)];
+            binds.extend(xbinds.iter().cloned());
+            be.enqueue(Dispatch {
+                pipeline: pipeline.clone(),
+                params: bytemuck::cast_slice(&[params]).to_vec(),
+                binds,
+                groups: be.grid(total),
+            });
+        }
+        Ok(())
+    }
+
+    fn encode_tiled(
+        &self,
+        be: &mut WebGpuBackend,
+        a: &MatmulArgs<'_>,
+        _layout: &PackedLayout,
+        base: KernelParams,
+        x: Bind,
+        y: Bind,
+    ) -> Result<(), BackendError> {
+        let v = self.variant(Kernel::Tiled, a.ty, 1)?;
+        let pipeline = be.pipeline(&v.key, &v.parts);
+        let token_tiles = base.m.div_ceil(self.cfg.tile_m);
+        for part in a.w {
+            let groups = u32_of(part.rows.div_ceil(u64::from(self.cfg.tile_n)), "row tiles")?;
+            let params = KernelParams {
+                n: u32_of(part.rows, "part rows")?,
+                first_row: u32_of(part.first_row, "first row")?,
+                groups,
+                ..base
+            };
+            let total = u32_of(u64::from(groups) * u64::from(token_tiles), "workgroups")?;
+            be.enqueue(Dispatch {
+                pipeline: pipeline.clone(),
+                params: bytemuck::cast_slice(&[params]).to_vec(),
+                binds: vec![weight_bind(part), x.clone(), y.clone()],
+                groups: be.grid(total),
+            });
+        }
+        Ok(())
+    }
+
+    /// Queues the activation quantizer; returns the bindings of its output.
+    fn quantize_x(
+        &self,
+        be: &mut WebGpuBackend,
+        a: &MatmulArgs<'_>,
+        base: KernelParams,
+    ) -> Result<(Bind, Bind), BackendError> {
+        let bytes = a.m * a.k;
+        let (xq, xs) = self.scratch(be, bytes)?;
+        let count = u32_of(a.m * a.k / 32, "activation blocks")?;
+        let v = self.variant(Kernel::QuantizeX, a.ty, 1)?;
+        let pipeline = be.pipeline(&v.key, &v.parts);
+        let params = KernelParams { count, ..base };
+        let xq = Bind {
+            buf: xq,
+            offset: 0,
+            size: None,
+        };
+        let xs = Bind {
+            buf: xs,
+            offset: 0,
+            size: None,
+        };
+        be.enqueue(Dispatch {
+            pipeline,
+            params: bytemuck::cast_slice(&[params]).to_vec(),
+            binds: vec![
+                Bind {
+                    buf: a.x.buffer.clone(),
+                    offset: 0,
+                    size: None,
+                },
+                xq.clone(),
+                xs.clone(),
+            ],
+            groups: be.grid(count.div_ceil(self.cfg.flat_wg)),
+        });
+        Ok((xq, xs))
+    }
+
+    /// Scratch buffers of at least `bytes` each, grown as needed. Earlier
+    /// dispatches keep the buffers they were recorded with.
+    fn scratch(
+        &self,
+        be: &WebGpuBackend,
+        bytes: u64,
+    ) -> Result<(wgpu::Buffer, wgpu::Buffer), BackendError> {
+        let mut guard = self.scratch.lock().map_err(|_| {
+            BackendError::Shape("the int8 scratch lock was poisoned by a panic".into())
+        })?;
+        if let Some(s) = guard.as_ref() {
+            if s.bytes >= bytes {
+                return Ok((s.xq.clone(), s.xs.clone()));
+            }
+        }
+        let size = bytes.next_power_of_two().max(4096);
+        let make = |label| {
+            be.context().device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some(label),
+                size,
+                usage: wgpu::BufferUsages::STORAGE,
+                mapped_at_creation: false,
+            })
+        };
+        let s = Scratch {
+            xq: make("matmul int8 x"),
+            xs: make("matmul int8 x scales"),
+            bytes: size,
+        };
+        let out = (s.xq.clone(), s.xs.clone());
+        *guard = Some(s);
+        Ok(out)
+    }
+
+    /// Queues the embedding lookup `y[t, :] = W[ids[t], :]` on `be`.
+    pub fn encode_get_rows(
+        &self,
+        be: &mut WebGpuBackend,
+        a: &GetRowsArgs<'_>,
+    ) -> Result<(), BackendError> {
+        let layout = packed_layout(a.ty, a.n, a.k)?;
+        check_parts(a.w, a.n)?;
+        if !a.ids.offset.is_multiple_of(4) || !a.y.offset.is_multiple_of(4) {
+            return Err(BackendError::Shape(format!(
+                "get_rows: ids offset {} and y offset {} must be multiples of 4 bytes",
+                a.ids.offset, a.y.offset
+            )));
+        }
+        if a.count == 0 {
+            return Ok(());
+        }
+        let v = self.variant(Kernel::GetRows, a.ty, 1)?;
+        let pipeline = be.pipeline(&v.key, &v.parts);
+        let items = u32_of(a.count * (a.k / 8), "lookups x groups")?;
+        for part in a.w {
+            let params = KernelParams {
+                k: u32_of(a.k, "k")?,
+                n: u32_of(part.rows, "part rows")?,
+                nb: u32_of(layout.blocks_per_row, "blocks per row")?,
+                row_words: u32_of(layout.row_words(), "row words")?,
+                x_off: u32_of(a.ids.offset / 4, "ids offset")?,
+                y_off: u32_of(a.y.offset / 4, "y offset")?,
+                y_stride: u32_of(a.k, "k")?,
+                first_row: u32_of(part.first_row, "first row")?,
+                count: u32_of(a.count, "count")?,
+                ..KernelParams::default()
+            };
+            be.enqueue(Dispatch {
+                pipeline: pipeline.clone(),
+                params: bytemuck::cast_slice(&[params]).to_vec(),
+                binds: vec![
+                    weight_bind(part),
+                    Bind {
+                        buf: a.ids.buffer.clone(),
+                        offset: 0,
+                        size: None,
+                    },
+                    Bind {
+                        buf: a.y.buffer.clone(),
+                        offset: 0,
+                        size: None,
+                    },
+                ],
+                groups: be.grid(items.div_ceil(self.cfg.flat_wg)),
+            });
+        }
+        Ok(())
+    }
+
+    fn variant(
+        &self,
+        kernel: Kernel,
+        ty: GgmlType,
+        tokens: u32,
+    ) -> Result<super::sources::Variant, BackendError> {
+        variant(kernel, ty, &self.caps, &self.cfg, tokens).ok_or_else(|| {
+            BackendError::UnsupportedType {
+                tensor: format!("{} weight", kernel.name()),
+                ty,
+            }
+        })
+    }
+}
+
+fn weight_bind(part: &WeightPart<'_>) -> Bind {
+    Bind {
+        buf: part.buffer.clone(),
+        offset: 0,
+        size: None,
+    }
+}
+
+/// Checks that `parts` cover rows `0..n` exactly once.
+fn check_parts(parts: &[WeightPart<'_>], n: u64) -> Result<(), BackendError> {
+    let mut ranges: Vec<(u64, u64)> = parts.iter().map(|p| (p.first_row, p.rows)).collect();
+    ranges.sort_unstable();
+    let mut next = 0;
+    for (first, rows) in ranges {
+        if first != next || rows == 0 {
+            return Err(BackendError::Shape(format!(
+                "weight parts must cover rows 0..{n} once without gaps; got a part at row {first} ({rows} rows) where row {next} was expected"
+            )));
+        }
+        next = first + rows;
+    }
+    if next != n {
+        return Err(BackendError::Shape(format!(
+            "weight parts cover rows 0..{next} but the weight has {n} rows"
+        )));
+    }
+    Ok(())
+}

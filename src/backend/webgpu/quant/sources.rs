@@ -1,0 +1,284 @@
+//! The WGSL sources of the quantized weight kernels, and which files make
+//! up each variant.
+//!
+//! A variant is the backend's composition ([`PipelineKey::compose`]: the
+//! prelude, common helpers and reductions) followed by the parts listed
+//! here, in order: the `tile_t` alias (tiled kernel), the shared `Params`
+//! struct, the quant helpers, one format file implementing the quant
+//! interface (`shaders/quant/common.wgsl` documents it), the team reduction
+//! (matrix-vector kernels) and the kernel file.
+
+use crate::quant::GgmlType;
+
+use super::super::caps::GpuCaps;
+use super::super::shader::{ConstValue, PipelineKey};
+
+/// The `Params` uniform struct every kernel here binds at 0.
+pub const PARAMS_WGSL: &str = include_str!("../../../../shaders/matmul_params.wgsl");
+/// Helpers the format files use, and the quant interface's types.
+pub const QUANT_COMMON_WGSL: &str = include_str!("../../../../shaders/quant/common.wgsl");
+/// Team reduction of the matrix-vector kernels, workgroup memory only.
+pub const REDUCE_WGSL: &str = include_str!("../../../../shaders/matmul_reduce.wgsl");
+/// Team reduction of the matrix-vector kernels, with subgroups.
+pub const REDUCE_SG_WGSL: &str = include_str!("../../../../shaders/matmul_reduce_sg.wgsl");
+/// Matrix-vector kernel (f32 dot of dequantized weights).
+pub const MATVEC_WGSL: &str = include_str!("../../../../shaders/matmul_vec.wgsl");
+/// Matrix-vector kernel with packed int8 dot products.
+pub const MATVEC_I8_WGSL: &str = include_str!("../../../../shaders/matmul_vec_i8.wgsl");
+/// Activation quantizer feeding [`MATVEC_I8_WGSL`].
+pub const QUANTIZE_X_WGSL: &str = include_str!("../../../../shaders/matmul_quantize_x.wgsl");
+/// Tiled matrix-matrix kernel.
+pub const TILED_WGSL: &str = include_str!("../../../../shaders/matmul_tiled.wgsl");
+/// Embedding lookup.
+pub const GET_ROWS_WGSL: &str = include_str!("../../../../shaders/matmul_get_rows.wgsl");
+
+const TILE_F16: &str = "alias tile_t = f16;\n";
+const TILE_F32: &str = "alias tile_t = f32;\n";
+
+/// The format file of `ty`, or `None` for a type the kernels do not run.
+pub fn format_source(ty: GgmlType) -> Option<&'static str> {
+    use GgmlType::*;
+    Some(match ty {
+        F32 => include_str!("../../../../shaders/quant/f32.wgsl"),
+        F16 => include_str!("../../../../shaders/quant/f16.wgsl"),
+        BF16 => include_str!("../../../../shaders/quant/bf16.wgsl"),
+        Q4_0 => include_str!("../../../../shaders/quant/q4_0.wgsl"),
+        Q4_1 => include_str!("../../../../shaders/quant/q4_1.wgsl"),
+        Q5_0 => include_str!("../../../../shaders/quant/q5_0.wgsl"),
+        Q5_1 => include_str!("../../../../shaders/quant/q5_1.wgsl"),
+        Q8_0 => include_str!("../../../../shaders/quant/q8_0.wgsl"),
+        Q2_K => include_str!("../../../../shaders/quant/q2_k.wgsl"),
+        Q3_K => include_str!("../../../../shaders/quant/q3_k.wgsl"),
+        Q4_K => include_str!("../../../../shaders/quant/q4_k.wgsl"),
+        Q5_K => include_str!("../../../../shaders/quant/q5_k.wgsl"),
+        Q6_K => include_str!("../../../../shaders/quant/q6_k.wgsl"),
+        IQ4_NL => include_str!("../../../../shaders/quant/iq4_nl.wgsl"),
+        IQ4_XS => include_str!("../../../../shaders/quant/iq4_xs.wgsl"),
+        _ => return None,
+    })
+}
+
+/// The lower-case label of a type in pipeline keys (`q4_k`).
+pub fn type_label(ty: GgmlType) -> &'static str {
+    use GgmlType::*;
+    match ty {
+        F32 => "f32",
+        F16 => "f16",
+        BF16 => "bf16",
+        Q4_0 => "q4_0",
+        Q4_1 => "q4_1",
+        Q5_0 => "q5_0",
+        Q5_1 => "q5_1",
+        Q8_0 => "q8_0",
+        Q2_K => "q2_k",
+        Q3_K => "q3_k",
+        Q4_K => "q4_k",
+        Q5_K => "q5_k",
+        Q6_K => "q6_k",
+        IQ4_NL => "iq4_nl",
+        IQ4_XS => "iq4_xs",
+        _ => "unsupported",
+    }
+}
+
+/// Whether `ty` has the int8 half of the quant interface (`quant_q8`).
+pub fn has_int8(ty: GgmlType) -> bool {
+    !matches!(ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16)
+}
+
+/// The kernels of this module.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Kernel {
+    /// Matrix-vector, f32 dot of dequantized weights (`matmul_vec.wgsl`).
+    MatVec,
+    /// Matrix-vector with packed int8 dots (`matmul_vec_i8.wgsl`).
+    MatVecI8,
+    /// Activation quantizer for [`Kernel::MatVecI8`] (no weight type).
+    QuantizeX,
+    /// Tiled matrix-matrix (`matmul_tiled.wgsl`).
+    Tiled,
+    /// Embedding lookup (`matmul_get_rows.wgsl`).
+    GetRows,
+}
+
+impl Kernel {
+    /// Every kernel.
+    pub const ALL: [Kernel; 5] = [
+        Kernel::MatVec,
+        Kernel::MatVecI8,
+        Kernel::QuantizeX,
+        Kernel::Tiled,
+        Kernel::GetRows,
+    ];
+
+    /// The name in pipeline labels.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kernel::MatVec => "matvec",
+            Kernel::MatVecI8 => "matvec_i8",
+            Kernel::QuantizeX => "quantize_x",
+            Kernel::Tiled => "matmul",
+            Kernel::GetRows => "get_rows",
+        }
+    }
+
+    /// Whether the kernel reads weights of `ty`.
+    pub fn runs(self, ty: GgmlType) -> bool {
+        format_source(ty).is_some() && (self != Kernel::MatVecI8 || has_int8(ty))
+    }
+}
+
+/// Per-adapter tuning of the kernels: workgroup shapes, measured once per
+/// device and passed in (the defaults suit most adapters).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct KernelConfig {
+    /// Invocations per matrix-vector workgroup (a power of two).
+    pub mv_wg: u32,
+    /// Weight rows per matrix-vector workgroup (`mv_wg / mv_rows` invocations
+    /// per row, a power of two).
+    pub mv_rows: u32,
+    /// Largest token count that uses the matrix-vector kernels; more tokens
+    /// use the tiled kernel.
+    pub mv_max_tokens: u32,
+    /// Use packed int8 dot products for quantized weights in the
+    /// matrix-vector kernels (activations quantized per 32 values).
+    pub int8: bool,
+    /// Tokens per tile of the tiled kernel (a multiple of `thread_m`).
+    pub tile_m: u32,
+    /// Weight rows per tile of the tiled kernel (a multiple of 4).
+    pub tile_n: u32,
+    /// Tokens per invocation of the tiled kernel.
+    pub thread_m: u32,
+    /// Invocations of the one-thread-per-item kernels.
+    pub flat_wg: u32,
+}
+
+impl Default for KernelConfig {
+    fn default() -> Self {
+        Self {
+            mv_wg: 256,
+            mv_rows: 4,
+            mv_max_tokens: 8,
+            int8: true,
+            tile_m: 64,
+            tile_n: 64,
+            thread_m: 4,
+            flat_wg: 256,
+        }
+    }
+}
+
+impl KernelConfig {
+    /// Invocations per tiled workgroup.
+    pub fn tiled_wg(&self) -> u32 {
+        (self.tile_m / self.thread_m) * (self.tile_n / 4)
+    }
+
+    /// `self` adjusted to what `caps` allows: workgroup sizes within the
+    /// invocation limit, tiles within workgroup memory.
+    pub fn fit(mut self, caps: &GpuCaps) -> Self {
+        let max_inv = caps
+            .max_workgroup_invocations
+            .min(caps.max_workgroup_size_x)
+            .max(32);
+        while self.mv_wg > max_inv {
+            self.mv_wg /= 2;
+        }
+        self.mv_rows = self.mv_rows.clamp(1, self.mv_wg);
+        while self.flat_wg > max_inv {
+            self.flat_wg /= 2;
+        }
+        let elem = if caps.f16 { 2 } else { 4 };
+        // Tiles plus room for the composed reduction buffers.
+        let fits =
+            |c: &Self| (c.tile_m + c.tile_n) * 32 * elem + 2048 <= caps.max_workgroup_storage;
+        while (!fits(&self) || self.tiled_wg() > max_inv) && self.tile_m > self.thread_m {
+            self.tile_m /= 2;
+        }
+        self
+    }
+
+    /// Invocations of a row team in the matrix-vector kernels.
+    pub fn team(&self) -> u32 {
+        self.mv_wg / self.mv_rows
+    }
+}
+
+/// A composed variant: its pipeline key and the parts after the backend's
+/// prelude, common helpers and reductions.
+#[derive(Debug, Clone)]
+pub struct Variant {
+    /// The key (its `Display` is the pipeline label).
+    pub key: PipelineKey,
+    /// The parts, in composition order.
+    pub parts: Vec<&'static str>,
+}
+
+/// The variant of `kernel` for weights of `ty` (ignored by
+/// [`Kernel::QuantizeX`]) on `caps` with `cfg`; `tokens` is the matrix-vector
+/// kernels' tokens per workgroup (1 or 4). `None` when the kernel does not
+/// run `ty`.
+pub fn variant(
+    kernel: Kernel,
+    ty: GgmlType,
+    caps: &GpuCaps,
+    cfg: &KernelConfig,
+    tokens: u32,
+) -> Option<Variant> {
+    if kernel != Kernel::QuantizeX && !kernel.runs(ty) {
+        return None;
+    }
+    let ty_parts = |ty| {
+        [
+            PARAMS_WGSL,
+            QUANT_COMMON_WGSL,
+            format_source(ty).unwrap_or(""),
+        ]
+    };
+    Some(match kernel {
+        Kernel::MatVec | Kernel::MatVecI8 => {
+            let sg = caps.subgroups
+                && caps.subgroup_min_size >= 4
+                && caps.subgroup_max_size <= cfg.team()
+                && cfg.team().is_multiple_of(caps.subgroup_max_size.max(1));
+            let key = PipelineKey::new(kernel.name(), cfg.mv_wg, caps)
+                .with_ty(type_label(ty))
+                .with_subgroups(sg)
+                .with_const("MV_ROWS", ConstValue::U32(cfg.mv_rows))
+                .with_const("MV_TOKENS", ConstValue::U32(tokens));
+            let mut parts = ty_parts(ty).to_vec();
+            parts.push(if sg { REDUCE_SG_WGSL } else { REDUCE_WGSL });
+            parts.push(if kernel == Kernel::MatVec {
+                MATVEC_WGSL
+            } else {
+                MATVEC_I8_WGSL
+            });
+            Variant { key, parts }
+        }
+        Kernel::QuantizeX => Variant {
+            key: PipelineKey::new(kernel.name(), cfg.flat_wg, caps).with_subgroups(false),
+            parts: vec![PARAMS_WGSL, QUANTIZE_X_WGSL],
+        },
+        Kernel::Tiled => {
+            let key = PipelineKey::new(kernel.name(), cfg.tiled_wg(), caps)
+                .with_ty(type_label(ty))
+                .with_f16(caps.f16)
+                .with_subgroups(false)
+                .with_const("TILE_M", ConstValue::U32(cfg.tile_m))
+                .with_const("TILE_N", ConstValue::U32(cfg.tile_n))
+                .with_const("THREAD_M", ConstValue::U32(cfg.thread_m));
+            let mut parts = vec![if caps.f16 { TILE_F16 } else { TILE_F32 }];
+            parts.extend(ty_parts(ty));
+            parts.push(TILED_WGSL);
+            Variant { key, parts }
+        }
+        Kernel::GetRows => {
+            let key = PipelineKey::new(kernel.name(), cfg.flat_wg, caps)
+                .with_ty(type_label(ty))
+                .with_subgroups(false);
+            let mut parts = ty_parts(ty).to_vec();
+            parts.push(GET_ROWS_WGSL);
+            Variant { key, parts }
+        }
+    })
+}

@@ -1,0 +1,95 @@
+//! Every shader variant composed and validated by naga, with no GPU.
+
+use super::super::caps::GpuCaps;
+use super::sources::{variant, Kernel, KernelConfig, PARAMS_WGSL};
+use super::{KernelParams, SUPPORTED_TYPES};
+
+fn validate(label: &str, source: &str, f16: bool, sg: bool) {
+    let module = match naga::front::wgsl::parse_str(source) {
+        Ok(m) => m,
+        Err(e) => panic!("{label}: parse error\n{}", e.emit_to_string(source)),
+    };
+    let mut caps = naga::valid::Capabilities::SHADER_FLOAT16_IN_FLOAT32;
+    if f16 {
+        caps |= naga::valid::Capabilities::SHADER_FLOAT16;
+    }
+    if sg {
+        caps |= naga::valid::Capabilities::SUBGROUP;
+    }
+    let mut v = naga::valid::Validator::new(naga::valid::ValidationFlags::all(), caps);
+    v.subgroup_stages(naga::valid::ShaderStages::COMPUTE);
+    v.subgroup_operations(naga::valid::SubgroupOperationSet::all());
+    if let Err(e) = v.validate(&module) {
+        panic!("{label}: invalid\n{}", e.emit_to_string(source));
+    }
+}
+
+#[test]
+fn every_variant_composes_and_validates() {
+    let mut labels = std::collections::BTreeSet::new();
+    for f16 in [false, true] {
+        for sg in [false, true] {
+            let caps = GpuCaps::for_validation(f16, sg);
+            let cfgs = [
+                KernelConfig::default(),
+                KernelConfig {
+                    mv_wg: 64,
+                    mv_rows: 1,
+                    tile_m: 32,
+                    tile_n: 32,
+                    thread_m: 2,
+                    ..KernelConfig::default()
+                },
+            ];
+            for cfg in cfgs {
+                let cfg = cfg.fit(&caps);
+                for kernel in Kernel::ALL {
+                    for ty in SUPPORTED_TYPES {
+                        for tokens in [1, 4] {
+                            let Some(v) = variant(kernel, ty, &caps, &cfg, tokens) else {
+                                assert!(kernel == Kernel::MatVecI8, "{kernel:?} {ty}");
+                                continue;
+                            };
+                            let label = v.key.to_string();
+                            if !labels.insert(label.clone()) {
+                                continue;
+                            }
+                            let src = v.key.compose(caps.target, caps.subgroup_min_size, &v.parts);
+                            validate(&label, &src, v.key.f16, v.key.subgroups);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    // 15 formats (12 with int8) x kernels x {f16, sg} x configs, deduplicated.
+    assert!(labels.len() > 200, "only {} variants", labels.len());
+    assert!(labels.contains("matvec_i8.q4_k.sg.wg256.mv_rows4u.mv_tokens1u"));
+    assert!(labels.contains("matmul.q6_k.f16.wg256.tile_m64u.tile_n64u.thread_m4u"));
+    println!("{} variants validated", labels.len());
+}
+
+#[test]
+fn params_struct_matches_the_wgsl() {
+    let fields: Vec<&str> = PARAMS_WGSL
+        .lines()
+        .map(str::trim)
+        .filter_map(|l| l.split_once(": u32,").map(|(name, _)| name))
+        .collect();
+    let expect = [
+        "k",
+        "n",
+        "m",
+        "nb",
+        "row_words",
+        "x_off",
+        "x_stride",
+        "y_off",
+        "y_stride",
+        "groups",
+        "first_row",
+        "count",
+    ];
+    assert_eq!(fields, expect);
+    assert_eq!(std::mem::size_of::<KernelParams>(), 4 * expect.len());
+}
