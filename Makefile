@@ -53,3 +53,20 @@ fuzz:
 
 clean-cache:
 	rm -rf .cache
+
+# --- Benchmarks ---------------------------------------------------------------
+# `make bench`: hearth against llama.cpp's llama-bench (built by
+# scripts/build-llamacpp.sh in ~/.cache/hearth-llamacpp) on the same GGUF files,
+# interleaved: Llama-3.2-1B-shaped synthetic models (written once into
+# .cache/bench) and the two test models; pp512 and tg128 at 1 and 2 threads.
+# Prints a table with the ratios, then one JSON line. `make bench-webgpu`:
+# hearth --backend webgpu against hearth's CPU path, same shape.
+# BENCH_QUICK=1 for a smoke test; scripts/bench.py lists the other knobs.
+.PHONY: bench bench-webgpu
+bench: setup
+	$(CARGO) build --release -p hearth-cli
+	python3 scripts/bench.py cpu
+
+bench-webgpu: setup
+	$(CARGO) build --release -p hearth-cli
+	python3 scripts/bench.py webgpu

@@ -31,6 +31,8 @@ enum Command {
     Quantize(cmd::quantize::Args),
     /// Write a model of a real model's shape with random weights, for benchmarks.
     Synth(Box<cmd::synth::Args>),
+    /// Measure prefill and decode tokens/s (like llama-bench) and memory bandwidth.
+    Bench(Box<cmd::bench::Args>),
 }
 
 fn main() -> ExitCode {
@@ -44,6 +46,7 @@ fn main() -> ExitCode {
         Command::Tokenize(args) => cmd::tokenize::run(args),
         Command::Quantize(args) => cmd::quantize::run(args),
         Command::Synth(args) => cmd::synth::run(*args),
+        Command::Bench(args) => cmd::bench::run(*args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

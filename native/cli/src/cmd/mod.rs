@@ -1,6 +1,7 @@
 //! One module per subcommand.
 
 pub mod backend;
+pub mod bench;
 pub mod chat;
 pub mod info;
 pub mod load;

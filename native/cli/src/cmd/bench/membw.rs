@@ -1,0 +1,162 @@
+//! Memory read bandwidth: a SIMD sum streamed over a buffer far larger than
+//! the last-level cache, split evenly over the threads. Decode reads every
+//! weight once per token, so this is the ceiling of its effective GB/s.
+
+use std::hint::black_box;
+use std::time::Instant;
+
+use anyhow::{bail, Result};
+use serde_json::json;
+
+/// Words summed per inner step: 16 independent lanes, so the adds never wait
+/// on each other and the loop vectorizes to full-width vector adds.
+const LANES: usize = 16;
+
+/// One bandwidth measurement.
+#[derive(Debug, Clone)]
+pub struct Bandwidth {
+    /// Threads reading.
+    pub threads: usize,
+    /// Bytes read per repetition.
+    pub bytes: usize,
+    /// GB/s (1e9 bytes) of each repetition.
+    pub samples_gbps: Vec<f64>,
+}
+
+impl Bandwidth {
+    /// The best repetition's GB/s.
+    pub fn best(&self) -> f64 {
+        self.samples_gbps.iter().copied().fold(0.0, f64::max)
+    }
+
+    /// The JSON line.
+    pub fn json(&self) -> serde_json::Value {
+        json!({
+            "test": "membw",
+            "threads": self.threads,
+            "gbps": super::report::mean(&self.samples_gbps),
+            "gbps_stddev": super::report::stddev(&self.samples_gbps),
+            "gbps_best": self.best(),
+            "buffer_bytes": self.bytes,
+            "reps": self.samples_gbps.len(),
+            "samples_gbps": self.samples_gbps,
+        })
+    }
+}
+
+/// Reads a `bytes` buffer with `threads` threads once untimed (pages faulted
+/// in, caches warm) and `reps` times timed.
+pub fn measure(bytes: usize, threads: usize, reps: usize) -> Result<Bandwidth> {
+    let words = bytes / 8 / (LANES * threads) * (LANES * threads);
+    if words == 0 {
+        bail!("--membw-mib is too small to split over {threads} threads");
+    }
+    // Distinct nonzero words, so nothing can be assumed about the sum.
+    let buf: Vec<u64> = (0..words as u64)
+        .map(|i| i.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1)
+        .collect();
+    let per_thread = words / threads;
+    let mut samples = Vec::with_capacity(reps);
+    for rep in 0..=reps {
+        let start = Instant::now();
+        let total = std::thread::scope(|s| {
+            let handles: Vec<_> = buf
+                .chunks(per_thread)
+                .map(|part| s.spawn(move || sum(part)))
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap_or(0))
+                .fold(0u64, u64::wrapping_add)
+        });
+        let secs = start.elapsed().as_secs_f64().max(1e-9);
+        black_box(total);
+        if rep > 0 {
+            samples.push((words * 8) as f64 / secs / 1e9);
+        }
+    }
+    Ok(Bandwidth {
+        threads,
+        bytes: words * 8,
+        samples_gbps: samples,
+    })
+}
+
+/// The wrapping sum of `data`, with the widest vector adds this CPU has.
+fn sum(data: &[u64]) -> u64 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            // SAFETY: the CPU has AVX-512F, checked just above.
+            return unsafe { sum_avx512(data) };
+        }
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU has AVX2, checked just above.
+            return unsafe { sum_avx2(data) };
+        }
+    }
+    sum_lanes(data)
+}
+
+/// [`sum_lanes`] compiled for AVX-512F (512-bit loads and adds).
+///
+/// # Safety
+/// The CPU must have AVX-512F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn sum_avx512(data: &[u64]) -> u64 {
+    sum_lanes(data)
+}
+
+/// [`sum_lanes`] compiled for AVX2 (256-bit loads and adds).
+///
+/// # Safety
+/// The CPU must have AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn sum_avx2(data: &[u64]) -> u64 {
+    sum_lanes(data)
+}
+
+/// The wrapping sum of `data` in [`LANES`] independent accumulators: a
+/// loop the compiler turns into vector loads and adds.
+#[inline(always)]
+fn sum_lanes(data: &[u64]) -> u64 {
+    let mut acc = [0u64; LANES];
+    let mut chunks = data.chunks_exact(LANES);
+    for chunk in &mut chunks {
+        for (a, &x) in acc.iter_mut().zip(chunk) {
+            *a = a.wrapping_add(x);
+        }
+    }
+    let tail = chunks
+        .remainder()
+        .iter()
+        .fold(0u64, |s, &x| s.wrapping_add(x));
+    acc.iter().fold(tail, |s, &x| s.wrapping_add(x))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn simd_sum_equals_plain_sum() {
+        // Lengths around the lane count, values that wrap.
+        for len in [0usize, 1, 15, 16, 17, 100, 1001] {
+            let data: Vec<u64> = (0..len as u64)
+                .map(|i| i.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1)
+                .collect();
+            let plain = data.iter().fold(0u64, |s, &x| s.wrapping_add(x));
+            assert_eq!(sum(&data), plain, "len {len}");
+        }
+    }
+
+    #[test]
+    fn measures_positive_bandwidth() {
+        let bw = measure(4 << 20, 2, 2).expect("measure");
+        assert_eq!(bw.samples_gbps.len(), 2);
+        assert!(bw.samples_gbps.iter().all(|&g| g > 0.0), "{bw:?}");
+        assert_eq!(bw.bytes % (16 * 8 * 2), 0);
+    }
+}

@@ -1,0 +1,355 @@
+#!/usr/bin/env python3
+"""Side-by-side speed of Hearth and an anchor on the same GGUF files.
+
+    python3 scripts/bench.py cpu      # `make bench`: hearth vs llama.cpp's llama-bench
+    python3 scripts/bench.py webgpu   # `make bench-webgpu`: hearth --backend webgpu vs hearth's CPU path
+
+Models: the Llama-3.2-1B-shaped synthetic models (written once with `hearth synth`
+into .cache/bench/) and the two real test models (.cache/models, `make setup`).
+For each model, each test (pp512, tg128) and each thread count (1, 2), the
+subject and the anchor run one after the other, alternating which goes first,
+so the noise of this shared machine falls on both alike. Prints a table with
+the ratios, then ONE JSON line:
+
+    {"bench": "cpu", "rows": [{"model", "test", "threads", "hearth_tps",
+                               "anchor", "anchor_tps", "ratio"}, ...]}
+
+Environment:
+    BENCH_QUICK=1     smoke test: -p 64 -n 16, 1 repetition, two models
+    BENCH_REPS=N      repetitions per test (default 3; quick: 1)
+    BENCH_P, BENCH_N  prompt and decode lengths (default 512 and 128)
+    BENCH_THREADS     thread counts, comma separated (default 1,2)
+    BENCH_MODELS      only the models whose names contain one of these, comma separated
+
+Each row is also appended to .cache/bench/rows-BENCH-TIME.jsonl as it is measured.
+    LLAMA_BENCH       path of llama-bench (default: built by scripts/build-llamacpp.sh)
+    BENCH_LLAMA_FLAGS more llama-bench flags, e.g. "--poll 0" (its threads then sleep
+                      instead of spinning while they wait, which a busy machine punishes)
+
+Python 3 standard library only. The parsing and table code is unit-tested by
+scripts/test_bench.py on canned output.
+"""
+
+import argparse
+import json
+import os
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SYNTH_SHAPE = "llama-3.2-1b"
+SYNTH_TYPES = ["Q4_0", "Q8_0", "Q4_K_M", "Q6_K", "IQ4_XS"]
+REAL_MODELS = ["SmolLM2-135M-Instruct.Q4_1.gguf", "gemma-3-270m-q4_k_m.gguf"]
+# llama.cpp's CPU repack path (weights re-laid for its AVX-512 GEMM) dies of
+# SIGILL on this host, so llama-bench runs with `--repack 0`.
+LLAMA_BENCH_FLAGS = ["--repack", "0"]
+
+
+class BenchError(Exception):
+    """A failure the user can act on; the message says how."""
+
+
+# ---------------------------------------------------------------- parsing
+
+
+def test_name(n_prompt, n_gen):
+    """llama-bench's test name of one result: pp512, tg128 (pp512+tg128 for both)."""
+    if n_prompt and n_gen:
+        return f"pp{n_prompt}+tg{n_gen}"
+    return f"pp{n_prompt}" if n_prompt else f"tg{n_gen}"
+
+
+def parse_llama_bench(text):
+    """llama-bench `-o json` output -> [{test, threads, tps, tps_stddev}]."""
+    try:
+        results = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise BenchError(f"llama-bench printed no JSON ({e}); run it by hand to see why") from e
+    if not isinstance(results, list):
+        raise BenchError("llama-bench's JSON is not a list of results")
+    rows = []
+    for r in results:
+        try:
+            rows.append({
+                "test": test_name(int(r["n_prompt"]), int(r["n_gen"])),
+                "threads": int(r["n_threads"]),
+                "tps": float(r["avg_ts"]),
+                "tps_stddev": float(r["stddev_ts"]),
+            })
+        except (KeyError, TypeError, ValueError) as e:
+            raise BenchError(f"llama-bench result without {e}: {r!r:.200}") from e
+    return rows
+
+
+def parse_hearth(text):
+    """`hearth bench --json` output (one object per line) -> its test rows (no membw)."""
+    rows = []
+    for line in text.splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            r = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise BenchError(f"hearth bench printed a line that is not JSON: {line[:200]}") from e
+        if r.get("test") == "membw":
+            continue
+        for key in ("model", "test", "threads", "tps"):
+            if key not in r:
+                raise BenchError(f"hearth bench row without {key!r}: {line[:200]}")
+        rows.append(r)
+    return rows
+
+
+def parse_membw(text):
+    """`hearth bench --membw --json` output -> {threads: best GB/s}."""
+    out = {}
+    for line in text.splitlines():
+        if line.strip():
+            r = json.loads(line)
+            if r.get("test") == "membw":
+                # The best repetition: the ceiling, least hurt by a busy machine.
+                out[int(r["threads"])] = float(r.get("gbps_best", r["gbps"]))
+    return out
+
+
+def find(rows, test, threads):
+    """The one row of `rows` for `test` at `threads`."""
+    hits = [r for r in rows if r["test"] == test and int(r["threads"]) == threads]
+    if len(hits) != 1:
+        raise BenchError(f"expected one {test} result at {threads} threads, got {len(hits)}")
+    return hits[0]
+
+
+def ratio(subject, anchor):
+    """subject / anchor, rounded to 3 places (None when the anchor measured 0)."""
+    return round(subject / anchor, 3) if anchor > 0 else None
+
+
+def make_row(model, test, threads, hearth, anchor_name, anchor):
+    """One row of the result: `hearth` and `anchor` are parsed result rows."""
+    return {
+        "model": model,
+        "test": test,
+        "threads": threads,
+        "hearth_tps": round(float(hearth["tps"]), 3),
+        "anchor": anchor_name,
+        "anchor_tps": round(float(anchor["tps"]), 3),
+        "ratio": ratio(float(hearth["tps"]), float(anchor["tps"])),
+        "hearth_tps_stddev": round(float(hearth.get("tps_stddev", 0.0)), 3),
+        "anchor_tps_stddev": round(float(anchor.get("tps_stddev", 0.0)), 3),
+        "hearth_gbps": hearth.get("gbps") and round(float(hearth["gbps"]), 3),
+    }
+
+
+# The keys of a row in the JSON line; the others only feed the table.
+ROW_KEYS = ("model", "test", "threads", "hearth_tps", "anchor", "anchor_tps", "ratio")
+
+
+def summary_json(bench, rows):
+    """The one JSON line: {"bench": ..., "rows": [...]} with ROW_KEYS only."""
+    return json.dumps({"bench": bench, "rows": [{k: r[k] for k in ROW_KEYS} for r in rows]})
+
+
+def geomean(xs):
+    xs = [x for x in xs if x]
+    return statistics.geometric_mean(xs) if xs else None
+
+
+def format_table(bench, rows, membw=None):
+    """A readable table of `rows`, then geometric means of the ratios per test kind."""
+    membw = membw or {}
+    anchor = rows[0]["anchor"] if rows else "anchor"
+    width = max([len("model")] + [len(r["model"]) for r in rows])
+    head = f"| {'model':<{width}} | test  | thr | {'hearth t/s':>16} | {anchor + ' t/s':>16} | ratio | hearth GB/s"
+    lines = [head, "|" + "-" * (len(head) - 1)]
+    for r in rows:
+        gbps = ""
+        if r.get("hearth_gbps"):
+            gbps = f"{r['hearth_gbps']:.2f}"
+            bw = membw.get(r["threads"])
+            if bw:
+                gbps += f" ({100 * r['hearth_gbps'] / bw:.0f}% of {bw:.1f})"
+        h = f"{r['hearth_tps']:.2f} ± {r.get('hearth_tps_stddev', 0):.2f}"
+        a = f"{r['anchor_tps']:.2f} ± {r.get('anchor_tps_stddev', 0):.2f}"
+        q = f"{r['ratio']:.2f}" if r["ratio"] is not None else "-"
+        lines.append(
+            f"| {r['model']:<{width}} | {r['test']:<5} | {r['threads']:>3} | {h:>16} | {a:>16} | {q:>5} | {gbps}"
+        )
+    for kind in ("pp", "tg"):
+        for t in sorted({r["threads"] for r in rows}):
+            g = geomean([r["ratio"] for r in rows if r["test"].startswith(kind) and r["threads"] == t])
+            if g:
+                lines.append(f"geometric mean ratio, {kind} at {t} thread{'s' if t > 1 else ''}: {g:.2f}")
+    if membw:
+        bws = ", ".join(f"{bw:.1f} GB/s at {t} thread{'s' if t > 1 else ''}" for t, bw in sorted(membw.items()))
+        lines.append(f"memory read bandwidth (hearth bench --membw): {bws}")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- running
+
+
+# Where each row is appended as it is measured, so a run cut short keeps them.
+PARTIAL = None
+
+
+def keep(row):
+    if PARTIAL is not None:
+        with open(PARTIAL, "a") as f:
+            f.write(json.dumps(row) + "\n")
+
+
+def log(msg):
+    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def run(cmd):
+    """Runs `cmd`, returns its stdout; its stderr passes through only on failure."""
+    log(" ".join(str(c) for c in cmd))
+    p = subprocess.run([str(c) for c in cmd], capture_output=True, text=True)
+    if p.returncode != 0:
+        sys.stderr.write(p.stderr[-4000:])
+        raise BenchError(f"{Path(str(cmd[0])).name} exited with status {p.returncode}: {' '.join(map(str, cmd))}")
+    return p.stdout
+
+
+def config():
+    quick = os.environ.get("BENCH_QUICK", "") not in ("", "0")
+    threads = [int(t) for t in os.environ.get("BENCH_THREADS", "1,2").split(",") if t.strip()]
+    return {
+        "quick": quick,
+        "reps": int(os.environ.get("BENCH_REPS", "1" if quick else "3")),
+        "p": int(os.environ.get("BENCH_P", "64" if quick else "512")),
+        "n": int(os.environ.get("BENCH_N", "16" if quick else "128")),
+        "threads": threads,
+        "only": [m for m in os.environ.get("BENCH_MODELS", "").split(",") if m.strip()],
+    }
+
+
+def models(hearth, cfg, models_dir, bench_dir):
+    """The model files, writing the synthetic ones that are missing."""
+    types = ["Q4_0"] if cfg["quick"] else SYNTH_TYPES
+    real = REAL_MODELS[:1] if cfg["quick"] else REAL_MODELS
+    # The small real models first: a run cut short has them.
+    out = [models_dir / name for name in real]
+    for path in out:
+        if not path.exists():
+            raise BenchError(f"{path} is missing; run `make setup` first")
+    out += [bench_dir / f"{SYNTH_SHAPE}-{t}.gguf" for t in types]
+    if cfg["only"]:
+        out = [m for m in out if any(o in m.name for o in cfg["only"])]
+        if not out:
+            raise BenchError(f"BENCH_MODELS={','.join(cfg['only'])} matches no model")
+    bench_dir.mkdir(parents=True, exist_ok=True)
+    for path in out:
+        if not path.exists():
+            t = path.name[len(SYNTH_SHAPE) + 1:-len(".gguf")]
+            run([hearth, "synth", "--shape", SYNTH_SHAPE, "--type", t, path])
+    return out
+
+
+def llama_bench_path():
+    if os.environ.get("LLAMA_BENCH"):
+        return Path(os.environ["LLAMA_BENCH"])
+    out = run(["bash", ROOT / "scripts" / "build-llamacpp.sh"])
+    for line in out.splitlines():
+        if line.startswith("BIN="):
+            return Path(line[4:]) / "llama-bench"
+    raise BenchError("scripts/build-llamacpp.sh printed no BIN= line")
+
+
+def name_of(path):
+    return path.name[:-5] if path.name.endswith(".gguf") else path.name
+
+
+def measure_pair(subject, anchor, flip):
+    """Runs the two measurements, `anchor` first when `flip`; returns (subject, anchor)."""
+    if flip:
+        a = anchor()
+        return subject(), a
+    s = subject()
+    return s, anchor()
+
+
+def bench_cpu(hearth, cfg, model_paths):
+    llama = llama_bench_path()
+    llama_flags = LLAMA_BENCH_FLAGS + shlex.split(os.environ.get("BENCH_LLAMA_FLAGS", ""))
+    rows, k = [], 0
+    for path in model_paths:
+        for test, (p, n) in ((f"pp{cfg['p']}", (cfg["p"], 0)), (f"tg{cfg['n']}", (0, cfg["n"]))):
+            for t in cfg["threads"]:
+                common = ["-m", path, "-p", p, "-n", n, "-t", t, "-r", cfg["reps"]]
+                h, a = measure_pair(
+                    lambda: find(parse_hearth(run([hearth, "bench", *common, "--json"])), test, t),
+                    lambda: find(parse_llama_bench(run([llama, *common, *llama_flags, "-o", "json"])), test, t),
+                    flip=k % 2 == 1,
+                )
+                k += 1
+                rows.append(make_row(name_of(path), test, t, h, "llama.cpp", a))
+                keep(rows[-1])
+                log(f"{name_of(path)} {test} t={t}: hearth {h['tps']:.2f}, llama.cpp {a['tps']:.2f} tok/s")
+    return rows
+
+
+def bench_webgpu(hearth, cfg, model_paths):
+    rows, k = [], 0
+    for path in model_paths:
+        for test, (p, n) in ((f"pp{cfg['p']}", (cfg["p"], 0)), (f"tg{cfg['n']}", (0, cfg["n"]))):
+            for t in cfg["threads"]:
+                common = [hearth, "bench", "-m", path, "-p", p, "-n", n, "-t", t, "-r", cfg["reps"], "--json"]
+                g, c = measure_pair(
+                    lambda: find(parse_hearth(run([*common, "--backend", "webgpu"])), test, t),
+                    lambda: find(parse_hearth(run([*common, "--backend", "cpu"])), test, t),
+                    flip=k % 2 == 1,
+                )
+                k += 1
+                rows.append(make_row(name_of(path), test, t, g, "hearth-cpu", c))
+                keep(rows[-1])
+    return rows
+
+
+def check_backend(hearth, backend):
+    """Fails early, saying why, when this hearth build lacks `backend`."""
+    p = subprocess.run([str(hearth), "bench", "--backend", backend, "--membw", "--membw-mib", "1",
+                        "-r", "1", "-t", "1", "--json"], capture_output=True, text=True)
+    if p.returncode != 0:
+        raise BenchError(f"hearth cannot run --backend {backend}: {p.stderr.strip()}")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("bench", choices=["cpu", "webgpu"])
+    ap.add_argument("--hearth", default=ROOT / "target" / "release" / "hearth", type=Path)
+    ap.add_argument("--models-dir", default=Path(os.environ.get("HEARTH_MODELS", ROOT / ".cache" / "models")), type=Path)
+    ap.add_argument("--bench-dir", default=ROOT / ".cache" / "bench", type=Path)
+    args = ap.parse_args(argv)
+    cfg = config()
+    global PARTIAL
+    args.bench_dir.mkdir(parents=True, exist_ok=True)
+    PARTIAL = args.bench_dir / f"rows-{args.bench}-{time.strftime('%Y%m%dT%H%M%S')}.jsonl"
+    try:
+        if not args.hearth.exists():
+            raise BenchError(f"{args.hearth} is missing; build it with `cargo build --release -p hearth-cli`")
+        if args.bench == "webgpu":
+            check_backend(args.hearth, "webgpu")
+        paths = models(args.hearth, cfg, args.models_dir, args.bench_dir)
+        threads = ",".join(map(str, cfg["threads"]))
+        membw = parse_membw(run([args.hearth, "bench", "--membw", "-t", threads, "-r", "3", "--json"]))
+        log("memory read bandwidth: " + ", ".join(f"{bw:.1f} GB/s at {t} threads" for t, bw in sorted(membw.items())))
+        bench = bench_cpu if args.bench == "cpu" else bench_webgpu
+        rows = bench(args.hearth, cfg, paths)
+    except BenchError as e:
+        print(f"bench: error: {e}", file=sys.stderr)
+        return 1
+    print(format_table(args.bench, rows, membw))
+    print(summary_json(args.bench, rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
