@@ -39,11 +39,6 @@ pub fn kernel_sources() -> Vec<(&'static str, &'static str, Vec<(&'static str, C
     ]
 }
 
-/// Whether weights of `ty` run here.
-pub fn supports(ty: GgmlType) -> bool {
-    matches!(ty, GgmlType::F32 | GgmlType::F16)
-}
-
 impl WebGpuBackend {
     /// Records a [`Op::MatMul`] or [`Op::GetRows`] over F32 / F16 weights.
     pub(super) fn record_dense(
