@@ -32,8 +32,8 @@ const MODELS: [&str; 6] = [
 ];
 
 /// Bound against the CPU's exact-f32 mode: the same math up to f16
-/// rounding of the tiles and summation order.
-const VS_CPU: f64 = 1e-2;
+/// rounding of the tiles and summation order (measured 1.3e-3 .. 1.7e-3).
+const VS_CPU: f64 = 5e-3;
 
 #[test]
 fn quantized_prompt_logits_match_llamacpp() {
