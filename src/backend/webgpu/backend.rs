@@ -14,10 +14,12 @@ use wgpu::util::DeviceExt;
 
 use super::buffer::{read_back, usages, GpuBuffer};
 use super::context::GpuContext;
+use super::quant::{KernelConfig, QuantKernels};
 use super::shader::{PipelineCache, PipelineKey};
 use super::GpuError;
 use crate::backend::{Backend, BackendError, BufKind, Caps, OpIo};
 use crate::graph::Op;
+use crate::quant::GgmlType;
 
 /// One storage binding: a whole buffer or a byte range of it (a weight
 /// larger than the adapter's binding limit is bound in parts).
@@ -62,6 +64,9 @@ pub struct WebGpuBackend {
     pub(super) ctx: GpuContext,
     caps: Caps,
     pub(super) pipelines: PipelineCache,
+    /// The kernels of quantized (and split) weights; shared so that they
+    /// can record onto `self`.
+    pub(super) quant: Arc<QuantKernels>,
     pending: Vec<Dispatch>,
 }
 
@@ -74,10 +79,12 @@ impl WebGpuBackend {
             f16: ctx.caps.f16,
             threads: 1,
         };
+        let quant = Arc::new(QuantKernels::new(&ctx.caps, KernelConfig::default()));
         Self {
             ctx,
             caps,
             pipelines: PipelineCache::default(),
+            quant,
             pending: Vec::new(),
         }
     }
@@ -233,6 +240,27 @@ impl Backend for WebGpuBackend {
             self.ctx.queue.write_buffer(&dst.raw, offset, &padded);
         }
         Ok(())
+    }
+
+    /// Packed bytes, split into parts within the storage binding limit (see
+    /// the `weights` module); an unsupported shape keeps the GGUF size and
+    /// fails at upload with the reason.
+    fn weight_bytes(&self, ty: GgmlType, cols: usize, rows: usize) -> u64 {
+        match self.placement(ty, cols, rows) {
+            Ok(p) => p.bytes(),
+            Err(_) => (cols / ty.block_elems().max(1) * ty.block_bytes() * rows) as u64,
+        }
+    }
+
+    fn upload_weight_rows(
+        &self,
+        dst: &GpuBuffer,
+        ty: GgmlType,
+        cols: usize,
+        first_row: usize,
+        src: &[u8],
+    ) -> Result<(), BackendError> {
+        self.upload_rows(dst, ty, cols, first_row, src)
     }
 
     fn supports(&self, op: &Op) -> bool {

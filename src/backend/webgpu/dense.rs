@@ -40,11 +40,6 @@ pub fn kernel_sources() -> Vec<KernelSource> {
     ]
 }
 
-/// Whether weights of `ty` run here.
-pub fn supports(ty: GgmlType) -> bool {
-    matches!(ty, GgmlType::F32 | GgmlType::F16)
-}
-
 impl WebGpuBackend {
     /// Records a [`Op::MatMul`] or [`Op::GetRows`] over F32 / F16 weights.
     pub(super) fn record_dense(

@@ -19,6 +19,7 @@ pub mod model;
 mod ops;
 pub mod quant;
 pub mod shader;
+mod weights;
 
 pub use backend::WebGpuBackend;
 pub use buffer::GpuBuffer;

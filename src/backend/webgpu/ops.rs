@@ -68,10 +68,12 @@ fn f32s(b: &GpuBuffer) -> u64 {
 }
 
 impl WebGpuBackend {
-    /// Whether the op has a kernel here (weights: F32 and F16 for now).
+    /// Whether the op has a kernel here (weights: the 15 types of
+    /// [`super::quant::SUPPORTED_TYPES`]; not the MoE expert product).
     pub(super) fn supports_op(&self, op: &Op) -> bool {
         match op {
-            Op::GetRows { ty, .. } | Op::MatMul { ty, .. } => super::dense::supports(*ty),
+            Op::GetRows { ty, width } => super::weights::supports(*ty, *width),
+            Op::MatMul { ty, k, .. } => super::weights::supports(*ty, *k),
             Op::MoeExperts { .. } => false,
             Op::KvWrite {
                 k_width,
@@ -100,11 +102,16 @@ impl WebGpuBackend {
         op: &Op,
         io: &OpIo<'_, GpuBuffer>,
     ) -> Result<(), BackendError> {
+        if let Op::MoeExperts { .. } = op {
+            return Err(BackendError::UnsupportedOp(format!(
+                "{op:?}: mixture-of-experts layers have no WebGPU kernel yet; run this model with --backend cpu"
+            )));
+        }
         if !self.supports_op(op) {
             return Err(BackendError::UnsupportedOp(format!("{op:?}")));
         }
         match op {
-            Op::GetRows { .. } | Op::MatMul { .. } => self.record_dense(op, io),
+            Op::GetRows { .. } | Op::MatMul { .. } => self.record_weight(op, io),
             Op::Add => self.binary(op, io, 0),
             Op::Mul => self.binary(op, io, 1),
             Op::BiasAdd => self.binary(op, io, 2),

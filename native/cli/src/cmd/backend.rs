@@ -46,6 +46,17 @@ impl ForwardModel for AnyModel {
     }
 }
 
+impl AnyModel {
+    /// The device the model runs on, as its backend names it.
+    pub fn device_name(&self) -> String {
+        use hearth::backend::Backend;
+        match self {
+            AnyModel::Cpu(m) => m.backend().caps().name.clone(),
+            AnyModel::WebGpu(m) => m.backend().caps().name.clone(),
+        }
+    }
+}
+
 /// Loads `model` on the backend named `name` (one of [`BACKENDS`]).
 pub async fn load_on<S: ByteSource>(
     name: &str,

@@ -26,16 +26,14 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use hearth::backend::cpu::kernels::KernelTable;
-use hearth::backend::cpu::CpuBackend;
-use hearth::backend::Backend;
 use hearth::gguf::{GgufModel, MmapSource};
 use hearth::kv::{BlockId, Slot, DEFAULT_BLOCK_SIZE};
-use hearth::model::generic::Model;
 use hearth::model::{
-    load_model, Batch, ForwardModel, KvCacheConfig, KvType, LoadOptions, LogitsWanted, SeqInput,
+    Batch, ForwardModel, KvCacheConfig, KvType, LoadOptions, LogitsWanted, SeqInput,
 };
 use indicatif::{ProgressBar, ProgressStyle};
 
+use super::backend::{load_on, AnyModel};
 use report::{ModelInfo, Reporter, Row};
 
 /// Arguments of `hearth bench`.
@@ -143,15 +141,7 @@ pub fn run(args: Args) -> Result<()> {
     if args.models.is_empty() {
         return reporter.finish();
     }
-    match args.backend.as_str() {
-        "cpu" => bench_models(&args, &tests, &threads, &mut reporter, &|t| {
-            Ok(CpuBackend::new(t))
-        })?,
-        other => bail!(
-            "`hearth bench` does not know how to start backend `{other}` yet; \
-             use --backend cpu"
-        ),
-    }
+    bench_models(&args, &tests, &threads, &mut reporter)?;
     reporter.finish()
 }
 
@@ -205,24 +195,22 @@ fn model_name(path: &Path) -> String {
     name.strip_suffix(".gguf").unwrap_or(&name).to_string()
 }
 
-/// Measures every test of every model at every thread count on the backend
-/// `make_backend(threads)` makes, reporting each result as it comes.
-fn bench_models<B: Backend>(
+/// Measures every test of every model at every thread count on
+/// `args.backend`, reporting each result as it comes.
+fn bench_models(
     args: &Args,
     tests: &[Test],
     threads: &[usize],
     reporter: &mut Reporter,
-    make_backend: &dyn Fn(usize) -> Result<B>,
 ) -> Result<()> {
     let ctx = tests.iter().map(|t| t.tokens()).max().unwrap_or(1).max(2);
     for path in &args.models {
         let (gguf, sources) = super::open_model(path)?;
         let info = ModelInfo::new(model_name(path), &gguf);
         for &t in threads {
-            let backend = make_backend(t)?;
-            let mut model = load(backend, &gguf, &sources, ctx, t)
+            let mut model = load(&args.backend, &gguf, &sources, ctx, t)
                 .with_context(|| format!("cannot load {}", path.display()))?;
-            let device = model.backend().caps().name.clone();
+            let device = model.device_name();
             for &test in tests {
                 let samples = measure(&mut model, test, args, &info.name, t)
                     .with_context(|| format!("{} on {}", test.name(), path.display()))?;
@@ -257,15 +245,15 @@ fn isa_of(backend: &str, device: &str) -> String {
     }
 }
 
-/// Loads `gguf` onto `backend` with a K/V cache of `ctx` tokens (f16, as
-/// llama-bench's default).
-fn load<B: Backend>(
-    backend: B,
+/// Loads `gguf` onto the backend named `backend` with a K/V cache of `ctx`
+/// tokens (f16, as llama-bench's default).
+fn load(
+    backend: &str,
     gguf: &GgufModel,
     sources: &[MmapSource],
     ctx: usize,
     threads: usize,
-) -> Result<Model<B>> {
+) -> Result<AnyModel> {
     let opts = LoadOptions {
         kv: KvCacheConfig {
             num_blocks: ctx.div_ceil(DEFAULT_BLOCK_SIZE) + 1,
@@ -275,8 +263,7 @@ fn load<B: Backend>(
         threads,
         exact_f32: false,
     };
-    let model = pollster::block_on(load_model(backend, gguf, sources, &opts, &mut |_| {}))?;
-    Ok(model)
+    pollster::block_on(load_on(backend, gguf, sources, &opts, &mut |_| {}))
 }
 
 /// Runs `test` once untimed (unless `--no-warmup`) and `args.reps` times

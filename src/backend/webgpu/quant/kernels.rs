@@ -29,12 +29,15 @@ pub struct BufRef<'a> {
     pub offset: u64,
 }
 
-/// Rows `first_row .. first_row + rows` of a packed weight, alone in
-/// `buffer` from byte 0 (laid out as a `[rows, cols]` weight).
+/// Rows `first_row .. first_row + rows` of a packed weight, laid out as a
+/// `[rows, cols]` weight from byte `offset` of `buffer`.
 #[derive(Debug, Clone, Copy)]
 pub struct WeightPart<'a> {
     /// The buffer holding the rows.
     pub buffer: &'a wgpu::Buffer,
+    /// First byte of the part (a multiple of the adapter's storage offset
+    /// alignment; 0 for a part alone in its buffer).
+    pub offset: u64,
     /// The part's first row in the whole weight.
     pub first_row: u64,
     /// Rows in this part.
@@ -221,7 +224,7 @@ impl QuantKernels {
                 ..base
             };
             let total = u32_of(u64::from(groups) * u64::from(token_groups), "workgroups")?;
-            let mut binds = vec![weight_bind(part)];
+            let mut binds = vec![weight_bind(part, &layout)];
             binds.extend(xbinds.iter().cloned());
             be.enqueue(Dispatch {
                 pipeline: pipeline.clone(),
@@ -237,7 +240,7 @@ impl QuantKernels {
         &self,
         be: &mut WebGpuBackend,
         a: &MatmulArgs<'_>,
-        _layout: &PackedLayout,
+        layout: &PackedLayout,
         base: KernelParams,
         x: Bind,
         y: Bind,
@@ -257,7 +260,7 @@ impl QuantKernels {
             be.enqueue(Dispatch {
                 pipeline: pipeline.clone(),
                 params: bytemuck::cast_slice(&[params]).to_vec(),
-                binds: vec![weight_bind(part), x.clone(), y.clone()],
+                binds: vec![weight_bind(part, layout), x.clone(), y.clone()],
                 groups: be.grid(total),
             });
         }
@@ -375,7 +378,7 @@ impl QuantKernels {
                 pipeline: pipeline.clone(),
                 params: bytemuck::cast_slice(&[params]).to_vec(),
                 binds: vec![
-                    weight_bind(part),
+                    weight_bind(part, &layout),
                     Bind {
                         buf: a.ids.buffer.clone(),
                         offset: 0,
@@ -408,11 +411,13 @@ impl QuantKernels {
     }
 }
 
-fn weight_bind(part: &WeightPart<'_>) -> Bind {
+/// The part's rows as a binding: its byte range when it shares a buffer
+/// (`rows * row_bytes`), else the whole buffer.
+fn weight_bind(part: &WeightPart<'_>, layout: &PackedLayout) -> Bind {
     Bind {
         buf: part.buffer.clone(),
-        offset: 0,
-        size: None,
+        offset: part.offset,
+        size: std::num::NonZeroU64::new(layout.part_bytes(part.rows)),
     }
 }
 

@@ -99,6 +99,7 @@ fn matmul_case(be: &mut WebGpuBackend, qk: &QuantKernels, ty: GgmlType, m: u64, 
         .iter()
         .map(|(b, first, rows)| WeightPart {
             buffer: &b.raw,
+            offset: 0,
             first_row: *first,
             rows: *rows,
         })
@@ -222,6 +223,7 @@ fn get_rows_matches_dequantize_on_gpu() {
             .iter()
             .map(|(b, first, rows)| WeightPart {
                 buffer: &b.raw,
+                offset: 0,
                 first_row: *first,
                 rows: *rows,
             })
