@@ -56,7 +56,9 @@ if [ "$kind" = mt ]; then
   sed -i "s#import('../../..')#import('../../../hearth_wasm.js')#" "$helper"
   grep -q "hearth_wasm.js" "$helper" || { echo "could not patch $helper" >&2; exit 1; }
 fi
-if command -v wasm-opt >/dev/null; then
+if [ "${HEARTH_WASM_OPT:-1}" = 0 ]; then
+  echo "wasm-opt skipped (HEARTH_WASM_OPT=0)" >&2
+elif command -v wasm-opt >/dev/null; then
   wasm-opt -O3 "${features[@]}" "$out/hearth_wasm_bg.wasm" -o "$out/hearth_wasm_bg.wasm"
 else
   echo "wasm-opt not found (npm binaryen in www/package): the module is not optimized" >&2
