@@ -5,6 +5,8 @@
 #       with -Z build-std and wasm-bindgen-rayon
 # then runs wasm-bindgen (the pinned CLI in .cache/tools) and wasm-opt (npm
 # binaryen; Debian's is broken). Usage: scripts/build-wasm.sh st|mt
+# Env: HEARTH_WASM_TARGET: where the cargo target dirs go (default target/),
+# e.g. an empty folder to time a cold build; HEARTH_WASM_OPT=0 skips wasm-opt.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,14 +18,14 @@ command -v wasm-bindgen >/dev/null || { echo "wasm-bindgen is missing; run \`mak
 
 case $kind in
   st)
-    export CARGO_TARGET_DIR=$root/target/wasm-st
+    export CARGO_TARGET_DIR=${HEARTH_WASM_TARGET:-$root/target}/wasm-st
     RUSTFLAGS='-C target-feature=+simd128' \
       cargo build --release --target wasm32-unknown-unknown --manifest-path www/wasm/Cargo.toml
     features=(--enable-simd --enable-bulk-memory --enable-mutable-globals --enable-nontrapping-float-to-int
               --enable-sign-ext --enable-reference-types --enable-multivalue)
     ;;
   mt)
-    export CARGO_TARGET_DIR=$root/target/wasm-mt
+    export CARGO_TARGET_DIR=${HEARTH_WASM_TARGET:-$root/target}/wasm-mt
     # The linker flags make the memory shared and export the TLS symbols
     # wasm-bindgen-rayon's workers need (without them initThreadPool fails
     # with DataCloneError).
