@@ -74,3 +74,13 @@ serve-browser: package
 	node tests/browser/server.mjs --port 8080
 
 test: test-browser
+
+# Lints of the browser facade (its own workspace, wasm32, SIMD128 as in wasm-st):
+# fmt, clippy -D warnings, rustdoc -D warnings. Not part of `make test`.
+.PHONY: lint-wasm
+lint-wasm:
+	cd www/wasm && $(CARGO) fmt -- --check
+	cd www/wasm && CARGO_TARGET_DIR=../../target/wasm-lint RUSTFLAGS='-C target-feature=+simd128' \
+	  $(CARGO) clippy --target wasm32-unknown-unknown --all-targets -- -D warnings
+	cd www/wasm && CARGO_TARGET_DIR=../../target/wasm-lint RUSTFLAGS='-C target-feature=+simd128' \
+	  RUSTDOCFLAGS='-D warnings' $(CARGO) doc --target wasm32-unknown-unknown --no-deps
