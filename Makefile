@@ -169,3 +169,13 @@ demo: setup package
 
 bench-browser: setup package $(BENCH_BROWSER)/node_modules/.package-lock.json
 	node $(BENCH_BROWSER)/bench.mjs
+
+# Lints of the browser facade (its own workspace, wasm32, SIMD128 as in wasm-st):
+# fmt, clippy -D warnings, rustdoc -D warnings. Not part of `make test`.
+.PHONY: lint-wasm
+lint-wasm:
+	cd www/wasm && $(CARGO) fmt -- --check
+	cd www/wasm && CARGO_TARGET_DIR=../../target/wasm-lint RUSTFLAGS='-C target-feature=+simd128' \
+	  $(CARGO) clippy --target wasm32-unknown-unknown --all-targets -- -D warnings
+	cd www/wasm && CARGO_TARGET_DIR=../../target/wasm-lint RUSTFLAGS='-C target-feature=+simd128' \
+	  RUSTDOCFLAGS='-D warnings' $(CARGO) doc --target wasm32-unknown-unknown --no-deps

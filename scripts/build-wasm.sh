@@ -5,6 +5,8 @@
 #       with -Z build-std and wasm-bindgen-rayon
 # then runs wasm-bindgen (the pinned CLI in .cache/tools) and wasm-opt (npm
 # binaryen; Debian's is broken). Usage: scripts/build-wasm.sh st|mt
+# Env: HEARTH_WASM_TARGET: where the cargo target dirs go (default target/),
+# e.g. an empty folder to time a cold build; HEARTH_WASM_OPT=0 skips wasm-opt.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,14 +18,14 @@ command -v wasm-bindgen >/dev/null || { echo "wasm-bindgen is missing; run \`mak
 
 case $kind in
   st)
-    export CARGO_TARGET_DIR=$root/target/wasm-st
+    export CARGO_TARGET_DIR=${HEARTH_WASM_TARGET:-$root/target}/wasm-st
     RUSTFLAGS='-C target-feature=+simd128' \
       cargo build --release --target wasm32-unknown-unknown --manifest-path www/wasm/Cargo.toml
     features=(--enable-simd --enable-bulk-memory --enable-mutable-globals --enable-nontrapping-float-to-int
               --enable-sign-ext --enable-reference-types --enable-multivalue)
     ;;
   mt)
-    export CARGO_TARGET_DIR=$root/target/wasm-mt
+    export CARGO_TARGET_DIR=${HEARTH_WASM_TARGET:-$root/target}/wasm-mt
     # The linker flags make the memory shared and export the TLS symbols
     # wasm-bindgen-rayon's workers need (without them initThreadPool fails
     # with DataCloneError).
@@ -56,7 +58,9 @@ if [ "$kind" = mt ]; then
   sed -i "s#import('../../..')#import('../../../hearth_wasm.js')#" "$helper"
   grep -q "hearth_wasm.js" "$helper" || { echo "could not patch $helper" >&2; exit 1; }
 fi
-if command -v wasm-opt >/dev/null; then
+if [ "${HEARTH_WASM_OPT:-1}" = 0 ]; then
+  echo "wasm-opt skipped (HEARTH_WASM_OPT=0)" >&2
+elif command -v wasm-opt >/dev/null; then
   wasm-opt -O3 "${features[@]}" "$out/hearth_wasm_bg.wasm" -o "$out/hearth_wasm_bg.wasm"
 else
   echo "wasm-opt not found (npm binaryen in www/package): the module is not optimized" >&2

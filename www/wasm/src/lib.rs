@@ -7,6 +7,8 @@
 //! data-parallel loops run on wasm-bindgen-rayon's Web Workers (the page must
 //! be cross-origin isolated; the package calls `initThreadPool` first).
 
+#![deny(missing_docs)]
+
 mod inspect;
 mod request;
 mod source;
@@ -220,6 +222,10 @@ impl WasmEngine {
     }
 
     /// Runs one scheduler step; resolves to the events as a JSON array.
+    // The borrow is held across the await on purpose: it is the guard that
+    // makes a call overlapping a step fail with "busy" (every method takes
+    // it with `try_borrow_mut`, so nothing can panic on it).
+    #[allow(clippy::await_holding_refcell_ref)]
     pub fn step(&self) -> Promise {
         let inner = Rc::clone(&self.inner);
         wasm_bindgen_futures::future_to_promise(async move {
