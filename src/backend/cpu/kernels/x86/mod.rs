@@ -21,8 +21,9 @@
 
 mod avx2;
 mod avx512;
+mod gemm;
 
-use super::{DotFn, Isa, QuantizeFn};
+use super::{DotFn, GemmFn, Isa, QuantizeFn};
 use crate::quant::GgmlType;
 
 /// Whether this CPU runs `isa`'s kernels.
@@ -60,5 +61,16 @@ pub(super) fn quantizer(isa: Isa, ty: GgmlType) -> Option<QuantizeFn> {
     match isa {
         Isa::Scalar => None,
         Isa::Avx2 | Isa::Avx512 => avx2::quantizer(ty),
+    }
+}
+
+/// The tiled kernel (several rows by several activation rows) of weight
+/// type `ty` under `isa`, `None` where the matmul dots pair by pair.
+/// Callers must have checked [`available`]`(isa)`.
+pub(super) fn gemm(isa: Isa, ty: GgmlType) -> Option<GemmFn> {
+    match isa {
+        Isa::Scalar => None,
+        Isa::Avx2 => gemm::avx2::gemm(ty),
+        Isa::Avx512 => gemm::avx512::gemm(ty),
     }
 }
