@@ -296,6 +296,9 @@ impl Product<'_> {
         let rb = self.w.row_bytes;
         let wr = &self.wr[rows.start * rb..rows.end * rb];
         let a = &self.a[toks.start * self.act_bytes..toks.end * self.act_bytes];
+        // The tiles for every batch size, one token included: a pair's
+        // arithmetic is the same in every tile shape, so a token's results
+        // do not depend on the batch it is in.
         match self.w.kernels.gemm {
             Some(gemm) => {
                 let out = Out {

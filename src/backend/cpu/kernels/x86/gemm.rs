@@ -1,5 +1,6 @@
 //! Tiled dots of the 32-element formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
-//! IQ4_NL): `R` weight rows by `T` activation rows per pass.
+//! IQ4_NL; Q4_K and Q6_K in `gemm_k.rs`): `R` weight rows by `T`
+//! activation rows per pass.
 //!
 //! Each weight block is decoded once into a register and used for `T`
 //! activation rows; each activation block is loaded once and used for `R`
@@ -24,6 +25,9 @@ use std::arch::x86_64::*;
 use bytemuck::Pod;
 
 use crate::backend::cpu::kernels::{blocks, Out};
+
+/// How far ahead of the rows in use [`drive`] prefetches weights (bytes).
+const PREFETCH_BYTES: usize = 4096;
 
 /// One tile kernel: `R` weight rows (`ws` blocks apart) by `T` activation
 /// rows (`as_` blocks apart) over `nb` blocks, results at
@@ -74,8 +78,20 @@ pub(super) unsafe fn drive<W: Pod, A: Pod>(
     let ab = blocks::<A>(&a[..toks * act_bytes]);
     let (wp, ap) = (wb.as_ptr(), ab.as_ptr());
     let (rs, ts, op) = (out.row_stride, out.tok_stride, out.out.as_mut_ptr());
+    // Weight rows stream from memory once (decode) or once per batch of
+    // tokens: fetch a group of rows a few KB ahead of the one in use, so
+    // the tiles do not wait on memory latency.
+    let group = k.r * row_bytes;
+    let ahead = group.max(PREFETCH_BYTES);
     let mut r = 0;
     while r < rows {
+        let from = r * row_bytes + ahead;
+        let to = (from + group).min(rows * row_bytes);
+        for at in (from..to).step_by(64) {
+            // SAFETY: `at` lies inside `w` (`to` is clamped to its rows);
+            // a prefetch only hints the cache and never faults.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(w.as_ptr().add(at).cast()) };
+        }
         let (rn, f_t, f_1) = if r + k.r <= rows {
             (k.r, k.rt, k.r1)
         } else {
@@ -215,6 +231,7 @@ macro_rules! gemm_formats {
             w: |bx| signed_w(iq4_levels(&bx.qs)), wd: h2f(bx.d),
             a: |by, aq| signed_start(aq),
             pair: |s, w, x| signed_pair(s, w, x));
+        kquant_tiles!($features);
 
         /// The tiled kernel of weight type `ty`, `None` where there is none.
         pub(in super::super) fn gemm(ty: GgmlType) -> Option<GemmFn> {
@@ -245,6 +262,8 @@ macro_rules! gemm_formats {
                 T::Q5_1 => entry!(BlockQ5_1, BlockQ8_1, tile_q5_1),
                 T::Q8_0 => entry!(BlockQ8_0, BlockQ8_0, tile_q8_0),
                 T::IQ4_NL => entry!(BlockIQ4NL, BlockQ8_0, tile_iq4_nl),
+                T::Q4_K => entry!(BlockQ4K, BlockQ8K, tile_q4_k),
+                T::Q6_K => entry!(BlockQ6K, BlockQ8K, tile_q6_k),
                 _ => return None,
             };
             Some(f)
@@ -257,11 +276,13 @@ macro_rules! gemm_imports {
     () => {
         use std::arch::x86_64::*;
 
-        use super::super::avx2::{h2f, iq4_levels, load32, nibbles, q5_quants};
+        use super::super::avx2::{h2f, iq4_levels, k4_scales_mins, load32, nibbles, q5_quants};
+        use super::super::gemm_k::kquant_tiles;
         use super::{drive, hsum_ps, Tiles};
         use crate::backend::cpu::kernels::{GemmFn, Out};
         use crate::quant::blocks::{
-            BlockIQ4NL, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, BlockQ8_1,
+            BlockIQ4NL, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8K,
+            BlockQ8_0, BlockQ8_1,
         };
         use crate::quant::GgmlType;
     };
@@ -278,6 +299,13 @@ pub(super) mod avx2 {
     unsafe fn dpbusd(acc: __m256i, u: __m256i, s: __m256i) -> __m256i {
         let p = _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
         _mm256_add_epi32(acc, p)
+    }
+
+    /// `acc` plus the i16 x i16 products of `a` and `b` in pairs.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn dpwssd(acc: __m256i, a: __m256i, b: __m256i) -> __m256i {
+        _mm256_add_epi32(acc, _mm256_madd_epi16(a, b))
     }
 
     /// Lanes holding `-k * sum(aq)` (the offset of `k`-centred weights).
@@ -330,6 +358,23 @@ pub(super) mod avx512 {
             acc = inout(ymm_reg) acc,
             u = in(ymm_reg) u,
             s = in(ymm_reg) s,
+            options(pure, nomem, nostack, preserves_flags),
+        );
+        acc
+    }
+
+    /// `acc` plus the i16 x i16 products of `a` and `b` in pairs (exact
+    /// while the sums fit i32).
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+    unsafe fn dpwssd(acc: __m256i, a: __m256i, b: __m256i) -> __m256i {
+        let mut acc = acc;
+        // SAFETY: as in `dpbusd`.
+        std::arch::asm!(
+            "{{evex}} vpdpwssd {acc}, {a}, {b}",
+            acc = inout(ymm_reg) acc,
+            a = in(ymm_reg) a,
+            b = in(ymm_reg) b,
             options(pure, nomem, nostack, preserves_flags),
         );
         acc

@@ -22,6 +22,7 @@
 mod avx2;
 mod avx512;
 mod gemm;
+mod gemm_k;
 
 use super::{DotFn, GemmFn, Isa, QuantizeFn};
 use crate::quant::GgmlType;
