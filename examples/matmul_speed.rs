@@ -2,7 +2,11 @@
 //! dot loop it replaced (`vec_dot` per row and token), in one process:
 //! the best of many short trials, so a busy machine disturbs it little.
 //!
-//! `cargo run --release --example matmul_speed [threads]`
+//! `cargo run --release --example matmul_speed [threads] [type,type...]`
+//!
+//! Shapes are the real models' (`cols x rows`): SmolLM2-135M (Q4_1, Q8_0),
+//! Gemma-3-270M (Q4_K, Q6_K, Q5_0, Q8_0; the 262144-row output matrix as
+//! a 16384-row slice) and a 1B-shaped 2048x8192 for every tiled format.
 
 use std::time::Instant;
 
@@ -11,15 +15,19 @@ use hearth::backend::cpu::matmul::{matmul, quantize_acts, Weight};
 use hearth::backend::cpu::threads::Threads;
 use hearth::quant::{reference, GgmlType};
 
-/// Best wall time of `f` over `trials` runs, in seconds.
-fn best(trials: usize, mut f: impl FnMut()) -> f64 {
-    (0..trials)
-        .map(|_| {
-            let t = Instant::now();
-            f();
-            t.elapsed().as_secs_f64()
-        })
-        .fold(f64::INFINITY, f64::min)
+/// Best wall times of `a` and `b` over `trials` interleaved runs each, in
+/// seconds: alternating them lets a busy machine slow both alike.
+fn best2(trials: usize, mut a: impl FnMut(), mut b: impl FnMut()) -> (f64, f64) {
+    let (mut ba, mut bb) = (f64::INFINITY, f64::INFINITY);
+    for _ in 0..trials {
+        let t = Instant::now();
+        a();
+        ba = ba.min(t.elapsed().as_secs_f64());
+        let t = Instant::now();
+        b();
+        bb = bb.min(t.elapsed().as_secs_f64());
+    }
+    (ba, bb)
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -30,16 +38,29 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let table = KernelTable::detect();
     let threads = Threads::new(nt);
     println!("ISA {}, {nt} thread(s)", table.isa());
-    let shapes = [
-        (GgmlType::Q4_1, 576, 1536),
-        (GgmlType::Q8_0, 576, 8192),
-        (GgmlType::Q5_0, 640, 2048),
-        (GgmlType::Q4_0, 2048, 8192),
-        (GgmlType::Q8_0, 2048, 2048),
-        (GgmlType::Q4_K, 2048, 8192),
-        (GgmlType::Q6_K, 2048, 2048),
-        (GgmlType::IQ4_XS, 2048, 2048),
-    ];
+    let only: Option<String> = std::env::args().nth(2);
+    let mut shapes = Vec::new();
+    for ty in [GgmlType::Q4_1, GgmlType::Q8_0] {
+        shapes.extend([(ty, 576, 1536), (ty, 1536, 576), (ty, 576, 49152)]);
+    }
+    for ty in [GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q5_0, GgmlType::Q8_0] {
+        shapes.extend([(ty, 640, 2048), (ty, 2048, 640), (ty, 640, 16384)]);
+    }
+    for ty in [
+        GgmlType::Q4_0,
+        GgmlType::Q4_1,
+        GgmlType::Q5_0,
+        GgmlType::Q8_0,
+        GgmlType::Q4_K,
+        GgmlType::Q6_K,
+        GgmlType::IQ4_XS,
+    ] {
+        shapes.push((ty, 2048, 8192));
+    }
+    if let Some(only) = &only {
+        let names: Vec<&str> = only.split(',').collect();
+        shapes.retain(|(ty, _, _)| names.iter().any(|n| n.eq_ignore_ascii_case(ty.name())));
+    }
     let mut seed = 1u64;
     let mut next = move || {
         seed = seed
@@ -61,18 +82,22 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let x: Vec<f32> = (0..n * cols).map(|_| next()).collect();
             let mut y = vec![0.0f32; n * rows];
             let trials = if n == 1 { 40 } else { 6 };
-            let new = best(trials, || {
-                let _ = matmul(&threads, &table, &w, 0..rows, &x, &mut y, false);
-            });
-            let old = best(trials, || {
-                if let Ok(acts) = quantize_acts(&table, &w, &x) {
-                    for t in 0..n {
-                        for r in 0..rows {
-                            y[t * rows + r] = (k.vec_dot)(w.row(r), acts.row(t));
+            let mut y2 = y.clone();
+            let (new, old) = best2(
+                trials,
+                || {
+                    let _ = matmul(&threads, &table, &w, 0..rows, &x, &mut y, false);
+                },
+                || {
+                    if let Ok(acts) = quantize_acts(&table, &w, &x) {
+                        for t in 0..n {
+                            for r in 0..rows {
+                                y2[t * rows + r] = (k.vec_dot)(w.row(r), acts.row(t));
+                            }
                         }
                     }
-                }
-            });
+                },
+            );
             let gb = wq.len() as f64 / 1e9;
             let gmac = (n * rows * cols) as f64 / 1e9;
             println!(
