@@ -5,8 +5,8 @@
 //! `cargo run --release --example matmul_speed [threads] [type,type...]`
 //!
 //! Shapes are the real models' (`cols x rows`): SmolLM2-135M (Q4_1, Q8_0),
-//! Gemma-3-270M (Q4_K, Q6_K, Q5_0, Q8_0; the 262144-row output matrix as
-//! a 16384-row slice) and a 1B-shaped 2048x8192 for every tiled format.
+//! Gemma-3-270M (Q4_K, Q6_K, Q5_0, Q8_0 where rows are whole blocks; the
+//! 262144-row output matrix as a 16384-row slice) and a 1B-shaped 2048x8192 for every tiled format.
 
 use std::time::Instant;
 
@@ -43,7 +43,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for ty in [GgmlType::Q4_1, GgmlType::Q8_0] {
         shapes.extend([(ty, 576, 1536), (ty, 1536, 576), (ty, 576, 49152)]);
     }
-    for ty in [GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q5_0, GgmlType::Q8_0] {
+    for ty in [
+        GgmlType::Q4_K,
+        GgmlType::Q6_K,
+        GgmlType::Q5_0,
+        GgmlType::Q8_0,
+    ] {
         shapes.extend([(ty, 640, 2048), (ty, 2048, 640), (ty, 640, 16384)]);
     }
     for ty in [
@@ -57,6 +62,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     ] {
         shapes.push((ty, 2048, 8192));
     }
+    // Gemma's k-quant tensors are those whose rows are whole 256-blocks.
+    shapes.retain(|(ty, cols, _)| cols % ty.block_elems() == 0);
     if let Some(only) = &only {
         let names: Vec<&str> = only.split(',').collect();
         shapes.retain(|(ty, _, _)| names.iter().any(|n| n.eq_ignore_ascii_case(ty.name())));

@@ -86,6 +86,18 @@ impl Weight {
         &self.bytes()[r * self.row_bytes..(r + 1) * self.row_bytes]
     }
 
+    /// Whether a one-token matmul over `rows` runs the tiled kernel (as
+    /// batches do, so its results equal the batched ones bit for bit) or
+    /// the per-row dot (equal to the batched results within f32 rounding).
+    ///
+    /// The tile where the format's tile decodes faster, and for any format
+    /// over more than [`ONE_TOKEN_TILE_BYTES`] of weights: there its weight
+    /// prefetch beats the per-row dot's reliance on the hardware prefetcher.
+    pub fn one_token_runs_tiles(&self, rows: Range<usize>) -> bool {
+        self.kernels.gemm.is_some()
+            && (self.kernels.gemm_one_token || rows.len() * self.row_bytes > ONE_TOKEN_TILE_BYTES)
+    }
+
     /// Expands row `r` to f32 into `out` (`out.len() == cols`).
     pub fn dequantize_row(&self, r: usize, out: &mut [f32]) {
         (self.kernels.dequantize_row)(self.row(r), out);
@@ -116,6 +128,11 @@ pub fn quantize_acts(
     let row_bytes = quantize_into(&Threads::new(1), table, w, x, &mut data)?;
     Ok(QuantizedActs { data, row_bytes })
 }
+
+/// Weight bytes from which a one-token matmul runs the tiles in every
+/// format (measured: Q4_1's 21 MB output matrix decodes faster tiled,
+/// 0.5 MB matrices with the per-row dot).
+pub const ONE_TOKEN_TILE_BYTES: usize = 16 << 20;
 
 /// Activation rows quantized per parallel task (prefill).
 const QUANT_ROWS_PER_TASK: usize = 8;
@@ -216,6 +233,7 @@ pub fn matmul(
             act_bytes,
             n,
             m,
+            one_token_tiles: w.one_token_runs_tiles(rows.clone()),
         };
         p.run(threads, y);
     }
@@ -232,6 +250,8 @@ struct Product<'a> {
     act_bytes: usize,
     n: usize,
     m: usize,
+    /// [`Weight::one_token_runs_tiles`] for the rows in use.
+    one_token_tiles: bool,
 }
 
 impl Product<'_> {
@@ -296,10 +316,17 @@ impl Product<'_> {
         let rb = self.w.row_bytes;
         let wr = &self.wr[rows.start * rb..rows.end * rb];
         let a = &self.a[toks.start * self.act_bytes..toks.end * self.act_bytes];
-        // The tiles for every batch size, one token included: a pair's
-        // arithmetic is the same in every tile shape, so a token's results
-        // do not depend on the batch it is in.
-        match self.w.kernels.gemm {
+        // The tiles for every batch size, and for one token where the
+        // format's tile is the faster: a pair's arithmetic is the same in
+        // every tile shape, so then a token's results do not depend on the
+        // batch it is in. Elsewhere one token dots row by row (the same
+        // products, summed in another order: equal within f32 rounding).
+        let tiles = if self.n == 1 && !self.one_token_tiles {
+            None
+        } else {
+            self.w.kernels.gemm
+        };
+        match tiles {
             Some(gemm) => {
                 let out = Out {
                     out,

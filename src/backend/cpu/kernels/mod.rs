@@ -160,6 +160,11 @@ pub struct WeightKernels {
     /// Several rows by several activation rows at once, `None` where the
     /// ISA has none (the matmul then calls [`WeightKernels::vec_dot`] per pair).
     pub gemm: Option<GemmFn>,
+    /// Whether a one-token matmul runs [`WeightKernels::gemm`] (true) or
+    /// [`WeightKernels::vec_dot`] per row (false: the per-row dot was
+    /// measured faster for this format). With `false`, a token alone and the
+    /// same token in a batch agree within f32 rounding, not bit for bit.
+    pub gemm_one_token: bool,
 }
 
 impl std::fmt::Debug for WeightKernels {
@@ -290,6 +295,7 @@ fn scalar_weight_kernels(ty: GgmlType) -> Option<WeightKernels> {
         vec_dot,
         dequantize_row,
         gemm: None,
+        gemm_one_token: false,
     })
 }
 
@@ -334,6 +340,7 @@ fn scalar_kquant_kernels(ty: GgmlType) -> Option<WeightKernels> {
         vec_dot,
         dequantize_row,
         gemm: None,
+        gemm_one_token: false,
     })
 }
 
@@ -420,6 +427,7 @@ impl KernelTable {
         #[cfg(target_arch = "x86_64")]
         if let Some(gemm) = x86::gemm(self.isa, ty) {
             k.gemm = Some(gemm);
+            k.gemm_one_token = x86::gemm_one_token(self.isa, ty);
         }
         Some(k)
     }

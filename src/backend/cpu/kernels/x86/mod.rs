@@ -75,3 +75,16 @@ pub(super) fn gemm(isa: Isa, ty: GgmlType) -> Option<GemmFn> {
         Isa::Avx512 => gemm::avx512::gemm(ty),
     }
 }
+
+/// Whether a one-token matmul of weight type `ty` under `isa` runs the tile
+/// (see [`gemm`]) rather than the per-row dot: only where `matmul_speed`
+/// measured the tile at least as fast on the models' shapes. The 4-row
+/// decode tile loses where a block's per-row work (f16 scales, Q4_1's min
+/// term, k-quant scale unpacking) outweighs the shared activation loads.
+pub(super) fn gemm_one_token(isa: Isa, ty: GgmlType) -> bool {
+    use GgmlType as T;
+    match isa {
+        Isa::Scalar => false,
+        Isa::Avx2 | Isa::Avx512 => matches!(ty, T::Q4_0 | T::Q5_0 | T::Q8_0 | T::IQ4_NL),
+    }
+}
