@@ -63,7 +63,7 @@ fn matmul_matches_per_pair_dots_in_every_split() {
             for range in [0..rows, 5..66] {
                 let m = range.len();
                 // One token runs the batches' kernel: tiles for both, or dots for both.
-                let same_kernel = k.gemm.is_none() || w.one_token_runs_tiles(range.clone());
+                let same_kernel = k.gemm.is_none() || w.one_token_runs_tiles();
                 let mut results = Vec::new();
                 for pool in &pools {
                     let mut y = vec![f32::NAN; n * m];

@@ -86,16 +86,13 @@ impl Weight {
         &self.bytes()[r * self.row_bytes..(r + 1) * self.row_bytes]
     }
 
-    /// Whether a one-token matmul over `rows` runs the tiled kernel (as
-    /// batches do, so its results equal the batched ones bit for bit) or
-    /// the per-row dot (equal to the batched results within f32 rounding).
-    ///
-    /// The tile where the format's tile decodes faster, and for any format
-    /// over more than [`ONE_TOKEN_TILE_BYTES`] of weights: there its weight
-    /// prefetch beats the per-row dot's reliance on the hardware prefetcher.
-    pub fn one_token_runs_tiles(&self, rows: Range<usize>) -> bool {
-        self.kernels.gemm.is_some()
-            && (self.kernels.gemm_one_token || rows.len() * self.row_bytes > ONE_TOKEN_TILE_BYTES)
+    /// Whether a one-token matmul runs the tiled kernel (as batches do, so
+    /// its results equal the batched ones bit for bit) or the per-row dot
+    /// (equal to the batched results within f32 rounding): the tile where
+    /// the format's tile decodes at least as fast
+    /// ([`crate::backend::cpu::kernels::WeightKernels::gemm_one_token`]).
+    pub fn one_token_runs_tiles(&self) -> bool {
+        self.kernels.gemm.is_some() && self.kernels.gemm_one_token
     }
 
     /// Expands row `r` to f32 into `out` (`out.len() == cols`).
@@ -128,11 +125,6 @@ pub fn quantize_acts(
     let row_bytes = quantize_into(&Threads::new(1), table, w, x, &mut data)?;
     Ok(QuantizedActs { data, row_bytes })
 }
-
-/// Weight bytes from which a one-token matmul runs the tiles in every
-/// format (measured: Q4_1's 21 MB output matrix decodes faster tiled,
-/// 0.5 MB matrices with the per-row dot).
-pub const ONE_TOKEN_TILE_BYTES: usize = 16 << 20;
 
 /// Activation rows quantized per parallel task (prefill).
 const QUANT_ROWS_PER_TASK: usize = 8;
@@ -233,7 +225,7 @@ pub fn matmul(
             act_bytes,
             n,
             m,
-            one_token_tiles: w.one_token_runs_tiles(rows.clone()),
+            one_token_tiles: w.one_token_runs_tiles(),
         };
         p.run(threads, y);
     }

@@ -27,7 +27,7 @@ use bytemuck::Pod;
 use crate::backend::cpu::kernels::{blocks, Out};
 
 /// How far ahead of the rows in use [`drive`] prefetches weights (bytes).
-const PREFETCH_BYTES: usize = 4096;
+const PREFETCH_BYTES: usize = 16384;
 
 /// One tile kernel: `R` weight rows (`ws` blocks apart) by `T` activation
 /// rows (`as_` blocks apart) over `nb` blocks, results at

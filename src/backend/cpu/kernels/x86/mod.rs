@@ -78,9 +78,11 @@ pub(super) fn gemm(isa: Isa, ty: GgmlType) -> Option<GemmFn> {
 
 /// Whether a one-token matmul of weight type `ty` under `isa` runs the tile
 /// (see [`gemm`]) rather than the per-row dot: only where `matmul_speed`
-/// measured the tile at least as fast on the models' shapes. The 4-row
-/// decode tile loses where a block's per-row work (f16 scales, Q4_1's min
-/// term, k-quant scale unpacking) outweighs the shared activation loads.
+/// measured the tile at least as fast on the models' shapes (Q4_0, Q5_0,
+/// Q8_0: 1.1-1.6x). The 4-row decode tile of Q4_1, Q4_K and Q6_K loses up
+/// to 10-30% on L2-sized matrices, where a block's per-row work (f16
+/// scales, Q4_1's min term, k-quant scale unpacking) outweighs the shared
+/// activation loads; on 20 MB matrices it is on par within noise.
 pub(super) fn gemm_one_token(isa: Isa, ty: GgmlType) -> bool {
     use GgmlType as T;
     match isa {
