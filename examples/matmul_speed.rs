@@ -58,6 +58,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         GgmlType::Q8_0,
         GgmlType::Q4_K,
         GgmlType::Q6_K,
+        GgmlType::IQ4_NL,
         GgmlType::IQ4_XS,
     ] {
         shapes.push((ty, 2048, 8192));
