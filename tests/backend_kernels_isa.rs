@@ -225,6 +225,46 @@ fn isa_activation_quantizers_equal_the_scalar_ones() {
     }
 }
 
+#[test]
+fn isa_q8_k_quantizer_equals_the_scalar_one_on_ties_and_zero_blocks() {
+    // The sign of the scale comes from the FIRST element of largest
+    // magnitude: +a before -a and -a before +a give opposite scales.
+    let scalar = KernelTable::scalar();
+    for isa in fast_isas() {
+        let table = KernelTable::with_isa(isa).expect("available ISA");
+        let seed = 7900 + isa as u64;
+        let mut rng = Rng::new(seed);
+        let mut x = row(&mut rng, 4 * 256);
+        let big = 1.0 + x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        (x[37], x[200]) = (big, -big);
+        (x[256 + 3], x[256 + 255]) = (-big, big);
+        x[512..768].fill(0.0);
+        x[768 + 9] = f32::NAN;
+        let bytes = 4 * GgmlType::Q8_K.block_bytes();
+        let (mut ours, mut theirs) = (vec![0u8; bytes], vec![0u8; bytes]);
+        (table.quantizer(GgmlType::Q8_K).expect("quantizer"))(&x, &mut ours);
+        (scalar.quantizer(GgmlType::Q8_K).expect("quantizer"))(&x, &mut theirs);
+        let b = GgmlType::Q8_K.block_bytes();
+        for k in 0..3 {
+            assert!(
+                ours[k * b..(k + 1) * b] == theirs[k * b..(k + 1) * b],
+                "{isa} seed {seed} block {k}"
+            );
+        }
+        let oracle = quantized(GgmlType::Q8_K, &x[..768]);
+        assert!(
+            ours[..3 * b] == oracle[..],
+            "{isa} seed {seed}: differs from the reference"
+        );
+        // A NaN is skipped by the max in both: the scale agrees.
+        assert_eq!(
+            ours[3 * b..3 * b + 4],
+            theirs[3 * b..3 * b + 4],
+            "{isa} seed {seed}"
+        );
+    }
+}
+
 /// Quantized rows `[k, n]` of `ty` from fresh random values, with the f32
 /// values kept.
 fn quantized_rows(rng: &mut Rng, ty: GgmlType, k: usize, n: usize) -> (Vec<f32>, Vec<u8>) {
