@@ -118,5 +118,24 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             );
         }
     }
+    // The activation quantizers: this ISA's against the scalar ones.
+    let scalar = KernelTable::scalar();
+    for ty in [GgmlType::Q8_0, GgmlType::Q8_1, GgmlType::Q8_K] {
+        let (Some(fast), Some(slow)) = (table.quantizer(ty), scalar.quantizer(ty)) else {
+            continue;
+        };
+        let x: Vec<f32> = (0..64 * 2048).map(|_| next()).collect();
+        let mut out = vec![0u8; x.len() / ty.block_elems() * ty.block_bytes()];
+        let mut out2 = out.clone();
+        let (f, s) = best2(20, || fast(&x, &mut out), || slow(&x, &mut out2));
+        println!(
+            "quantize {ty:>5} 64x2048: {} {:7.3} ms   scalar {:7.3} ms   x{:.2}   same bytes: {}",
+            table.isa(),
+            f * 1e3,
+            s * 1e3,
+            s / f,
+            out == out2
+        );
+    }
     Ok(())
 }
