@@ -77,16 +77,16 @@ pub(super) fn gemm(isa: Isa, ty: GgmlType) -> Option<GemmFn> {
 }
 
 /// Whether a one-token matmul of weight type `ty` under `isa` runs the tile
-/// (see [`gemm`]) rather than the per-row dot: only where `matmul_speed`
-/// measured the tile at least as fast on the models' shapes (Q4_0, Q5_0,
-/// Q8_0: 1.1-1.6x). The 4-row decode tile of Q4_1, Q4_K and Q6_K loses up
-/// to 10-30% on L2-sized matrices, where a block's per-row work (f16
-/// scales, Q4_1's min term, k-quant scale unpacking) outweighs the shared
-/// activation loads; on 20 MB matrices it is on par within noise.
+/// (see [`gemm`]) rather than the per-row dot: always where there is a tile.
+///
+/// The per-row dot decodes Q4_1, Q4_K and Q6_K up to 10-30% faster on
+/// L2-sized matrices (`matmul_speed`), but sums in another order, and the
+/// engine's guarantee that a request batched gives the tokens it gives alone
+/// (`tests/engine_cpu.rs`) needs a token's results bit for bit independent
+/// of the batch: that holds only while one token runs the batches' tiles.
 pub(super) fn gemm_one_token(isa: Isa, ty: GgmlType) -> bool {
-    use GgmlType as T;
     match isa {
         Isa::Scalar => false,
-        Isa::Avx2 | Isa::Avx512 => matches!(ty, T::Q4_0 | T::Q5_0 | T::Q8_0 | T::IQ4_NL),
+        Isa::Avx2 | Isa::Avx512 => gemm(isa, ty).is_some(),
     }
 }
