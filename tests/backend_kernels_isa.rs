@@ -228,3 +228,170 @@ fn isa_activation_quantizers_equal_the_scalar_ones() {
         }
     }
 }
+
+#[test]
+fn isa_q8_k_quantizer_equals_the_scalar_one_on_ties_and_zero_blocks() {
+    // The sign of the scale comes from the FIRST element of largest
+    // magnitude: +a before -a and -a before +a give opposite scales.
+    let scalar = KernelTable::scalar();
+    for isa in fast_isas() {
+        let table = KernelTable::with_isa(isa).expect("available ISA");
+        let seed = 7900 + isa as u64;
+        let mut rng = Rng::new(seed);
+        let mut x = row(&mut rng, 4 * 256);
+        let big = 1.0 + x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        (x[37], x[200]) = (big, -big);
+        (x[256 + 3], x[256 + 255]) = (-big, big);
+        x[512..768].fill(0.0);
+        x[768 + 9] = f32::NAN;
+        let bytes = 4 * GgmlType::Q8_K.block_bytes();
+        let (mut ours, mut theirs) = (vec![0u8; bytes], vec![0u8; bytes]);
+        (table.quantizer(GgmlType::Q8_K).expect("quantizer"))(&x, &mut ours);
+        (scalar.quantizer(GgmlType::Q8_K).expect("quantizer"))(&x, &mut theirs);
+        let b = GgmlType::Q8_K.block_bytes();
+        for k in 0..3 {
+            assert!(
+                ours[k * b..(k + 1) * b] == theirs[k * b..(k + 1) * b],
+                "{isa} seed {seed} block {k}"
+            );
+        }
+        let oracle = quantized(GgmlType::Q8_K, &x[..768]);
+        assert!(
+            ours[..3 * b] == oracle[..],
+            "{isa} seed {seed}: differs from the reference"
+        );
+        // A NaN is skipped by the max in both: the scale agrees.
+        assert_eq!(
+            ours[3 * b..3 * b + 4],
+            theirs[3 * b..3 * b + 4],
+            "{isa} seed {seed}"
+        );
+    }
+}
+
+/// Quantized rows `[k, n]` of `ty` from fresh random values, with the f32
+/// values kept.
+fn quantized_rows(rng: &mut Rng, ty: GgmlType, k: usize, n: usize) -> (Vec<f32>, Vec<u8>) {
+    let x: Vec<f32> = (0..k).flat_map(|_| row(rng, n)).collect();
+    let q = x.chunks_exact(n).flat_map(|r| quantized(ty, r)).collect();
+    (x, q)
+}
+
+#[test]
+fn isa_gemm_tiles_match_the_per_row_dots() {
+    // Ragged shapes: rows and tokens not multiples of the tiles (4 x 4,
+    // 4 x 2), strided outputs with untouched gaps.
+    let scalar = KernelTable::scalar();
+    for isa in fast_isas() {
+        let table = KernelTable::with_isa(isa).expect("available ISA");
+        for (i, &ty) in WEIGHT_TYPES.iter().enumerate() {
+            let k = table.weight(ty).expect("kernel");
+            let Some(gemm) = k.gemm else { continue };
+            let seed = 9000 + 100 * isa as u64 + i as u64;
+            let mut rng = Rng::new(seed);
+            let be = ty.block_elems().max(32);
+            let ks = scalar.weight(ty).expect("scalar kernel");
+            for (rows, toks, blocks) in [
+                (1, 1, 1),
+                (4, 1, 3),
+                (5, 1, 8),
+                (3, 2, 2),
+                (4, 4, 5),
+                (9, 7, 3),
+                (13, 5, 9),
+                (8, 9, 1),
+                (6, 16, 18),
+            ] {
+                let n = blocks * be;
+                let (w, wq) = quantized_rows(&mut rng, ty, rows, n);
+                let (a, aq) = quantized_rows(&mut rng, k.vec_dot_type, toks, n);
+                let (rb, ab) = (wq.len() / rows, aq.len() / toks);
+                for (row_stride, tok_stride) in [(1, rows + 3), (toks + 1, 1)] {
+                    let len = (rows - 1) * row_stride + (toks - 1) * tok_stride + 1;
+                    let mut out = vec![f32::NAN; len + 2];
+                    let o = hearth::backend::cpu::kernels::Out {
+                        out: &mut out[..len],
+                        row_stride,
+                        tok_stride,
+                    };
+                    gemm(&wq, rb, &aq, ab, o);
+                    let ctx = format!("{isa} {ty} seed {seed} {rows}x{toks}x{blocks}");
+                    let mut written = 0;
+                    for r in 0..rows {
+                        for t in 0..toks {
+                            let got = out[r * row_stride + t * tok_stride];
+                            let wrow = &wq[r * rb..(r + 1) * rb];
+                            let arow = &aq[t * ab..(t + 1) * ab];
+                            let want = (ks.vec_dot)(wrow, arow);
+                            let mag: f64 = w[r * n..(r + 1) * n]
+                                .iter()
+                                .zip(&a[t * n..(t + 1) * n])
+                                .map(|(x, y)| f64::from((x * y).abs()))
+                                .sum();
+                            assert!(
+                                (f64::from(got) - f64::from(want)).abs() <= 1e-5 * mag + 1e-6,
+                                "{ctx} r {r} t {t}: {got} vs per-row dot {want}"
+                            );
+                            written += 1;
+                        }
+                    }
+                    let untouched = out.iter().filter(|v| v.is_nan()).count();
+                    assert_eq!(untouched, out.len() - written, "{ctx}: gaps were written");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn isa_gemm_integer_tiles_are_exact() {
+    // Unit scales: every result is an integer sum, so tiles equal the
+    // reference exactly, whatever the float order.
+    for isa in fast_isas() {
+        let table = KernelTable::with_isa(isa).expect("available ISA");
+        for ty in [
+            GgmlType::Q4_0,
+            GgmlType::Q5_0,
+            GgmlType::Q8_0,
+            GgmlType::IQ4_NL,
+        ] {
+            let k = table.weight(ty).expect("kernel");
+            let gemm = k.gemm.expect("a tiled kernel");
+            let seed = 78;
+            let mut rng = Rng::new(seed);
+            let (rows, toks, n) = (6, 5, 512);
+            let (_, mut wq) = quantized_rows(&mut rng, ty, rows, n);
+            let (_, mut aq) = quantized_rows(&mut rng, GgmlType::Q8_0, toks, n);
+            let one = half::f16::ONE.to_bits().to_le_bytes();
+            for b in wq.chunks_exact_mut(ty.block_bytes()) {
+                b[..2].copy_from_slice(&one);
+            }
+            for b in aq.chunks_exact_mut(34) {
+                b[..2].copy_from_slice(&one);
+            }
+            let (rb, ab) = (wq.len() / rows, aq.len() / toks);
+            let mut out = vec![0.0f32; rows * toks];
+            let o = hearth::backend::cpu::kernels::Out {
+                out: &mut out,
+                row_stride: 1,
+                tok_stride: rows,
+            };
+            gemm(&wq, rb, &aq, ab, o);
+            for r in 0..rows {
+                for t in 0..toks {
+                    let want = reference::vec_dot(
+                        ty,
+                        &wq[r * rb..(r + 1) * rb],
+                        &aq[t * ab..(t + 1) * ab],
+                    )
+                    .expect("reference");
+                    assert_eq!(
+                        out[r + t * rows],
+                        want,
+                        "{isa} {ty} seed {seed} r {r} t {t}"
+                    );
+                }
+            }
+        }
+    }
+}

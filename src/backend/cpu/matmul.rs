@@ -7,7 +7,9 @@
 //! mode instead expands one weight row at a time into scratch and dots it with
 //! the f32 activations (for tests).
 
-use super::kernels::{KernelTable, WeightKernels};
+use std::ops::Range;
+
+use super::kernels::{KernelTable, Out, WeightKernels};
 use super::threads::Threads;
 use crate::backend::BackendError;
 use crate::quant::GgmlType;
@@ -84,6 +86,15 @@ impl Weight {
         &self.bytes()[r * self.row_bytes..(r + 1) * self.row_bytes]
     }
 
+    /// Whether a one-token matmul runs the tiled kernel (as batches do, so
+    /// its results equal the batched ones bit for bit) or the per-row dot
+    /// (equal to the batched results within f32 rounding): the tile where
+    /// the format's tile decodes at least as fast
+    /// ([`crate::backend::cpu::kernels::WeightKernels::gemm_one_token`]).
+    pub fn one_token_runs_tiles(&self) -> bool {
+        self.kernels.gemm.is_some() && self.kernels.gemm_one_token
+    }
+
     /// Expands row `r` to f32 into `out` (`out.len() == cols`).
     pub fn dequantize_row(&self, r: usize, out: &mut [f32]) {
         (self.kernels.dequantize_row)(self.row(r), out);
@@ -98,7 +109,8 @@ pub struct QuantizedActs {
 }
 
 impl QuantizedActs {
-    fn row(&self, t: usize) -> &[u8] {
+    /// The quantized activation row `t` (`t < n`).
+    pub fn row(&self, t: usize) -> &[u8] {
         &bytemuck::cast_slice(&self.data)[t * self.row_bytes..(t + 1) * self.row_bytes]
     }
 }
@@ -109,6 +121,23 @@ pub fn quantize_acts(
     w: &Weight,
     x: &[f32],
 ) -> Result<QuantizedActs, BackendError> {
+    let mut data = Vec::new();
+    let row_bytes = quantize_into(&Threads::new(1), table, w, x, &mut data)?;
+    Ok(QuantizedActs { data, row_bytes })
+}
+
+/// Activation rows quantized per parallel task (prefill).
+const QUANT_ROWS_PER_TASK: usize = 8;
+
+/// Quantizes `x` (`[n, cols]`) for `w` into `data` (grown, never shrunk, so a
+/// reused buffer stops allocating) and returns the bytes per row.
+fn quantize_into(
+    threads: &Threads,
+    table: &KernelTable,
+    w: &Weight,
+    x: &[f32],
+    data: &mut Vec<u32>,
+) -> Result<usize, BackendError> {
     let at = w.kernels.vec_dot_type;
     let quantize = table
         .quantizer(at)
@@ -118,21 +147,39 @@ pub fn quantize_acts(
         })?;
     let row_bytes = w.cols / at.block_elems() * at.block_bytes();
     let n = x.len() / w.cols.max(1);
-    let mut data = vec![0u32; (row_bytes * n).div_ceil(4)];
-    {
-        let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut data);
-        for (xr, out) in x
-            .chunks_exact(w.cols)
-            .zip(bytes.chunks_exact_mut(row_bytes))
-        {
-            quantize(xr, out);
-        }
+    let words = (row_bytes * n).div_ceil(4);
+    if data.len() < words {
+        data.resize(words, 0);
     }
-    Ok(QuantizedActs { data, row_bytes })
+    let bytes: &mut [u8] = &mut bytemuck::cast_slice_mut(&mut data[..words])[..row_bytes * n];
+    let per_task = if n >= 2 * QUANT_ROWS_PER_TASK {
+        QUANT_ROWS_PER_TASK
+    } else {
+        n
+    };
+    threads.for_chunks(bytes, (row_bytes * per_task).max(1), |ci, out| {
+        let x = &x[ci * per_task * w.cols..];
+        for (xr, o) in x.chunks_exact(w.cols).zip(out.chunks_exact_mut(row_bytes)) {
+            quantize(xr, o);
+        }
+    });
+    Ok(row_bytes)
 }
 
-/// Rows of the output computed per parallel task.
+/// Rows of the output computed per parallel task in the exact-f32 mode.
 const ROWS_PER_TASK: usize = 16;
+
+/// Activation rows per tile the tiled kernels use (a multiple of every
+/// ISA's tile height), and the most per parallel task in prefill.
+const TOKEN_TILE: usize = 4;
+const MAX_TOKENS_PER_TASK: usize = 64;
+
+thread_local! {
+    /// Quantized activations, reused across calls on the calling thread.
+    static ACTS: std::cell::Cell<Vec<u32>> = const { std::cell::Cell::new(Vec::new()) };
+    /// Transposed results of small batches, reused likewise.
+    static RESULTS: std::cell::Cell<Vec<f32>> = const { std::cell::Cell::new(Vec::new()) };
+}
 
 /// `y = x · W[rows]ᵀ` for the weight rows `rows` (all rows of a matrix, or
 /// one expert's slice of a 3-D tensor).
@@ -162,40 +209,160 @@ pub fn matmul(
     if n == 0 || m == 0 {
         return Ok(());
     }
-    // yt: [rows, n], computed in parallel over rows, then transposed.
-    let mut yt = vec![0.0f32; m * n];
-    let chunk = ROWS_PER_TASK * n;
     if exact {
-        threads.for_chunks(&mut yt, chunk, |ci, out| {
-            let mut scratch = vec![0.0f32; w.cols];
-            for (k, orow) in out.chunks_exact_mut(n).enumerate() {
-                w.dequantize_row(rows.start + ci * ROWS_PER_TASK + k, &mut scratch);
-                for (t, o) in orow.iter_mut().enumerate() {
-                    let xr = &x[t * w.cols..(t + 1) * w.cols];
-                    *o = super::kernels::float::vec_dot_f32(&scratch, xr);
-                }
-            }
-        });
-    } else {
-        let acts = quantize_acts(table, w, x)?;
-        let dot = w.kernels.vec_dot;
-        threads.for_chunks(&mut yt, chunk, |ci, out| {
-            // Tokens outer: the task's few weight rows stay in L1 while each
-            // activation row is read once per task.
-            let first = rows.start + ci * ROWS_PER_TASK;
-            let n_rows = out.len() / n;
-            for t in 0..n {
-                let a = acts.row(t);
-                for k in 0..n_rows {
-                    out[k * n + t] = dot(w.row(first + k), a);
-                }
-            }
-        });
+        matmul_exact(threads, w, rows, x, y);
+        return Ok(());
     }
+    let mut acts = ACTS.take();
+    let act_bytes = quantize_into(threads, table, w, x, &mut acts);
+    if let Ok(act_bytes) = act_bytes {
+        let a: &[u8] = &bytemuck::cast_slice(&acts)[..n * act_bytes];
+        let wr = &w.bytes()[rows.start * w.row_bytes..rows.end * w.row_bytes];
+        let p = Product {
+            w,
+            wr,
+            a,
+            act_bytes,
+            n,
+            m,
+            one_token_tiles: w.one_token_runs_tiles(),
+        };
+        p.run(threads, y);
+    }
+    ACTS.set(acts);
+    act_bytes.map(|_| ())
+}
+
+/// One quantized product: the weight rows `wr` (`m` rows) by the quantized
+/// activations `a` (`n` rows of `act_bytes`).
+struct Product<'a> {
+    w: &'a Weight,
+    wr: &'a [u8],
+    a: &'a [u8],
+    act_bytes: usize,
+    n: usize,
+    m: usize,
+    /// [`Weight::one_token_runs_tiles`] for the rows in use.
+    one_token_tiles: bool,
+}
+
+impl Product<'_> {
+    /// Splits the work into tasks and writes `y` (`[n, m]`).
+    ///
+    /// One token: tasks of consecutive rows, straight into `y`. Enough
+    /// tokens for every thread: tasks of consecutive tokens (each streams
+    /// the weight once per up to 64 tokens, straight into `y`). A few
+    /// tokens: tasks of rows into a transposed `[m, n]` scratch, then a
+    /// small transpose.
+    fn run(&self, threads: &Threads, y: &mut [f32]) {
+        let (n, m, nt) = (self.n, self.m, threads.count());
+        if n == 1 {
+            let rows = self.rows_per_task(nt);
+            threads.for_chunks(y, rows, |ci, out| {
+                self.block(ci * rows..ci * rows + out.len(), 0..1, out, 1, 1);
+            });
+        } else if n >= TOKEN_TILE * nt {
+            let per = n.div_ceil(2 * nt).next_multiple_of(TOKEN_TILE);
+            let toks = per.clamp(TOKEN_TILE, MAX_TOKENS_PER_TASK);
+            threads.for_chunks(y, toks * m, |ci, out| {
+                self.block(0..m, ci * toks..ci * toks + out.len() / m, out, 1, m);
+            });
+        } else {
+            let mut yt = RESULTS.take();
+            if yt.len() < m * n {
+                yt.resize(m * n, 0.0);
+            }
+            let rows = self.rows_per_task(nt);
+            threads.for_chunks(&mut yt[..m * n], rows * n, |ci, out| {
+                self.block(ci * rows..ci * rows + out.len() / n, 0..n, out, n, 1);
+            });
+            for (r, col) in yt[..m * n].chunks_exact(n).enumerate() {
+                for (t, &v) in col.iter().enumerate() {
+                    y[t * m + r] = v;
+                }
+            }
+            RESULTS.set(yt);
+        }
+    }
+
+    /// Rows per task when splitting over rows: one task per thread would
+    /// leave a slow thread's share undone; eight per thread balance, in
+    /// multiples of the tiles' four rows, at least 16.
+    fn rows_per_task(&self, nt: usize) -> usize {
+        if nt <= 1 {
+            return self.m;
+        }
+        self.m.div_ceil(8 * nt).next_multiple_of(4).max(16)
+    }
+
+    /// Results of weight rows `rows` with activation rows `toks`, at
+    /// `out[r * row_stride + t * tok_stride]` (r, t counted from the starts).
+    fn block(
+        &self,
+        rows: Range<usize>,
+        toks: Range<usize>,
+        out: &mut [f32],
+        row_stride: usize,
+        tok_stride: usize,
+    ) {
+        let rb = self.w.row_bytes;
+        let wr = &self.wr[rows.start * rb..rows.end * rb];
+        let a = &self.a[toks.start * self.act_bytes..toks.end * self.act_bytes];
+        // The tiles for every batch size, and for one token where the
+        // format's tile is the faster: a pair's arithmetic is the same in
+        // every tile shape, so then a token's results do not depend on the
+        // batch it is in. Elsewhere one token dots row by row (the same
+        // products, summed in another order: equal within f32 rounding).
+        let tiles = if self.n == 1 && !self.one_token_tiles {
+            None
+        } else {
+            self.w.kernels.gemm
+        };
+        match tiles {
+            Some(gemm) => {
+                let out = Out {
+                    out,
+                    row_stride,
+                    tok_stride,
+                };
+                gemm(wr, rb, a, self.act_bytes, out);
+            }
+            None => {
+                let dot = self.w.kernels.vec_dot;
+                for (r, wrow) in wr.chunks_exact(rb).enumerate() {
+                    for (t, arow) in a.chunks_exact(self.act_bytes).enumerate() {
+                        out[r * row_stride + t * tok_stride] = dot(wrow, arow);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The exact-f32 mode: each weight row expanded into scratch and dotted
+/// with the f32 activations (tests); rows in parallel, then transposed.
+fn matmul_exact(
+    threads: &Threads,
+    w: &Weight,
+    rows: std::ops::Range<usize>,
+    x: &[f32],
+    y: &mut [f32],
+) {
+    let (n, m) = (x.len() / w.cols.max(1), rows.len());
+    let mut yt = vec![0.0f32; m * n];
+    threads.for_chunks(&mut yt, ROWS_PER_TASK * n, |ci, out| {
+        let mut scratch = vec![0.0f32; w.cols];
+        for (k, orow) in out.chunks_exact_mut(n).enumerate() {
+            w.dequantize_row(rows.start + ci * ROWS_PER_TASK + k, &mut scratch);
+            for (t, o) in orow.iter_mut().enumerate() {
+                let xr = &x[t * w.cols..(t + 1) * w.cols];
+                *o = super::kernels::float::vec_dot_f32(&scratch, xr);
+            }
+        }
+    });
     for (r, col) in yt.chunks_exact(n).enumerate() {
         for (t, &v) in col.iter().enumerate() {
             y[t * m + r] = v;
         }
     }
-    Ok(())
 }

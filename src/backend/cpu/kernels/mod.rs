@@ -59,6 +59,40 @@ pub type DotFn = fn(weights: &[u8], acts: &[u8]) -> f32;
 pub type DequantizeFn = fn(row: &[u8], out: &mut [f32]);
 /// Quantizes `x` into raw blocks (`out.len()` = the blocks' bytes).
 pub type QuantizeFn = fn(x: &[f32], out: &mut [u8]);
+/// A tile of dots: every weight row `r` of `weights` (rows of `row_bytes`,
+/// raw blocks) with every activation row `t` of `acts` (rows of `act_bytes`,
+/// raw blocks of the weight's `vec_dot_type`, as many elements as a weight
+/// row), written to `out[r * out.row_stride + t * out.tok_stride]`.
+///
+/// The kernel decodes each weight block once for several activation rows
+/// and reads each activation block once for several weight rows (decode:
+/// one activation row, several weight rows). Equal to [`DotFn`] per pair
+/// within f32 rounding. Shapes that do not fit (`out` too short, rows of
+/// different lengths) compute nothing.
+pub type GemmFn = fn(weights: &[u8], row_bytes: usize, acts: &[u8], act_bytes: usize, out: Out<'_>);
+
+/// Where a [`GemmFn`] writes: `out[r * row_stride + t * tok_stride]`.
+#[derive(Debug)]
+pub struct Out<'a> {
+    /// The output values.
+    pub out: &'a mut [f32],
+    /// Distance between the results of consecutive weight rows.
+    pub row_stride: usize,
+    /// Distance between the results of consecutive activation rows.
+    pub tok_stride: usize,
+}
+
+impl Out<'_> {
+    /// Whether `rows x toks` results fit in `out`.
+    pub fn fits(&self, rows: usize, toks: usize) -> bool {
+        rows == 0
+            || toks == 0
+            || (rows - 1)
+                .checked_mul(self.row_stride)
+                .and_then(|a| (toks - 1).checked_mul(self.tok_stride)?.checked_add(a))
+                .is_some_and(|last| last < self.out.len())
+    }
+}
 
 /// The instruction set a table was filled for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -147,6 +181,14 @@ pub struct WeightKernels {
     pub vec_dot: DotFn,
     /// Weight row to f32 (embedding lookup, exact-f32 mode).
     pub dequantize_row: DequantizeFn,
+    /// Several rows by several activation rows at once, `None` where the
+    /// ISA has none (the matmul then calls [`WeightKernels::vec_dot`] per pair).
+    pub gemm: Option<GemmFn>,
+    /// Whether a one-token matmul runs [`WeightKernels::gemm`] (true) or
+    /// [`WeightKernels::vec_dot`] per row (false: the per-row dot was
+    /// measured faster for this format). With `false`, a token alone and the
+    /// same token in a batch agree within f32 rounding, not bit for bit.
+    pub gemm_one_token: bool,
 }
 
 impl std::fmt::Debug for WeightKernels {
@@ -183,7 +225,7 @@ pub const WEIGHT_TYPES: [GgmlType; 15] = [
 /// `bytes` as blocks: borrowed when aligned, else copied (callers keep rows
 /// aligned, so the copy is a fallback that never changes results).
 #[inline]
-fn blocks<B: Pod>(bytes: &[u8]) -> Cow<'_, [B]> {
+pub(crate) fn blocks<B: Pod>(bytes: &[u8]) -> Cow<'_, [B]> {
     match bytemuck::try_cast_slice(bytes) {
         Ok(b) => Cow::Borrowed(b),
         Err(_) => Cow::Owned(cast_blocks(bytes).unwrap_or_default()),
@@ -276,6 +318,8 @@ fn scalar_weight_kernels(ty: GgmlType) -> Option<WeightKernels> {
         vec_dot_type,
         vec_dot,
         dequantize_row,
+        gemm: None,
+        gemm_one_token: false,
     })
 }
 
@@ -319,6 +363,8 @@ fn scalar_kquant_kernels(ty: GgmlType) -> Option<WeightKernels> {
         vec_dot_type,
         vec_dot,
         dequantize_row,
+        gemm: None,
+        gemm_one_token: false,
     })
 }
 
@@ -410,6 +456,11 @@ impl KernelTable {
         #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
         if let Some(vec_dot) = wasm::vec_dot(self.isa, ty) {
             k.vec_dot = vec_dot;
+        }
+        #[cfg(target_arch = "x86_64")]
+        if let Some(gemm) = x86::gemm(self.isa, ty) {
+            k.gemm = Some(gemm);
+            k.gemm_one_token = x86::gemm_one_token(self.isa, ty);
         }
         Some(k)
     }

@@ -21,8 +21,10 @@
 
 mod avx2;
 mod avx512;
+mod gemm;
+mod gemm_k;
 
-use super::{DotFn, Isa, QuantizeFn};
+use super::{DotFn, GemmFn, Isa, QuantizeFn};
 use crate::quant::GgmlType;
 
 /// Whether this CPU runs `isa`'s kernels.
@@ -61,5 +63,31 @@ pub(super) fn quantizer(isa: Isa, ty: GgmlType) -> Option<QuantizeFn> {
     match isa {
         Isa::Avx2 | Isa::Avx512 => avx2::quantizer(ty),
         _ => None,
+    }
+}
+
+/// The tiled kernel (several rows by several activation rows) of weight
+/// type `ty` under `isa`, `None` where the matmul dots pair by pair.
+/// Callers must have checked [`available`]`(isa)`.
+pub(super) fn gemm(isa: Isa, ty: GgmlType) -> Option<GemmFn> {
+    match isa {
+        Isa::Scalar => None,
+        Isa::Avx2 => gemm::avx2::gemm(ty),
+        Isa::Avx512 => gemm::avx512::gemm(ty),
+    }
+}
+
+/// Whether a one-token matmul of weight type `ty` under `isa` runs the tile
+/// (see [`gemm`]) rather than the per-row dot: always where there is a tile.
+///
+/// The per-row dot decodes Q4_1, Q4_K and Q6_K up to 10-30% faster on
+/// L2-sized matrices (`matmul_speed`), but sums in another order, and the
+/// engine's guarantee that a request batched gives the tokens it gives alone
+/// (`tests/engine_cpu.rs`) needs a token's results bit for bit independent
+/// of the batch: that holds only while one token runs the batches' tiles.
+pub(super) fn gemm_one_token(isa: Isa, ty: GgmlType) -> bool {
+    match isa {
+        Isa::Scalar => false,
+        Isa::Avx2 | Isa::Avx512 => gemm(isa, ty).is_some(),
     }
 }

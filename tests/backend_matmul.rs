@@ -1,0 +1,125 @@
+//! The CPU matmul's work split and tiles: every shape (one token, a few,
+//! many; rows not a multiple of the tiles; a slice of the rows as experts
+//! use) at 1 and 2 threads gives the per-pair dots of the same kernel
+//! table within f32 rounding, and results do not depend on the thread
+//! count (bit for bit).
+//!
+//! A token alone against the same token in a batch: where the one-token
+//! matmul runs the same kernel as batches (the format's tile, or per-pair
+//! dots where it has none; `Weight::one_token_runs_tiles`), bit for bit.
+//! Where one token dots row by row while batches run tiles (formats whose
+//! per-row dot decodes faster), the two sum the same products in another
+//! order: the test then asserts the token alone equals the per-row dot bit
+//! for bit and the batched result within 1e-5 of `sum |w * a|`.
+
+mod model_support;
+
+use hearth::backend::cpu::kernels::KernelTable;
+use hearth::backend::cpu::matmul::{matmul, quantize_acts, Weight};
+use hearth::backend::cpu::threads::Threads;
+use hearth::quant::{reference, GgmlType};
+use model_support::rng::Rng;
+
+fn weight(table: &KernelTable, ty: GgmlType, cols: usize, rows: usize, rng: &mut Rng) -> Weight {
+    let wf = rng.normals(cols * rows, 0.5);
+    let mut wq = Vec::new();
+    reference::quantize(ty, &wf, &mut wq).expect("quantize");
+    let words: Vec<u32> = wq
+        .chunks(4)
+        .map(|c| {
+            let mut b = [0u8; 4];
+            b[..c.len()].copy_from_slice(c);
+            u32::from_le_bytes(b)
+        })
+        .collect();
+    Weight::new(table, "w", ty, cols, rows, words, wq.len()).expect("weight")
+}
+
+#[test]
+fn matmul_matches_per_pair_dots_in_every_split() {
+    let table = KernelTable::detect();
+    eprintln!("ISA {}", table.isa());
+    let pools = [Threads::new(1), Threads::new(2)];
+    let types = [
+        GgmlType::Q4_0,
+        GgmlType::Q4_1,
+        GgmlType::Q5_0,
+        GgmlType::Q8_0,
+        GgmlType::Q4_K,
+        GgmlType::Q6_K,
+        GgmlType::Q2_K,
+        GgmlType::IQ4_XS,
+    ];
+    for (i, ty) in types.into_iter().enumerate() {
+        let seed = 300 + i as u64;
+        let mut rng = Rng::new(seed);
+        let cols = 2 * ty.block_elems().max(32) + if ty.block_elems() == 32 { 96 } else { 0 };
+        let rows = 71;
+        let w = weight(&table, ty, cols, rows, &mut rng);
+        let k = table.weight(ty).expect("kernel");
+        for n in [1usize, 2, 3, 5, 8, 9, 67] {
+            let x = rng.normals(n * cols, 1.0);
+            let acts = quantize_acts(&table, &w, &x).expect("quantize");
+            for range in [0..rows, 5..66] {
+                let m = range.len();
+                // One token runs the batches' kernel: tiles for both, or dots for both.
+                let same_kernel = k.gemm.is_none() || w.one_token_runs_tiles();
+                let mut results = Vec::new();
+                for pool in &pools {
+                    let mut y = vec![f32::NAN; n * m];
+                    matmul(pool, &table, &w, range.clone(), &x, &mut y, false).expect("matmul");
+                    for t in 0..n {
+                        for r in 0..m {
+                            let got = y[t * m + r];
+                            let want = (k.vec_dot)(w.row(range.start + r), acts.row(t));
+                            let mag: f32 =
+                                x[t * cols..(t + 1) * cols].iter().map(|v| v.abs()).sum();
+                            assert!(
+                                (got - want).abs() <= 1e-5 * mag * 4.0 + 1e-5,
+                                "{ty} seed {seed} n {n} rows {range:?} t {t} r {r}: {got} vs {want}"
+                            );
+                        }
+                    }
+                    for t in [0, n - 1] {
+                        let mut y1 = vec![0.0; m];
+                        let x1 = &x[t * cols..(t + 1) * cols];
+                        matmul(pool, &table, &w, range.clone(), x1, &mut y1, false)
+                            .expect("matmul");
+                        if same_kernel {
+                            // Each token alone gives the same bits.
+                            assert_eq!(
+                                &y1[..],
+                                &y[t * m..(t + 1) * m],
+                                "{ty} seed {seed} n {n} t {t}: batched differs from alone"
+                            );
+                            continue;
+                        }
+                        let mut wrow = vec![0.0f32; cols];
+                        for r in 0..m {
+                            let want = (k.vec_dot)(w.row(range.start + r), acts.row(t));
+                            assert_eq!(
+                                y1[r].to_bits(),
+                                want.to_bits(),
+                                "{ty} seed {seed} t {t} r {r}: alone differs from the dot"
+                            );
+                            w.dequantize_row(range.start + r, &mut wrow);
+                            let mag: f32 = wrow.iter().zip(x1).map(|(a, b)| (a * b).abs()).sum();
+                            let batched = y[t * m + r];
+                            assert!(
+                                (y1[r] - batched).abs() <= 1e-5 * mag,
+                                "{ty} seed {seed} n {n} t {t} r {r}: alone {} vs batched \
+                                 {batched} (sum |w*a| {mag})",
+                                y1[r]
+                            );
+                        }
+                    }
+                    results.push(y);
+                }
+                assert_eq!(
+                    results[0], results[1],
+                    "{ty} seed {seed} n {n}: 1 vs 2 threads"
+                );
+            }
+        }
+    }
+}
