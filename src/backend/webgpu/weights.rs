@@ -106,7 +106,7 @@ impl WebGpuBackend {
         src: &[u8],
     ) -> Result<(), BackendError> {
         let row_src = cols / ty.block_elems().max(1) * ty.block_bytes();
-        if row_src == 0 || src.len() % row_src != 0 {
+        if row_src == 0 || !src.len().is_multiple_of(row_src) {
             return Err(BackendError::Shape(format!(
                 "upload of {ty} rows of {cols} values: {} bytes are not whole rows",
                 src.len()

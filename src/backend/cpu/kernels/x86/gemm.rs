@@ -66,7 +66,11 @@ pub(super) unsafe fn drive<W: Pod, A: Pod>(
     k: &Tiles<W, A>,
 ) {
     let (sw, sa) = (std::mem::size_of::<W>(), std::mem::size_of::<A>());
-    if row_bytes == 0 || act_bytes == 0 || row_bytes % sw != 0 || act_bytes % sa != 0 {
+    if row_bytes == 0
+        || act_bytes == 0
+        || !row_bytes.is_multiple_of(sw)
+        || !act_bytes.is_multiple_of(sa)
+    {
         return;
     }
     let nb = row_bytes / sw;

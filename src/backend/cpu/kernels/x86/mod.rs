@@ -71,9 +71,9 @@ pub(super) fn quantizer(isa: Isa, ty: GgmlType) -> Option<QuantizeFn> {
 /// Callers must have checked [`available`]`(isa)`.
 pub(super) fn gemm(isa: Isa, ty: GgmlType) -> Option<GemmFn> {
     match isa {
-        Isa::Scalar => None,
         Isa::Avx2 => gemm::avx2::gemm(ty),
         Isa::Avx512 => gemm::avx512::gemm(ty),
+        _ => None,
     }
 }
 
@@ -87,7 +87,7 @@ pub(super) fn gemm(isa: Isa, ty: GgmlType) -> Option<GemmFn> {
 /// of the batch: that holds only while one token runs the batches' tiles.
 pub(super) fn gemm_one_token(isa: Isa, ty: GgmlType) -> bool {
     match isa {
-        Isa::Scalar => false,
         Isa::Avx2 | Isa::Avx512 => gemm(isa, ty).is_some(),
+        _ => false,
     }
 }
