@@ -356,7 +356,11 @@ fn isa_gemm_integer_tiles_are_exact() {
             GgmlType::IQ4_NL,
         ] {
             let k = table.weight(ty).expect("kernel");
-            let gemm = k.gemm.expect("a tiled kernel");
+            let Some(gemm) = k.gemm else {
+                // Only the x86 ISAs have tiles; elsewhere the matmul dots pair by pair.
+                assert!(!cfg!(target_arch = "x86_64"), "{isa} {ty}: no tiled kernel");
+                continue;
+            };
             let seed = 78;
             let mut rng = Rng::new(seed);
             let (rows, toks, n) = (6, 5, 512);
