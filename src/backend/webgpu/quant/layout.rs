@@ -51,24 +51,9 @@ fn arrangement(ty: GgmlType) -> Option<Arrangement> {
     })
 }
 
-/// The weight types the WGSL kernels run (the CPU path's list).
-pub const SUPPORTED_TYPES: [GgmlType; 15] = [
-    GgmlType::F32,
-    GgmlType::F16,
-    GgmlType::BF16,
-    GgmlType::Q4_0,
-    GgmlType::Q4_1,
-    GgmlType::Q5_0,
-    GgmlType::Q5_1,
-    GgmlType::Q8_0,
-    GgmlType::Q2_K,
-    GgmlType::Q3_K,
-    GgmlType::Q4_K,
-    GgmlType::Q5_K,
-    GgmlType::Q6_K,
-    GgmlType::IQ4_NL,
-    GgmlType::IQ4_XS,
-];
+/// The weight types the WGSL kernels run: the CPU path's list, so a model
+/// that runs on one backend runs on the other.
+pub const SUPPORTED_TYPES: [GgmlType; 15] = crate::backend::cpu::kernels::WEIGHT_TYPES;
 
 /// Where a `[rows, cols]` weight of type `ty` lives on the device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
