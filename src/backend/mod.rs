@@ -35,6 +35,16 @@ pub enum BackendError {
     #[cfg(feature = "webgpu")]
     #[error(transparent)]
     Gpu(#[from] webgpu::GpuError),
+    /// The host refused memory for a buffer.
+    #[error("could not get {} MiB of host memory for {what}: {detail}; close other programs, or load a smaller model or a shorter context (--ctx)", bytes.div_ceil(1 << 20))]
+    OutOfMemory {
+        /// Bytes asked for.
+        bytes: u64,
+        /// What the memory was for.
+        what: String,
+        /// The OS's answer.
+        detail: String,
+    },
     /// A buffer access outside the buffer.
     #[error("buffer access {range:?} outside a buffer of {len} bytes")]
     OutOfBounds {

@@ -12,6 +12,7 @@ use std::future::Future;
 use std::ops::Range;
 
 use super::attn_kernels::AttnKernels;
+use super::hostmem::{HostMem, LargePages};
 use super::kernels::KernelTable;
 use super::matmul::{matmul, Weight};
 use super::ops;
@@ -24,7 +25,7 @@ use crate::quant::GgmlType;
 /// A host buffer.
 #[derive(Debug)]
 pub struct CpuBuffer {
-    pub(super) data: RefCell<Vec<u32>>,
+    pub(super) data: RefCell<HostMem>,
     pub(super) len: u64,
     /// The kernels' view of a weight buffer, once an op used it as one (the
     /// data moves there from `data`).
@@ -88,7 +89,7 @@ impl CpuBuffer {
         let rows = len / row_bytes;
         if self.kind != BufKind::Weights {
             let data = self.data.try_borrow().map_err(|_| busy())?.clone();
-            let w = Weight::new(table, "buffer", ty, cols, rows, data, len)?;
+            let w = Weight::from_mem(table, "buffer", ty, cols, rows, data, len)?;
             return Ok(WeightRef::Owned(w));
         }
         table
@@ -98,7 +99,7 @@ impl CpuBuffer {
                 ty,
             })?;
         let data = std::mem::take(&mut *self.data.try_borrow_mut().map_err(|_| busy())?);
-        let w = Weight::new(table, "weight buffer", ty, cols, rows, data, len)?;
+        let w = Weight::from_mem(table, "weight buffer", ty, cols, rows, data, len)?;
         Ok(WeightRef::Cached(self.weight.get_or_init(|| w)))
     }
 
@@ -143,6 +144,9 @@ pub struct CpuBackend {
     /// attention (`HEARTH_ATTN=scalar`, for comparisons).
     pub(super) attn: Option<AttnKernels>,
     profile: Profile,
+    /// Memory of the weights and the K/V cache (large pages where the OS
+    /// has them: decode streams both).
+    pages: LargePages,
 }
 
 impl CpuBackend {
@@ -162,6 +166,7 @@ impl CpuBackend {
             attn: attn_kernels(&table),
             table,
             profile: Profile::from_env(),
+            pages: LargePages::default(),
         }
     }
 }
@@ -393,8 +398,13 @@ impl Backend for CpuBackend {
             range: 0..bytes,
             len: 0,
         })?;
+        let data = match kind {
+            BufKind::Weights => self.pages.alloc(words, "weights")?,
+            BufKind::KvCache => self.pages.alloc(words, "the K/V cache")?,
+            BufKind::Activations | BufKind::Readback => HostMem::Heap(vec![0; words]),
+        };
         Ok(CpuBuffer {
-            data: RefCell::new(vec![0; words]),
+            data: RefCell::new(data),
             len: bytes,
             weight: OnceCell::new(),
             kind,

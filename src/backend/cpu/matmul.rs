@@ -9,6 +9,7 @@
 
 use std::ops::Range;
 
+use super::hostmem::HostMem;
 use super::kernels::{KernelTable, Out, WeightKernels};
 use super::threads::Threads;
 use crate::backend::BackendError;
@@ -29,7 +30,7 @@ pub struct Weight {
     /// Bytes per row.
     pub row_bytes: usize,
     /// The raw blocks, 4-byte aligned storage (`data_len` bytes used).
-    data: Vec<u32>,
+    data: HostMem,
     data_len: usize,
     kernels: WeightKernels,
 }
@@ -44,6 +45,19 @@ impl Weight {
         cols: usize,
         rows: usize,
         data: Vec<u32>,
+        data_len: usize,
+    ) -> Result<Self, BackendError> {
+        Self::from_mem(table, name, ty, cols, rows, HostMem::Heap(data), data_len)
+    }
+
+    /// [`Weight::new`] over any host memory (the backend's large pages).
+    pub(super) fn from_mem(
+        table: &KernelTable,
+        name: &str,
+        ty: GgmlType,
+        cols: usize,
+        rows: usize,
+        data: HostMem,
         data_len: usize,
     ) -> Result<Self, BackendError> {
         let kernels = table
@@ -78,7 +92,7 @@ impl Weight {
 
     /// All bytes of the weight.
     pub fn bytes(&self) -> &[u8] {
-        &bytemuck::cast_slice(&self.data)[..self.data_len]
+        &bytemuck::cast_slice(&self.data[..])[..self.data_len]
     }
 
     /// The raw bytes of row `r` (`r < rows`).

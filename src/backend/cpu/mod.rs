@@ -9,6 +9,7 @@ pub mod attn_kernels;
 #[cfg(target_arch = "x86_64")]
 mod attn_x86;
 pub mod backend;
+pub mod hostmem;
 pub mod kernels;
 pub mod matmul;
 pub mod model;
