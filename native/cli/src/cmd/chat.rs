@@ -46,6 +46,7 @@ pub fn run(args: Args) -> Result<()> {
         chat_template: args.chat_template.as_deref(),
         need_chat_template: true,
         progress: true,
+        exact_f32: false,
         default_ctx: None,
     };
     let mut loaded = load_engine(&args.model, &wish)?;

@@ -116,6 +116,9 @@ pub struct EngineWish<'a> {
     /// Context length when `--ctx` is not given (`None`: the model's
     /// trained length, at most 4096).
     pub default_ctx: Option<usize>,
+    /// Multiply weights with f32 activations (the CPU backend's exact-f32
+    /// mode) instead of int8-quantized ones.
+    pub exact_f32: bool,
 }
 
 /// A loaded engine and how long loading took.
@@ -156,7 +159,7 @@ pub fn load_engine(args: &ModelArgs, wish: &EngineWish<'_>) -> Result<Loaded> {
     let opts = LoadOptions {
         kv: config.kv_cache_config(),
         threads: args.threads,
-        exact_f32: false,
+        exact_f32: wish.exact_f32,
     };
     let bar = progress_bar(wish.progress);
     let mut report = |p: &LoadProgress| {

@@ -4,7 +4,7 @@
 use std::io::Write;
 use std::path::PathBuf;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 
 use super::load::{load_engine, EngineWish, KvArg, ModelArgs};
 
@@ -22,16 +22,25 @@ pub struct Args {
     /// Element type of the K/V cache (f32 matches llama.cpp's reference dumps).
     #[arg(long, value_enum, default_value = "f32")]
     kv: KvArg,
+    /// CPU only: multiply the weights with the f32 activations (each row
+    /// expanded to f32) instead of int8-quantized ones: slow, the reference
+    /// that quantized paths are compared with.
+    #[arg(long)]
+    exact: bool,
 }
 
 /// Runs `hearth logits`.
 pub fn run(args: Args) -> Result<()> {
+    if args.exact && args.model.backend != "cpu" {
+        bail!("--exact is the CPU backend's exact-f32 mode: drop it, or run with --backend cpu");
+    }
     let wish = EngineWish {
         kv: args.kv.into(),
         chat_template: None,
         need_chat_template: false,
         progress: true,
         default_ctx: Some(args.tokens.len()),
+        exact_f32: args.exact,
     };
     let mut loaded = load_engine(&args.model, &wish)?;
     let logits = pollster::block_on(loaded.engine.all_logits(&args.tokens))?;

@@ -65,6 +65,7 @@ pub fn run(args: Args) -> Result<()> {
         chat_template: args.chat_template.as_deref(),
         need_chat_template: args.chat,
         progress: !args.json,
+        exact_f32: false,
         default_ctx: None,
     };
     let mut loaded = load_engine(&args.model, &wish)?;
