@@ -47,7 +47,7 @@ fn exact_mode_is_close_to_the_quantized_path_and_cpu_only() {
     let e = logits(&model, tokens, &dir.join("e.f32"), &["--exact"]);
     assert_eq!(q.len(), e.len());
     assert!(
-        !q.is_empty() && q.len() % 5 == 0,
+        !q.is_empty() && q.len().is_multiple_of(5),
         "{} values for 5 tokens",
         q.len()
     );
