@@ -120,9 +120,10 @@ fn quantized_decode_logits_match_cpu_backend() {
             .count();
         println!("{name:<14} decode vs CPU: nrmse {e:.2e}, top1 {same_top1}/4");
         // Both quantize activations to 8 bits (per 32 values here, per
-        // block of the weight's dot type there); a wrong kernel is > 0.3.
+        // block of the weight's dot type there), and these random models
+        // amplify rounding (lavapipe: 1.9e-2 .. 4.2e-2); a wrong kernel is > 0.3.
         assert!(
-            e < 5e-2 && same_top1 >= 3,
+            e < 8e-2 && same_top1 >= 3,
             "{name}: nrmse {e}, top1 {same_top1}/4"
         );
     }

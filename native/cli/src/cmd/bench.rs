@@ -235,7 +235,7 @@ fn bench_models(
     threads: &[usize],
     reporter: &mut Reporter,
 ) -> Result<()> {
-    let ctx = Context {
+    let ctx = KvSpan {
         positions: tests
             .iter()
             .map(|t| t.positions())
@@ -288,12 +288,12 @@ fn isa_of(backend: &str, device: &str) -> String {
 
 /// The K/V cache the tests need: `seqs` sequences of up to `positions`.
 #[derive(Debug, Clone, Copy)]
-struct Context {
+struct KvSpan {
     positions: usize,
     seqs: usize,
 }
 
-impl Context {
+impl KvSpan {
     /// Cache blocks of one sequence; sequence `i` owns blocks
     /// `1 + i * blocks_per_seq ..` (block 0 is the null block).
     fn blocks_per_seq(&self) -> usize {
@@ -307,7 +307,7 @@ fn load(
     backend: &str,
     gguf: &GgufModel,
     sources: &[MmapSource],
-    ctx: Context,
+    ctx: KvSpan,
     threads: usize,
 ) -> Result<AnyModel> {
     let opts = LoadOptions {
@@ -330,7 +330,7 @@ fn measure<M: ForwardModel>(
     args: &Args,
     name: &str,
     threads: usize,
-    ctx: &Context,
+    ctx: &KvSpan,
 ) -> Result<Vec<f64>> {
     let n_vocab = model.config().n_vocab.max(1);
     let mut rng = Rng(args.seed ^ 0x9e37_79b9_7f4a_7c15);
@@ -359,7 +359,7 @@ fn run_test<M: ForwardModel>(
     model: &mut M,
     test: Test,
     batch: usize,
-    ctx: &Context,
+    ctx: &KvSpan,
     token: &mut dyn FnMut() -> u32,
 ) -> Result<()> {
     let per_seq = ctx.blocks_per_seq();
