@@ -3,6 +3,10 @@
 // block table, with a running max and sum (online softmax). GQA: head h
 // reads K/V head h / (n_head / n_head_kv). Optional sliding window and
 // score softcap.
+// Split-context decode (flash decoding): with SPLITS > 1 the keys are cut
+// into spans of `span` positions, one workgroup per (row, head, span), and
+// each writes its partial (max, sum, unnormalised values) to `out` laid out
+// as `[rows * n_head * splits, 2 + hv]`; attention_merge.wgsl combines them.
 // q: `[rows, n_head * hk]` f32; k/v caches: `[slots, n_head_kv * hk|hv]`
 // as u32 words (f32 bits, or two f16 when F16_CACHE); seqs: `[n_seq, 4]`
 // (first row, tokens, start position, table offset); tables: u32 block ids;
@@ -19,8 +23,8 @@ struct Params {
     window: u32,
     block_size: u32,
     n_seq: u32,
-    _pad0: u32,
-    _pad1: u32,
+    splits: u32, // spans per (row, head); 1: no split, `out` is the output
+    span: u32,   // positions per span (splits > 1)
 }
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -53,11 +57,12 @@ fn cache_at(is_k: bool, i: u32) -> f32 {
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) lid: u32) {
     let g = group_index(wid, nwg);
-    if g >= p.rows * p.n_head {
+    if g >= p.rows * p.n_head * p.splits {
         return;
     }
-    let row = g / p.n_head;
-    let h = g % p.n_head;
+    let sp = g % p.splits;
+    let row = (g / p.splits) / p.n_head;
+    let h = (g / p.splits) % p.n_head;
     let kvh = h / (p.n_head / p.n_head_kv);
     // The row's sequence: its position and block table, read by one
     // invocation and made workgroup-uniform (the key loop has barriers).
@@ -78,6 +83,12 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     if p.window > 0u && pos + 1u > p.window {
         lo = pos + 1u - p.window;
     }
+    // This workgroup's keys: lo ..= last (none when the span starts past pos).
+    var last = pos;
+    if p.splits > 1u {
+        lo = lo + sp * p.span;
+        last = min(pos, lo + p.span - 1u);
+    }
     let k_width = p.n_head_kv * p.hk;
     let v_width = p.n_head_kv * p.hv;
     let q_base = row * p.n_head * p.hk + h * p.hk;
@@ -87,16 +98,24 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     for (var j = 0u; j < VPT; j = j + 1u) {
         acc[j] = 0.0;
     }
-    for (var t0 = lo; t0 <= pos; t0 = t0 + WG) {
+    for (var t0 = lo; t0 <= last; t0 = t0 + WG) {
         let t = t0 + lid;
         var score = -3.4028235e38;
         var slot = 0u;
-        if t <= pos {
+        if t <= last {
             slot = tables[table + t / p.block_size] * p.block_size + t % p.block_size;
             let kb = slot * k_width + kvh * p.hk;
             var d = 0.0;
-            for (var e = 0u; e < p.hk; e = e + 1u) {
-                d = d + q[q_base + e] * cache_at(true, kb + e);
+            if F16_CACHE {
+                // A word holds two values (kb and hk are even): one load each.
+                for (var e = 0u; e < p.hk; e = e + 2u) {
+                    let kv = unpack2x16float(kc[(kb + e) / 2u]);
+                    d = d + q[q_base + e] * kv.x + q[q_base + e + 1u] * kv.y;
+                }
+            } else {
+                for (var e = 0u; e < p.hk; e = e + 1u) {
+                    d = d + q[q_base + e] * bitcast<f32>(kc[kb + e]);
+                }
             }
             score = d * p.scale;
             if p.softcap > 0.0 {
@@ -106,7 +125,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         let m_new = max(m, wg_max(score, lid));
         let corr = exp(m - m_new);
         var e = 0.0;
-        if t <= pos {
+        if t <= last {
             e = exp(score - m_new);
         }
         l = l * corr + wg_sum(e, lid);
@@ -114,7 +133,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         tile_w[lid] = e;
         tile_slot[lid] = slot;
         workgroupBarrier();
-        let n = min(WG, pos + 1u - t0);
+        let n = min(WG, last + 1u - t0);
         for (var j = 0u; j < VPT; j = j + 1u) {
             let dv = lid + j * WG;
             if dv < p.hv {
@@ -126,6 +145,20 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
             }
         }
         workgroupBarrier();
+    }
+    if p.splits > 1u {
+        let pb = g * (p.hv + 2u);
+        if lid == 0u {
+            out[pb] = m;
+            out[pb + 1u] = l;
+        }
+        for (var j = 0u; j < VPT; j = j + 1u) {
+            let dv = lid + j * WG;
+            if dv < p.hv {
+                out[pb + 2u + dv] = acc[j];
+            }
+        }
+        return;
     }
     let o_base = row * p.n_head * p.hv + h * p.hv;
     for (var j = 0u; j < VPT; j = j + 1u) {

@@ -2,7 +2,9 @@
 // A workgroup computes a TILE_M x TILE_N tile (tokens x rows) stepping k by
 // 32: it dequantizes a TILE_N x 32 weight tile and loads a TILE_M x 32 x
 // tile into workgroup memory (as tile_t: f16 where the adapter has it), then
-// each invocation accumulates THREAD_M x 4 outputs in f32.
+// each invocation accumulates THREAD_M x 4 outputs in f32, reading its 4
+// weight rows and THREAD_M tokens 4 values of k at a time (vec4 loads: 4 +
+// THREAD_M loads per 16 * THREAD_M multiply-adds).
 // W: one part of a packed weight, [n, k]; x: f32 [m, k]; y: f32 [m, *].
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -12,10 +14,12 @@
 
 const BK: u32 = 32u;
 const COLS: u32 = TILE_N / 4u; // invocations along a tile's rows
+// Tiles are row-major in vec4s of k; a row takes BK / 4 of them plus one of
+// padding, so that invocations reading neighbouring rows hit different banks.
+const RS: u32 = BK / 4u + 1u;
 
-// Tiles stored k-major: element (kk, i) at kk * TILE + i.
-var<workgroup> wt: array<tile_t, TILE_N * BK>;
-var<workgroup> xt: array<tile_t, TILE_M * BK>;
+var<workgroup> wt: array<vec4<tile_t>, TILE_N * RS>;
+var<workgroup> xt: array<vec4<tile_t>, TILE_M * RS>;
 
 fn load_tiles(n0: u32, m0: u32, k0: u32, lid: u32) {
     let groups = p.k / 8u;
@@ -26,11 +30,9 @@ fn load_tiles(n0: u32, m0: u32, k0: u32, lid: u32) {
         if n0 + r < p.n && g < groups {
             v = quant_w8((n0 + r) * p.row_words, p.nb, g);
         }
-        let c = (i % 4u) * 8u;
-        for (var j = 0u; j < 4u; j++) {
-            wt[(c + j) * TILE_N + r] = tile_t(v.lo[j]);
-            wt[(c + 4u + j) * TILE_N + r] = tile_t(v.hi[j]);
-        }
+        let o = r * RS + (i % 4u) * 2u;
+        wt[o] = vec4<tile_t>(v.lo);
+        wt[o + 1u] = vec4<tile_t>(v.hi);
     }
     for (var i = lid; i < TILE_M * 8u; i += WG) {
         let r = i / 8u;
@@ -39,10 +41,7 @@ fn load_tiles(n0: u32, m0: u32, k0: u32, lid: u32) {
         if m0 + r < p.m && c4 < p.k / 4u {
             v = x[(p.x_off + (m0 + r) * p.x_stride) / 4u + c4];
         }
-        let c = (i % 8u) * 4u;
-        for (var j = 0u; j < 4u; j++) {
-            xt[(c + j) * TILE_M + r] = tile_t(v[j]);
-        }
+        xt[r * RS + i % 8u] = vec4<tile_t>(v);
     }
 }
 
@@ -65,11 +64,14 @@ fn main(
     for (var k0 = 0u; k0 < p.k; k0 += BK) {
         load_tiles(n0, m0, k0, lid);
         workgroupBarrier();
-        for (var kk = 0u; kk < BK; kk++) {
-            let o = kk * TILE_N + tn;
-            let b = vec4<f32>(f32(wt[o]), f32(wt[o + 1u]), f32(wt[o + 2u]), f32(wt[o + 3u]));
+        for (var kk = 0u; kk < BK / 4u; kk++) {
+            let w0 = vec4<f32>(wt[tn * RS + kk]);
+            let w1 = vec4<f32>(wt[(tn + 1u) * RS + kk]);
+            let w2 = vec4<f32>(wt[(tn + 2u) * RS + kk]);
+            let w3 = vec4<f32>(wt[(tn + 3u) * RS + kk]);
             for (var i = 0u; i < THREAD_M; i++) {
-                acc[i] = fma(vec4<f32>(f32(xt[kk * TILE_M + tm + i])), b, acc[i]);
+                let xv = vec4<f32>(xt[(tm + i) * RS + kk]);
+                acc[i] += vec4<f32>(dot(xv, w0), dot(xv, w1), dot(xv, w2), dot(xv, w3));
             }
         }
         workgroupBarrier();

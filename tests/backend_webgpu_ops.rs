@@ -318,6 +318,31 @@ fn attention_case(
     }
 }
 
+/// Split-context attention (spans of 16 positions: 3 spans over these
+/// tables, one of them past every row's keys) gives what one pass gives.
+#[test]
+fn split_context_attention_matches_cpu() {
+    let mut r = Rng::new(SEED + 7);
+    for dtype in [KvType::F32, KvType::F16] {
+        for (hk, hv, window) in [(16, 16, None), (32, 80, Some(9))] {
+            let case = attention_case(&mut r, dtype, hk, hv, window, None);
+            let Some(mut g) = gpu() else { return };
+            g.set_attention_split(16);
+            let (cpu, gpu_out) = both(&mut g, &case);
+            let err = rel_err(&as_f32(&gpu_out[0]), &as_f32(&cpu[0]));
+            println!("split attention {dtype:?} hk{hk} hv{hv} window {window:?}: relative error {err:.2e}");
+            assert!(
+                err <= 1e-5,
+                "split attention {dtype:?} hk{hk}: error {err} (seed {SEED:#x})"
+            );
+            let before = g.counters();
+            both(&mut g, &case);
+            let d = g.counters().since(&before);
+            assert_eq!(d.dispatches, 6, "K/V writes 2 x 2, attention, merge: {d}");
+        }
+    }
+}
+
 #[test]
 fn kv_write_and_paged_attention_match_cpu() {
     let mut r = Rng::new(SEED + 6);

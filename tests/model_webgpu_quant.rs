@@ -14,7 +14,7 @@
 mod model_support;
 mod webgpu_support;
 
-use hearth::model::{ForwardModel, KvType, LogitsWanted};
+use hearth::model::{Batch, ForwardModel, KvType, LogitsWanted, SeqInput};
 use model_support::{
     argmax, fixtures, ids, nrmse, overlap, read_f32, read_json, synthetic_model, top_k,
 };
@@ -71,4 +71,102 @@ fn quantized_prompt_logits_match_llamacpp() {
         }
     }
     assert!(failures.is_empty(), "outside the bounds: {failures:?}");
+}
+
+/// Prefills `prompt` as one sequence (blocks 1..), then decodes `next` one
+/// token per step; returns each decode step's logits, concatenated.
+fn decode<M: ForwardModel>(m: &mut M, prompt: &[u32], next: &[u32]) -> Vec<f32> {
+    let total = prompt.len() + next.len();
+    let tbl = table(1, total.div_ceil(BLOCK));
+    let mut out = Vec::new();
+    let mut run = |tokens: &[u32], start: usize, logits| {
+        let sl = slots(&tbl, start, tokens.len());
+        let seq = [SeqInput {
+            tokens,
+            start,
+            slots: &sl,
+            block_table: &tbl,
+            logits,
+        }];
+        pollster::block_on(m.forward(&Batch { seqs: &seq })).expect("forward")
+    };
+    run(prompt, 0, LogitsWanted::None);
+    for (i, &t) in next.iter().enumerate() {
+        out.extend(run(&[t], prompt.len() + i, LogitsWanted::Last));
+    }
+    out
+}
+
+/// Decode runs the matrix-vector kernels (int8 dot products where the
+/// adapter has them, activations quantized per 32 values): its logits
+/// match the CPU backend's, which quantizes activations as ggml does.
+#[test]
+fn quantized_decode_logits_match_cpu_backend() {
+    let prompt: Vec<u32> = (0..7).map(|i| 3 + (i * 41) % 250).collect();
+    let next = [17, 230, 5, 99];
+    for name in ["llama-Q4_K_M", "llama-Q4_0", "gemma3-Q8_0"] {
+        let path = synthetic_model(name);
+        let Some(mut g) = load_gpu(&path, KvType::F16, 8) else {
+            return;
+        };
+        let mut c = model_support::load(&path, KvType::F16, false, 2, 8);
+        let ours = decode(&mut g, &prompt, &next);
+        let cpu = decode(&mut c, &prompt, &next);
+        let nv = g.config().n_vocab;
+        assert_eq!(ours.len(), next.len() * nv, "{name}");
+        let e = nrmse(&ours, &cpu);
+        let same_top1 = (0..next.len())
+            .filter(|&r| argmax(&ours[r * nv..][..nv]) == argmax(&cpu[r * nv..][..nv]))
+            .count();
+        println!("{name:<14} decode vs CPU: nrmse {e:.2e}, top1 {same_top1}/4");
+        // Both quantize activations to 8 bits (per 32 values here, per
+        // block of the weight's dot type there), and these random models
+        // amplify rounding (lavapipe: 1.9e-2 .. 4.2e-2); a wrong kernel is > 0.3.
+        assert!(
+            e < 8e-2 && same_top1 >= 3,
+            "{name}: nrmse {e}, top1 {same_top1}/4"
+        );
+    }
+}
+
+/// Once warm, a decode step creates no buffer and no bind group, and is one
+/// submission with one readback (`HEARTH_PROFILE=gpu` prints these counts).
+#[test]
+fn warm_decode_step_is_one_submission_creating_nothing() {
+    let Some(mut m) = load_gpu(&synthetic_model("llama-Q4_K_M"), KvType::F16, 8) else {
+        return;
+    };
+    let prompt: Vec<u32> = (0..5).map(|i| 7 + i * 19).collect();
+    let tbl = table(1, 2);
+    let mut deltas = Vec::new();
+    for i in 0..4 {
+        let before = m.backend().counters();
+        let (tokens, start) = if i == 0 {
+            (prompt.clone(), 0)
+        } else {
+            (vec![40 + i as u32], prompt.len() + i - 1)
+        };
+        let sl = slots(&tbl, start, tokens.len());
+        let seq = [SeqInput {
+            tokens: &tokens,
+            start,
+            slots: &sl,
+            block_table: &tbl,
+            logits: LogitsWanted::Last,
+        }];
+        let picks = pollster::block_on(m.run_argmax(&Batch { seqs: &seq })).expect("step");
+        assert_eq!(picks.len(), 1);
+        deltas.push(m.backend().counters().since(&before));
+    }
+    for (i, d) in deltas.iter().enumerate() {
+        println!("step {i}: {d}");
+    }
+    let warm = deltas[3];
+    assert_eq!((warm.submits, warm.readbacks), (1, 1), "{warm}");
+    assert_eq!(
+        (warm.buffers_created, warm.bind_groups_created),
+        (0, 0),
+        "{warm}"
+    );
+    assert!(warm.dispatches > 10, "{warm}");
 }

@@ -9,6 +9,10 @@
 //       `nb` is the row's block count (where the split scales start).
 //   fn quant_q8(base: u32, nb: u32, g: u32) -> QW8     (quantized formats only)
 //       the same 8 values as signed bytes q with value = a * q + b.
+//   fn quant_q32(base: u32, nb: u32, c: u32) -> QW32   (quantized formats only)
+//       the 32 values c*32 .. c*32+31 as signed bytes, with one (a, b) per
+//       16 values (every quantized format's scales cover 16 or 32 values);
+//       formats without a faster way return q32_of_q8 of four quant_q8.
 //
 // Every format's blocks hold a multiple of 8 values, and 8 consecutive
 // values always come from two aligned words, so g never straddles a block.
@@ -25,6 +29,31 @@ struct QW8 {
     q: vec2<u32>,
     a: f32,
     b: f32,
+}
+
+// Thirty-two weights as int8: values 0..15 in q0 (byte j of word j / 4),
+// 16..31 in q1; value = a.x * q + b.x for values 0..15, a.y, b.y for 16..31.
+struct QW32 {
+    q0: vec4<u32>,
+    q1: vec4<u32>,
+    a: vec2<f32>,
+    b: vec2<f32>,
+}
+
+// Four consecutive int8 groups as one of 32 values (the (a, b) of groups
+// 0 and 2 stand for 0..15 and 16..31: scales never change inside 16 values).
+fn q32_of_q8(v0: QW8, v1: QW8, v2: QW8, v3: QW8) -> QW32 {
+    return QW32(
+        vec4<u32>(v0.q, v1.q),
+        vec4<u32>(v2.q, v3.q),
+        vec2<f32>(v0.a, v2.a),
+        vec2<f32>(v0.b, v2.b),
+    );
+}
+
+// The four words of `w` from word `o`.
+fn w_vec4(o: u32) -> vec4<u32> {
+    return vec4<u32>(w[o], w[o + 1u], w[o + 2u], w[o + 3u]);
 }
 
 // The four signed bytes of `p`, as f32.

@@ -15,3 +15,11 @@ fn quant_q8(base: u32, nb: u32, g: u32) -> QW8 {
 fn quant_w8(base: u32, nb: u32, g: u32) -> W8 {
     return qw8_to_w8(quant_q8(base, nb, g));
 }
+
+// Block c: values 0..15 the low nibbles of its 4 words, 16..31 the high.
+fn quant_q32(base: u32, nb: u32, c: u32) -> QW32 {
+    let v = w_vec4(base + c * 4u);
+    let m = vec4<u32>(0x0f0f0f0fu);
+    let d = w_f16((base + nb * 4u) * 4u + c * 2u);
+    return QW32(v & m, (v >> vec4<u32>(4u)) & m, vec2<f32>(d), vec2<f32>(-8.0 * d));
+}

@@ -18,3 +18,19 @@ fn quant_q8(base: u32, nb: u32, g: u32) -> QW8 {
 fn quant_w8(base: u32, nb: u32, g: u32) -> W8 {
     return qw8_to_w8(quant_q8(base, nb, g));
 }
+
+// Sub-block c % 8 of block c / 8: its 32 nibbles are the low (even
+// sub-block) or high (odd) halves of 8 words; one scale and min.
+fn quant_q32(base: u32, nb: u32, c: u32) -> QW32 {
+    let blk = base + (c >> 3u) * 36u;
+    let s = c & 7u;
+    let o = blk + 4u + (s >> 1u) * 8u;
+    let sh = vec4<u32>(4u * (s & 1u));
+    let m = vec4<u32>(0x0f0f0f0fu);
+    let hdr = w_vec4(blk);
+    let sm = scale_min_k4(s, hdr.y, hdr.z, hdr.w);
+    let dm = unpack2x16float(hdr.x);
+    let a = dm.x * f32(sm.x);
+    let b = -dm.y * f32(sm.y);
+    return QW32((w_vec4(o) >> sh) & m, (w_vec4(o + 4u) >> sh) & m, vec2<f32>(a), vec2<f32>(b));
+}

@@ -29,3 +29,28 @@ fn quant_q8(base: u32, nb: u32, g: u32) -> QW8 {
 fn quant_w8(base: u32, nb: u32, g: u32) -> W8 {
     return qw8_to_w8(quant_q8(base, nb, g));
 }
+
+// Values 32 * (c % 8) .. of block c / 8: 8 words of low nibbles, 8 of high
+// bits, two scales (sub-blocks of 16).
+fn quant_q32(base: u32, nb: u32, c: u32) -> QW32 {
+    let b = c >> 3u;
+    let blk = base + b * 52u;
+    let e = (c & 7u) * 32u;
+    let half = e >> 7u;
+    let part = (e & 127u) >> 5u;
+    let o = blk + 16u * half + 8u * (part & 1u);
+    let oh = blk + 32u + 8u * half;
+    let sh = vec4<u32>(4u * (part >> 1u));
+    let hs = vec4<u32>(2u * part);
+    let lo = vec4<u32>(0x0f0f0f0fu);
+    let hi = vec4<u32>(0x03030303u);
+    let q0 = ((w_vec4(o) >> sh) & lo) | (((w_vec4(oh) >> hs) & hi) << vec4<u32>(4u));
+    let q1 = ((w_vec4(o + 4u) >> sh) & lo) | (((w_vec4(oh + 4u) >> hs) & hi) << vec4<u32>(4u));
+    let s = e >> 4u;
+    let sw = w[blk + 48u + (s >> 2u)];
+    let sc0 = bitcast<i32>(sw << (24u - 8u * (s & 3u))) >> 24u;
+    let sc1 = bitcast<i32>(sw << (16u - 8u * (s & 3u))) >> 24u;
+    let d = w_f16((base + nb * 52u) * 4u + b * 2u);
+    let a = d * vec2<f32>(f32(sc0), f32(sc1));
+    return QW32(q0, q1, a, -32.0 * a);
+}

@@ -11,3 +11,10 @@ fn quant_q8(base: u32, nb: u32, g: u32) -> QW8 {
 fn quant_w8(base: u32, nb: u32, g: u32) -> W8 {
     return qw8_to_w8(quant_q8(base, nb, g));
 }
+
+// Block c: its 8 words of quants and one scale.
+fn quant_q32(base: u32, nb: u32, c: u32) -> QW32 {
+    let o = base + c * 8u;
+    let d = w_f16((base + nb * 8u) * 4u + c * 2u);
+    return QW32(w_vec4(o), w_vec4(o + 4u), vec2<f32>(d), vec2<f32>(0.0));
+}

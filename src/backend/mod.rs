@@ -125,6 +125,27 @@ pub trait Backend {
     fn record(&mut self, op: &Op, io: &OpIo<'_, Self::Buffer>) -> Result<(), BackendError>;
     /// Submits what was recorded.
     fn submit(&mut self) -> Result<(), BackendError>;
+    /// The activation buffers of one step, `sizes[i]` bytes each. Their
+    /// contents are unspecified (a plan writes each before reading it), so
+    /// a backend may hand out the same memory step after step.
+    fn step_buffers(&mut self, sizes: &[u64]) -> Result<Vec<Self::Buffer>, BackendError> {
+        sizes
+            .iter()
+            .map(|&b| self.alloc(b, BufKind::Activations))
+            .collect()
+    }
+    /// Submits what was recorded and reads `range` of `src` back, in one
+    /// submission where the backend can (a GPU then waits once per step).
+    fn submit_read(
+        &mut self,
+        src: &Self::Buffer,
+        range: Range<u64>,
+    ) -> impl Future<Output = Result<Vec<u8>, BackendError>> {
+        async move {
+            self.submit()?;
+            self.download(src, range).await
+        }
+    }
     /// Reads `range` of `src` back (async: WebGPU cannot block on the web).
     fn download(
         &self,

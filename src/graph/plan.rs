@@ -6,7 +6,7 @@
 //! K/V cache by index. [`execute`] allocates the activations, records every
 //! step, submits once, and downloads ONE buffer (the logits rows).
 
-use crate::backend::{Backend, BackendError, BufKind, OpIo};
+use crate::backend::{Backend, BackendError, OpIo};
 use crate::graph::Op;
 
 /// A buffer a step reads or writes.
@@ -54,7 +54,8 @@ pub struct Plan {
 }
 
 impl Plan {
-    /// A new zeroed activation buffer of `bytes`.
+    /// A new activation buffer of `bytes` (contents unspecified: write it
+    /// before reading it; see [`Backend::step_buffers`](crate::backend::Backend::step_buffers)).
     pub fn act(&mut self, bytes: usize) -> BufId {
         self.acts.push(ActBuf {
             bytes: bytes as u64,
@@ -162,13 +163,12 @@ pub async fn execute<B: Backend>(
     held: &Held<'_, B::Buffer>,
 ) -> Result<Vec<u8>, BackendError> {
     plan.check(held.weights.len(), held.kv.len())?;
-    let mut acts = Vec::with_capacity(plan.acts.len());
-    for a in &plan.acts {
-        let buf = backend.alloc(a.bytes, BufKind::Activations)?;
+    let sizes: Vec<u64> = plan.acts.iter().map(|a| a.bytes).collect();
+    let acts = backend.step_buffers(&sizes)?;
+    for (a, buf) in plan.acts.iter().zip(&acts) {
         if let Some(data) = &a.init {
-            backend.upload(&buf, 0, data)?;
+            backend.upload(buf, 0, data)?;
         }
-        acts.push(buf);
     }
     let get = |b: &BufId| -> &B::Buffer {
         match *b {
@@ -190,9 +190,11 @@ pub async fn execute<B: Backend>(
         };
         backend.record(&s.op, &io)?;
     }
-    backend.submit()?;
     match plan.result {
-        Some((i, n)) => backend.download(&acts[i], 0..n).await,
-        None => Ok(Vec::new()),
+        Some((i, n)) => backend.submit_read(&acts[i], 0..n).await,
+        None => {
+            backend.submit()?;
+            Ok(Vec::new())
+        }
     }
 }

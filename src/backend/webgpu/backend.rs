@@ -1,20 +1,26 @@
 //! [`WebGpuBackend`]: the [`Backend`] trait over a wgpu device.
 //!
-//! `record` compiles (once) and queues a dispatch; `submit` packs every
-//! queued dispatch's parameters into one uniform buffer, encodes them into
-//! one compute pass (wgpu orders dependent dispatches) and submits once;
-//! `download` copies a range out and maps it.
+//! `record` compiles (once) and queues a dispatch; `submit` encodes every
+//! queued dispatch into one compute pass and submits once (the
+//! [`Recorder`] reuses the uniform buffer and bind groups between steps);
+//! `step_buffers` hands out the same activation buffers step after step;
+//! `submit_read` records the copy of the step's result into that same
+//! submission and maps a reused staging buffer, so a decode step is one
+//! submission and one wait.
 
 use std::future::Future;
 use std::num::NonZeroU64;
 use std::ops::Range;
 use std::sync::Arc;
 
-use wgpu::util::DeviceExt;
+use std::sync::Mutex;
 
-use super::buffer::{read_back, usages, GpuBuffer};
+use super::buffer::{copy_span, read_back, staging_buffer, usages, GpuBuffer, PendingMap};
 use super::context::GpuContext;
+use super::counters::{Counters, Event, GpuCounters};
+use super::pool::ActPool;
 use super::quant::{KernelConfig, QuantKernels};
+use super::recorder::{CopyOut, Recorder};
 use super::shader::{PipelineCache, PipelineKey};
 use super::GpuError;
 use crate::backend::{Backend, BackendError, BufKind, Caps, OpIo};
@@ -58,6 +64,9 @@ pub struct Dispatch {
     pub groups: (u32, u32),
 }
 
+/// Keys per span of split-context decode attention, by default.
+pub const DEFAULT_SPLIT_KEYS: u32 = 256;
+
 /// The WebGPU backend.
 #[derive(Debug)]
 pub struct WebGpuBackend {
@@ -67,7 +76,16 @@ pub struct WebGpuBackend {
     /// The kernels of quantized (and split) weights; shared so that they
     /// can record onto `self`.
     pub(super) quant: Arc<QuantKernels>,
-    pending: Vec<Dispatch>,
+    rec: Recorder,
+    pool: ActPool,
+    /// The staging buffer of [`Backend::submit_read`], when free (taken
+    /// while a readback is in flight, put back when it completes).
+    staging: Arc<Mutex<Option<wgpu::Buffer>>>,
+    pub(super) counters: Arc<Counters>,
+    /// Keys per span of split-context decode attention (0: never split).
+    pub(super) attn_split_keys: u32,
+    /// Scratch of split-context attention's partial results.
+    pub(super) attn_partials: Option<GpuBuffer>,
 }
 
 impl WebGpuBackend {
@@ -85,8 +103,33 @@ impl WebGpuBackend {
             caps,
             pipelines: PipelineCache::default(),
             quant,
-            pending: Vec::new(),
+            rec: Recorder::default(),
+            pool: ActPool::default(),
+            staging: Arc::new(Mutex::new(None)),
+            counters: Arc::new(Counters::from_env()),
+            attn_split_keys: DEFAULT_SPLIT_KEYS,
+            attn_partials: None,
         }
+    }
+
+    /// Sets the keys per span of split-context decode attention: steps of
+    /// a few query rows whose block tables reach past `keys` positions cut
+    /// the context into spans of about `keys`, one workgroup each, and
+    /// merge them (0: never split). Default [`DEFAULT_SPLIT_KEYS`].
+    pub fn set_attention_split(&mut self, keys: u32) {
+        self.attn_split_keys = keys;
+    }
+
+    /// Host-side work counted since the backend was created (dispatches,
+    /// submissions, buffers and bind groups created, uploads, readbacks).
+    pub fn counters(&self) -> GpuCounters {
+        self.counters.snapshot()
+    }
+
+    /// Submissions so far: device contents computed before the last one
+    /// may have been overwritten since (see the int8 activation cache).
+    pub fn submissions(&self) -> u64 {
+        self.rec.submits()
     }
 
     /// The device context.
@@ -110,88 +153,52 @@ impl WebGpuBackend {
 
     /// Queues a dispatch for the next [`Backend::submit`].
     pub fn enqueue(&mut self, d: Dispatch) {
-        self.pending.push(d);
+        self.rec.push(d);
     }
 
-    /// Encodes and submits every queued dispatch.
-    fn flush(&mut self) -> Result<(), GpuError> {
-        if self.pending.is_empty() {
-            return Ok(());
-        }
-        let dev = &self.ctx.device;
-        let align = u64::from(self.ctx.caps.uniform_offset_alignment.max(16));
-        let mut arena: Vec<u8> = Vec::new();
-        let mut offsets = Vec::with_capacity(self.pending.len());
-        for d in &self.pending {
-            let at = (arena.len() as u64).div_ceil(align) * align;
-            arena.resize(at as usize, 0);
-            arena.extend_from_slice(bytemuck::cast_slice(&d.params));
-            let padded = arena.len().div_ceil(16) * 16;
-            arena.resize(padded, 0);
-            offsets.push(at);
-        }
-        let uniform = dev.create_buffer_init(&wgpu::util::BufferInitDescriptor {
-            label: Some("params"),
-            contents: &arena,
-            usage: wgpu::BufferUsages::UNIFORM,
-        });
-        let groups: Vec<wgpu::BindGroup> = self
-            .pending
-            .iter()
-            .zip(&offsets)
-            .map(|(d, &at)| bind_group(dev, d, &uniform, at))
-            .collect();
-        let mut enc = dev.create_command_encoder(&wgpu::CommandEncoderDescriptor {
-            label: Some("step"),
-        });
-        {
-            let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                label: Some("step"),
-                timestamp_writes: None,
+    /// Encodes and submits every queued dispatch, then `copy`.
+    fn flush(&mut self, copy: Option<&CopyOut>) -> Result<(), GpuError> {
+        let r = self.rec.flush(&self.ctx, &self.counters, copy);
+        self.counters.report_step();
+        r
+    }
+
+    /// Submits the step with the copy of `range` of `src` into the staging
+    /// buffer, and starts mapping it.
+    fn submit_copy(
+        &mut self,
+        src: &GpuBuffer,
+        range: Range<u64>,
+    ) -> Result<PendingMap, BackendError> {
+        if range.start > range.end || range.end > src.len {
+            return Err(BackendError::OutOfBounds {
+                range,
+                len: src.len,
             });
-            for (d, g) in self.pending.iter().zip(&groups) {
-                pass.set_pipeline(&d.pipeline);
-                pass.set_bind_group(0, g, &[]);
-                pass.dispatch_workgroups(d.groups.0, d.groups.1, 1);
-            }
         }
-        self.ctx.queue.submit([enc.finish()]);
-        self.pending.clear();
-        self.ctx.errors.check("a submission")
-    }
-}
-
-/// The bind group of `d`: its params at `at` of `uniform`, then its buffers.
-fn bind_group(
-    dev: &wgpu::Device,
-    d: &Dispatch,
-    uniform: &wgpu::Buffer,
-    at: u64,
-) -> wgpu::BindGroup {
-    let size = NonZeroU64::new((d.params.len() as u64 * 4).div_ceil(16) * 16);
-    let mut entries = vec![wgpu::BindGroupEntry {
-        binding: 0,
-        resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
-            buffer: uniform,
-            offset: at,
+        let (start, size, at) = copy_span(&range);
+        let free = match self.staging.lock() {
+            Ok(mut s) => s.take(),
+            Err(p) => p.into_inner().take(),
+        };
+        let staging = match free {
+            Some(b) if b.size() >= size => b,
+            _ => {
+                self.counters.add(Event::Buffer);
+                staging_buffer(&self.ctx.device, size.next_power_of_two().max(256))
+            }
+        };
+        let copy = CopyOut {
+            src: src.raw.clone(),
+            src_offset: start,
+            dst: staging.clone(),
             size,
-        }),
-    }];
-    for (i, b) in d.binds.iter().enumerate() {
-        entries.push(wgpu::BindGroupEntry {
-            binding: i as u32 + 1,
-            resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
-                buffer: &b.buf,
-                offset: b.offset,
-                size: b.size,
-            }),
-        });
+        };
+        self.counters.add(Event::Readback);
+        self.flush(Some(&copy))?;
+        let len = (range.end - range.start) as usize;
+        Ok(PendingMap::start(staging, size, at, len))
     }
-    dev.create_bind_group(&wgpu::BindGroupDescriptor {
-        label: None,
-        layout: &d.pipeline.get_bind_group_layout(0),
-        entries: &entries,
-    })
 }
 
 impl Backend for WebGpuBackend {
@@ -217,6 +224,7 @@ impl Backend for WebGpuBackend {
             usage: usages(kind),
             mapped_at_creation: false,
         });
+        self.counters.add(Event::Buffer);
         Ok(GpuBuffer {
             raw,
             len: bytes,
@@ -232,6 +240,7 @@ impl Backend for WebGpuBackend {
                 len: dst.len,
             });
         }
+        self.counters.add(Event::Upload);
         if src.len().is_multiple_of(4) {
             self.ctx.queue.write_buffer(&dst.raw, offset, src);
         } else {
@@ -272,7 +281,35 @@ impl Backend for WebGpuBackend {
     }
 
     fn submit(&mut self) -> Result<(), BackendError> {
-        Ok(self.flush()?)
+        Ok(self.flush(None)?)
+    }
+
+    fn step_buffers(&mut self, sizes: &[u64]) -> Result<Vec<GpuBuffer>, BackendError> {
+        Ok(self.pool.take(&self.ctx, &self.counters, sizes)?)
+    }
+
+    fn submit_read(
+        &mut self,
+        src: &GpuBuffer,
+        range: Range<u64>,
+    ) -> impl Future<Output = Result<Vec<u8>, BackendError>> {
+        let pending = if range.start == range.end {
+            self.flush(None).map_err(BackendError::from).map(|()| None)
+        } else {
+            self.submit_copy(src, range).map(Some)
+        };
+        let (dev, slot) = (self.ctx.device.clone(), self.staging.clone());
+        async move {
+            let Some(p) = pending? else {
+                return Ok(Vec::new());
+            };
+            let (bytes, staging) = p.finish(&dev).await?;
+            match slot.lock() {
+                Ok(mut s) => *s = Some(staging),
+                Err(p) => *p.into_inner() = Some(staging),
+            }
+            Ok(bytes)
+        }
     }
 
     fn download(
@@ -281,12 +318,18 @@ impl Backend for WebGpuBackend {
         range: Range<u64>,
     ) -> impl Future<Output = Result<Vec<u8>, BackendError>> {
         let (dev, queue, src) = (self.ctx.device.clone(), self.ctx.queue.clone(), src.clone());
+        let counters = self.counters.clone();
         async move {
             if range.start > range.end || range.end > src.len {
                 return Err(BackendError::OutOfBounds {
                     range,
                     len: src.len,
                 });
+            }
+            if range.start < range.end {
+                for e in [Event::Buffer, Event::Submit, Event::Readback] {
+                    counters.add(e);
+                }
             }
             Ok(read_back(&dev, &queue, &src, range).await?)
         }

@@ -71,9 +71,98 @@ impl Future for MapFuture {
     }
 }
 
+/// The word-aligned copy that covers `range`: (first byte, bytes), and
+/// where `range` starts within it.
+pub fn copy_span(range: &std::ops::Range<u64>) -> (u64, u64, usize) {
+    // Copies move whole words: widen to them and cut after.
+    let start = range.start & !3;
+    let end = range.end.div_ceil(4) * 4;
+    (start, end - start, (range.start - start) as usize)
+}
+
+/// A mappable staging buffer of `size` bytes.
+pub fn staging_buffer(device: &wgpu::Device, size: u64) -> wgpu::Buffer {
+    device.create_buffer(&wgpu::BufferDescriptor {
+        label: Some("readback"),
+        size,
+        usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+        mapped_at_creation: false,
+    })
+}
+
+/// A staging buffer whose copy was submitted, being mapped.
+#[derive(Debug)]
+pub struct PendingMap {
+    staging: wgpu::Buffer,
+    state: Arc<Mutex<MapState>>,
+    /// Bytes mapped (from byte 0).
+    size: u64,
+    /// The wanted bytes within them.
+    at: usize,
+    len: usize,
+}
+
+impl PendingMap {
+    /// Starts mapping bytes `0..size` of `staging` (after the submission
+    /// that fills it); the result is `len` bytes from `at`.
+    pub fn start(staging: wgpu::Buffer, size: u64, at: usize, len: usize) -> Self {
+        let state = Arc::new(Mutex::new(MapState::default()));
+        let cb_state = state.clone();
+        staging.map_async(wgpu::MapMode::Read, 0..size, move |r| {
+            let mut s = match cb_state.lock() {
+                Ok(s) => s,
+                Err(p) => p.into_inner(),
+            };
+            s.done = Some(r.map_err(|e| e.to_string()));
+            if let Some(w) = s.waker.take() {
+                w.wake();
+            }
+        });
+        Self {
+            staging,
+            state,
+            size,
+            at,
+            len,
+        }
+    }
+
+    /// Waits for the map (natively by polling the device), copies the
+    /// bytes out and unmaps; returns them and the staging buffer, free
+    /// for reuse.
+    pub async fn finish(self, device: &wgpu::Device) -> Result<(Vec<u8>, wgpu::Buffer), GpuError> {
+        #[cfg(not(target_arch = "wasm32"))]
+        device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .map_err(|e| GpuError::Device {
+                during: "waiting for a readback".into(),
+                detail: e.to_string(),
+            })?;
+        #[cfg(target_arch = "wasm32")]
+        let _ = device;
+        MapFuture(self.state)
+            .await
+            .map_err(|detail| GpuError::Device {
+                during: "mapping a readback buffer".into(),
+                detail,
+            })?;
+        let view = self
+            .staging
+            .get_mapped_range(0..self.size)
+            .map_err(|e| GpuError::Device {
+                during: "reading a mapped buffer".into(),
+                detail: e.to_string(),
+            })?;
+        let out = view[self.at..self.at + self.len].to_vec();
+        drop(view);
+        self.staging.unmap();
+        Ok((out, self.staging))
+    }
+}
+
 /// Reads `range` of `src` back (`range` in bytes, within `src.len`).
 ///
-/// One copy into a staging buffer, one submission, one map.
+/// One copy into a new staging buffer, one submission, one map.
 pub async fn read_back(
     device: &wgpu::Device,
     queue: &wgpu::Queue,
@@ -84,51 +173,15 @@ pub async fn read_back(
     if len == 0 {
         return Ok(Vec::new());
     }
-    // Copies move whole words: widen to them and cut after.
-    let start = range.start & !3;
-    let end = range.end.div_ceil(4) * 4;
-    let size = end - start;
-    let staging = device.create_buffer(&wgpu::BufferDescriptor {
-        label: Some("readback"),
-        size,
-        usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-        mapped_at_creation: false,
-    });
+    let (start, size, at) = copy_span(&range);
+    let staging = staging_buffer(device, size);
     let mut enc = device.create_command_encoder(&wgpu::CommandEncoderDescriptor {
         label: Some("readback"),
     });
     enc.copy_buffer_to_buffer(&src.raw, start, &staging, 0, size);
     queue.submit([enc.finish()]);
-    let state = Arc::new(Mutex::new(MapState::default()));
-    let cb_state = state.clone();
-    staging.map_async(wgpu::MapMode::Read, .., move |r| {
-        let mut s = match cb_state.lock() {
-            Ok(s) => s,
-            Err(p) => p.into_inner(),
-        };
-        s.done = Some(r.map_err(|e| e.to_string()));
-        if let Some(w) = s.waker.take() {
-            w.wake();
-        }
-    });
-    #[cfg(not(target_arch = "wasm32"))]
-    device
-        .poll(wgpu::PollType::wait_indefinitely())
-        .map_err(|e| GpuError::Device {
-            during: "waiting for a readback".into(),
-            detail: e.to_string(),
-        })?;
-    MapFuture(state).await.map_err(|detail| GpuError::Device {
-        during: "mapping a readback buffer".into(),
-        detail,
-    })?;
-    let view = staging.get_mapped_range(..).map_err(|e| GpuError::Device {
-        during: "reading a mapped buffer".into(),
-        detail: e.to_string(),
-    })?;
-    let at = (range.start - start) as usize;
-    let out = view[at..at + len as usize].to_vec();
-    drop(view);
-    staging.unmap();
+    let (out, _) = PendingMap::start(staging, size, at, len as usize)
+        .finish(device)
+        .await?;
     Ok(out)
 }

@@ -6,6 +6,9 @@
 //! - [`shader`]: shader composition from `shaders/*.wgsl` and the pipeline cache;
 //! - [`buffer`]: device buffers and asynchronous readback;
 //! - [`backend`]: the [`Backend`](crate::backend::Backend) implementation;
+//!   `recorder` (one submission per step, cached bind groups) and `pool`
+//!   (activation buffers reused between steps) serve it, and [`counters`]
+//!   counts its host-side work (`HEARTH_PROFILE=gpu` prints it per step);
 //! - `ops`: every non-weight op; `dense`: F32 / F16 weights;
 //! - [`quant`]: packed quantized weights, their repack and their kernels.
 
@@ -13,11 +16,14 @@ pub mod backend;
 pub mod buffer;
 pub mod caps;
 pub mod context;
+pub mod counters;
 mod dense;
 pub mod memory;
 pub mod model;
 mod ops;
+mod pool;
 pub mod quant;
+mod recorder;
 pub mod shader;
 mod weights;
 
@@ -25,6 +31,7 @@ pub use backend::WebGpuBackend;
 pub use buffer::GpuBuffer;
 pub use caps::{GpuCaps, ShaderTarget};
 pub use context::{GpuContext, GpuOptions};
+pub use counters::GpuCounters;
 pub use model::{load_webgpu_model, GpuModel};
 pub use shader::{ConstValue, PipelineCache, PipelineKey};
 

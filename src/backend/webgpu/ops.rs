@@ -20,6 +20,7 @@ mod src {
     pub const ROPE: &str = include_str!("../../../shaders/rope.wgsl");
     pub const KV_WRITE: &str = include_str!("../../../shaders/kv_write.wgsl");
     pub const ATTENTION: &str = include_str!("../../../shaders/attention.wgsl");
+    pub const ATTENTION_MERGE: &str = include_str!("../../../shaders/attention_merge.wgsl");
     pub const MOE_TOP_K: &str = include_str!("../../../shaders/moe_top_k.wgsl");
     pub const ARGMAX: &str = include_str!("../../../shaders/argmax.wgsl");
 }
@@ -41,6 +42,7 @@ pub fn kernel_sources() -> Vec<KernelSource> {
         ("kv_write", src::KV_WRITE, f16c(true)),
         ("kv_write", src::KV_WRITE, f16c(false)),
         ("attention", src::ATTENTION, attn),
+        ("attention_merge", src::ATTENTION_MERGE, vec![]),
         ("moe_top_k", src::MOE_TOP_K, vec![]),
         ("argmax", src::ARGMAX, vec![]),
     ]
@@ -50,6 +52,11 @@ pub fn kernel_sources() -> Vec<KernelSource> {
 const WG_ELEM: u32 = 256;
 /// Workgroup size of row kernels (norms, softmax, argmax) and attention.
 const WG_ROW: u32 = 64;
+/// Most spans of split-context attention.
+const MAX_SPLITS: u64 = 64;
+/// Most query rows for which attention splits the context (decode of a
+/// few sequences; longer steps have workgroups enough).
+const SPLIT_MAX_ROWS: u64 = 16;
 
 fn shape(op: &Op, what: impl std::fmt::Display) -> BackendError {
     BackendError::Shape(format!("{op:?}: {what}"))
@@ -110,6 +117,8 @@ impl WebGpuBackend {
         if !self.supports_op(op) {
             return Err(BackendError::UnsupportedOp(format!("{op:?}")));
         }
+        let written: Vec<&wgpu::Buffer> = io.outputs.iter().map(|b| &b.raw).collect();
+        self.quant.forget_writes(&written);
         match op {
             Op::GetRows { .. } | Op::MatMul { .. } => self.record_weight(op, io),
             Op::Add => self.binary(op, io, 0),
@@ -412,6 +421,7 @@ impl WebGpuBackend {
                 format!("q of {} values, out of {}", f32s(q), f32s(out)),
             ));
         }
+        let (splits, span) = self.attention_splits(rows, tables, block_size);
         let vpt = (head_dim_v as u32).div_ceil(WG_ROW).max(1);
         let key = self
             .key("attention", WG_ROW)
@@ -428,18 +438,67 @@ impl WebGpuBackend {
             window.unwrap_or(0) as u32,
             block_size as u32,
             (seqs.len / 16) as u32,
-            0,
-            0,
+            splits as u32,
+            span as u32,
         ];
-        let groups = rows as u32 * n_head as u32;
+        let units = rows * n_head as u64;
+        let target = if splits > 1 {
+            self.attention_partials(units * splits * (head_dim_v as u64 + 2) * 4)?
+        } else {
+            out.clone()
+        };
         self.dispatch(
             &key,
             src::ATTENTION,
             params,
-            &[q, kc, vc, seqs, tables, out],
-            groups,
+            &[q, kc, vc, seqs, tables, &target],
+            (units * splits) as u32,
         );
+        if splits > 1 {
+            let key = self.key("attention_merge", WG_ELEM).with_subgroups(false);
+            let total = units as u32 * head_dim_v as u32;
+            let params = vec![units as u32, splits as u32, head_dim_v as u32, 0];
+            self.dispatch(
+                &key,
+                src::ATTENTION_MERGE,
+                params,
+                &[&target, out],
+                total.div_ceil(WG_ELEM),
+            );
+        }
         Ok(())
+    }
+
+    /// (spans, positions per span) of attention over `rows` query rows
+    /// reading through `tables`: one span unless the step is a decode of a
+    /// few rows whose tables reach past the split size.
+    fn attention_splits(&self, rows: u64, tables: &GpuBuffer, block_size: usize) -> (u64, u64) {
+        // Positions any row can attend to: the tables' blocks at most.
+        let bound = tables.len / 4 * block_size as u64;
+        let span = u64::from(self.attn_split_keys);
+        let splits = if span > 0 && rows <= SPLIT_MAX_ROWS && bound > span {
+            bound.div_ceil(span).min(MAX_SPLITS)
+        } else {
+            1
+        };
+        (splits, bound.div_ceil(splits))
+    }
+
+    /// The scratch of split-context attention's partials, at least `bytes`
+    /// (kept and grown: steps reuse it, so their bind groups stay cached).
+    fn attention_partials(&mut self, bytes: u64) -> Result<GpuBuffer, BackendError> {
+        if let Some(b) = &self.attn_partials {
+            if b.len >= bytes {
+                return Ok(b.clone());
+            }
+        }
+        let b = crate::backend::Backend::alloc(
+            self,
+            bytes.next_power_of_two(),
+            crate::backend::BufKind::Activations,
+        )?;
+        self.attn_partials = Some(b.clone());
+        Ok(b)
     }
 
     fn moe_top_k(

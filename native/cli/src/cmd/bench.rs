@@ -6,6 +6,9 @@
 //!   micro-batch, so pp512 is one pass), logits of the last token only.
 //! - `tgN` (decode): N forward passes of one random token each, from an empty
 //!   context (positions 0..N), logits of that token.
+//! - `tgNxS` (batched decode, `--seqs S`): N forward passes of S sequences
+//!   together, one new token each (the engine's batched decode: one pass,
+//!   one matmul per weight for all S rows); tokens/s counts all S.
 //!
 //! Each test runs once untimed (warm-up: the whole prompt, or one decode
 //! step, as llama-bench does), then `-r` timed repetitions; the
@@ -87,6 +90,11 @@ pub struct Args {
     /// Seed of the random token ids.
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// Concurrent sequences of the decode tests, comma separated: `--seqs
+    /// 1,4` measures tgN at batch 1 and tgNx4 (aggregate tokens/s of 4
+    /// sequences decoding together).
+    #[arg(long = "seqs", value_delimiter = ',', default_value = "1")]
+    seqs: Vec<usize>,
 }
 
 /// One test: prefill or decode of `n` tokens.
@@ -94,8 +102,8 @@ pub struct Args {
 enum Test {
     /// Prefill of a prompt of `n` tokens.
     Prompt(usize),
-    /// `n` decode steps.
-    Gen(usize),
+    /// `n` decode steps of `seqs` sequences together.
+    Gen(usize, usize),
 }
 
 impl Test {
@@ -103,7 +111,8 @@ impl Test {
     fn name(self) -> String {
         match self {
             Test::Prompt(n) => format!("pp{n}"),
-            Test::Gen(n) => format!("tg{n}"),
+            Test::Gen(n, 1) => format!("tg{n}"),
+            Test::Gen(n, s) => format!("tg{n}x{s}"),
         }
     }
 
@@ -112,14 +121,30 @@ impl Test {
     fn warm_up(self) -> Test {
         match self {
             Test::Prompt(n) => Test::Prompt(n),
-            Test::Gen(_) => Test::Gen(1),
+            Test::Gen(_, s) => Test::Gen(1, s),
         }
     }
 
     /// Tokens the test computes.
     fn tokens(self) -> usize {
         match self {
-            Test::Prompt(n) | Test::Gen(n) => n,
+            Test::Prompt(n) => n,
+            Test::Gen(n, s) => n * s,
+        }
+    }
+
+    /// Positions each sequence reaches.
+    fn positions(self) -> usize {
+        match self {
+            Test::Prompt(n) | Test::Gen(n, _) => n,
+        }
+    }
+
+    /// Sequences run together.
+    fn seqs(self) -> usize {
+        match self {
+            Test::Prompt(_) => 1,
+            Test::Gen(_, s) => s,
         }
     }
 }
@@ -153,6 +178,9 @@ fn check_args(args: &Args) -> Result<()> {
     if args.batch == 0 {
         bail!("-b 0 gives no tokens per forward pass; give -b N with N >= 1");
     }
+    if args.seqs.is_empty() || args.seqs.contains(&0) {
+        bail!("--seqs takes sequence counts >= 1 (1: decode at batch 1)");
+    }
     if args.threads.contains(&0) {
         bail!("-t takes thread counts >= 1 (leave -t out for all cores)");
     }
@@ -182,7 +210,11 @@ fn tests_of(args: &Args) -> Vec<Test> {
         .iter()
         .filter(|&&n| n > 0)
         .map(|&n| Test::Prompt(n));
-    let tg = args.n_gen.iter().filter(|&&n| n > 0).map(|&n| Test::Gen(n));
+    let tg = args
+        .n_gen
+        .iter()
+        .filter(|&&n| n > 0)
+        .flat_map(|&n| args.seqs.iter().map(move |&s| Test::Gen(n, s)));
     pp.chain(tg).collect()
 }
 
@@ -203,7 +235,15 @@ fn bench_models(
     threads: &[usize],
     reporter: &mut Reporter,
 ) -> Result<()> {
-    let ctx = tests.iter().map(|t| t.tokens()).max().unwrap_or(1).max(2);
+    let ctx = KvSpan {
+        positions: tests
+            .iter()
+            .map(|t| t.positions())
+            .max()
+            .unwrap_or(1)
+            .max(2),
+        seqs: tests.iter().map(|t| t.seqs()).max().unwrap_or(1),
+    };
     for path in &args.models {
         let (gguf, sources) = super::open_model(path)?;
         let info = ModelInfo::new(model_name(path), &gguf);
@@ -212,7 +252,7 @@ fn bench_models(
                 .with_context(|| format!("cannot load {}", path.display()))?;
             let device = model.device_name();
             for &test in tests {
-                let samples = measure(&mut model, test, args, &info.name, t)
+                let samples = measure(&mut model, test, args, &info.name, t, &ctx)
                     .with_context(|| format!("{} on {}", test.name(), path.display()))?;
                 reporter.row(&Row {
                     model: &info,
@@ -221,7 +261,8 @@ fn bench_models(
                     device: &device,
                     threads: t,
                     test: test.name(),
-                    decode: matches!(test, Test::Gen(_)),
+                    decode: matches!(test, Test::Gen(..)),
+                    seqs: test.seqs(),
                     samples_tps: samples,
                 })?;
             }
@@ -245,18 +286,33 @@ fn isa_of(backend: &str, device: &str) -> String {
     }
 }
 
-/// Loads `gguf` onto the backend named `backend` with a K/V cache of `ctx`
-/// tokens (f16, as llama-bench's default).
+/// The K/V cache the tests need: `seqs` sequences of up to `positions`.
+#[derive(Debug, Clone, Copy)]
+struct KvSpan {
+    positions: usize,
+    seqs: usize,
+}
+
+impl KvSpan {
+    /// Cache blocks of one sequence; sequence `i` owns blocks
+    /// `1 + i * blocks_per_seq ..` (block 0 is the null block).
+    fn blocks_per_seq(&self) -> usize {
+        self.positions.div_ceil(DEFAULT_BLOCK_SIZE)
+    }
+}
+
+/// Loads `gguf` onto the backend named `backend` with a K/V cache for
+/// `ctx` (f16, as llama-bench's default).
 fn load(
     backend: &str,
     gguf: &GgufModel,
     sources: &[MmapSource],
-    ctx: usize,
+    ctx: KvSpan,
     threads: usize,
 ) -> Result<AnyModel> {
     let opts = LoadOptions {
         kv: KvCacheConfig {
-            num_blocks: ctx.div_ceil(DEFAULT_BLOCK_SIZE) + 1,
+            num_blocks: ctx.seqs * ctx.blocks_per_seq() + 1,
             block_size: DEFAULT_BLOCK_SIZE,
             dtype: KvType::F16,
         },
@@ -274,13 +330,14 @@ fn measure<M: ForwardModel>(
     args: &Args,
     name: &str,
     threads: usize,
+    ctx: &KvSpan,
 ) -> Result<Vec<f64>> {
     let n_vocab = model.config().n_vocab.max(1);
     let mut rng = Rng(args.seed ^ 0x9e37_79b9_7f4a_7c15);
     let bar = progress(args.reps, &format!("{name} {} t={threads}", test.name()));
     if !args.no_warmup {
         bar.set_message(format!("{name} {} t={threads} warm-up", test.name()));
-        run_test(model, test.warm_up(), args.batch, &mut || {
+        run_test(model, test.warm_up(), args.batch, ctx, &mut || {
             rng.token(n_vocab)
         })?;
         bar.set_message(format!("{name} {} t={threads}", test.name()));
@@ -288,7 +345,7 @@ fn measure<M: ForwardModel>(
     let mut samples = Vec::with_capacity(args.reps);
     for _ in 0..args.reps {
         let start = Instant::now();
-        run_test(model, test, args.batch, &mut || rng.token(n_vocab))?;
+        run_test(model, test, args.batch, ctx, &mut || rng.token(n_vocab))?;
         let secs = start.elapsed().as_secs_f64().max(1e-9);
         samples.push(test.tokens() as f64 / secs);
         bar.inc(1);
@@ -302,46 +359,68 @@ fn run_test<M: ForwardModel>(
     model: &mut M,
     test: Test,
     batch: usize,
+    ctx: &KvSpan,
     token: &mut dyn FnMut() -> u32,
 ) -> Result<()> {
+    let per_seq = ctx.blocks_per_seq();
     match test {
         Test::Prompt(n) => {
             let prompt: Vec<u32> = (0..n).map(|_| token()).collect();
             for (i, chunk) in prompt.chunks(batch).enumerate() {
-                forward(model, chunk, i * batch)?;
+                forward(model, &[chunk], i * batch, per_seq)?;
             }
         }
-        Test::Gen(n) => {
+        Test::Gen(n, seqs) => {
             for pos in 0..n {
-                forward(model, &[token()], pos)?;
+                let toks: Vec<[u32; 1]> = (0..seqs).map(|_| [token()]).collect();
+                let inputs: Vec<&[u32]> = toks.iter().map(|t| &t[..]).collect();
+                forward(model, &inputs, pos, per_seq)?;
             }
         }
     }
     Ok(())
 }
 
-/// One forward pass of `tokens` at positions `start..`, in a single sequence
-/// whose blocks are 1, 2, 3, ... (block 0 is the null block), returning the
-/// last token's logits to nobody.
-fn forward<M: ForwardModel>(model: &mut M, tokens: &[u32], start: usize) -> Result<()> {
+/// One forward pass of `tokens.len()` sequences, sequence `i` taking
+/// `tokens[i]` at positions `start..` through blocks `1 + i * per_seq ..`
+/// (block 0 is the null block), returning each one's last logits to nobody.
+fn forward<M: ForwardModel>(
+    model: &mut M,
+    tokens: &[&[u32]],
+    start: usize,
+    per_seq: usize,
+) -> Result<()> {
     let bs = DEFAULT_BLOCK_SIZE;
-    let end = start + tokens.len();
-    let table: Vec<BlockId> = (0..end.div_ceil(bs))
-        .map(|b| BlockId(b as u32 + 1))
-        .collect();
-    let slots: Vec<Slot> = (start..end)
-        .map(|p| Slot {
-            block: table[p / bs],
-            offset: (p % bs) as u32,
+    let end = start + tokens.first().map_or(0, |t| t.len());
+    let tables: Vec<Vec<BlockId>> = (0..tokens.len())
+        .map(|i| {
+            (0..end.div_ceil(bs))
+                .map(|b| BlockId((1 + i * per_seq + b) as u32))
+                .collect()
         })
         .collect();
-    let seqs = [SeqInput {
-        tokens,
-        start,
-        slots: &slots,
-        block_table: &table,
-        logits: LogitsWanted::Last,
-    }];
+    let slots: Vec<Vec<Slot>> = tables
+        .iter()
+        .map(|table| {
+            (start..end)
+                .map(|p| Slot {
+                    block: table[p / bs],
+                    offset: (p % bs) as u32,
+                })
+                .collect()
+        })
+        .collect();
+    let seqs: Vec<SeqInput<'_>> = tokens
+        .iter()
+        .zip(tables.iter().zip(&slots))
+        .map(|(t, (table, slots))| SeqInput {
+            tokens: t,
+            start,
+            slots,
+            block_table: table,
+            logits: LogitsWanted::Last,
+        })
+        .collect();
     let logits = pollster::block_on(model.forward(&Batch { seqs: &seqs }))?;
     black_box(logits);
     Ok(())

@@ -124,12 +124,28 @@ struct Scratch {
     bytes: u64,
 }
 
+/// The activations last quantized into the scratch: while nothing writes
+/// `x` and no submission intervenes, a matmul over the same `x` (q, k and v
+/// projections; gate and up) reuses them instead of quantizing again.
+#[derive(Debug)]
+struct QuantizedX {
+    x: wgpu::Buffer,
+    x_off: u32,
+    k: u64,
+    m: u64,
+    /// [`WebGpuBackend::submissions`] when recorded.
+    submission: u64,
+    xq: Bind,
+    xs: Bind,
+}
+
 /// The quantized weight kernels of one device.
 #[derive(Debug)]
 pub struct QuantKernels {
     caps: GpuCaps,
     cfg: KernelConfig,
     scratch: Mutex<Option<Scratch>>,
+    last_x: Mutex<Option<QuantizedX>>,
 }
 
 fn u32_of(v: u64, what: &str) -> Result<u32, BackendError> {
@@ -148,6 +164,19 @@ impl QuantKernels {
             caps: caps.clone(),
             cfg: cfg.fit(caps),
             scratch: Mutex::new(None),
+            last_x: Mutex::new(None),
+        }
+    }
+
+    /// Forgets the quantized activations if an op about to be recorded
+    /// writes their source (any of `written`).
+    pub fn forget_writes(&self, written: &[&wgpu::Buffer]) {
+        let mut last = match self.last_x.lock() {
+            Ok(l) => l,
+            Err(p) => p.into_inner(),
+        };
+        if last.as_ref().is_some_and(|q| written.contains(&&q.x)) {
+            *last = None;
         }
     }
 
@@ -267,8 +296,44 @@ impl QuantKernels {
         Ok(())
     }
 
-    /// Queues the activation quantizer; returns the bindings of its output.
+    /// Queues the activation quantizer, unless the same activations were
+    /// quantized since the last submission with nothing writing them;
+    /// returns the bindings of its output.
     fn quantize_x(
+        &self,
+        be: &mut WebGpuBackend,
+        a: &MatmulArgs<'_>,
+        base: KernelParams,
+    ) -> Result<(Bind, Bind), BackendError> {
+        let mut last = match self.last_x.lock() {
+            Ok(l) => l,
+            Err(p) => p.into_inner(),
+        };
+        if let Some(q) = last.as_ref() {
+            if q.x == *a.x.buffer
+                && q.x_off == base.x_off
+                && q.k == a.k
+                && q.m == a.m
+                && q.submission == be.submissions()
+            {
+                return Ok((q.xq.clone(), q.xs.clone()));
+            }
+        }
+        let (xq, xs) = self.record_quantize_x(be, a, base)?;
+        *last = Some(QuantizedX {
+            x: a.x.buffer.clone(),
+            x_off: base.x_off,
+            k: a.k,
+            m: a.m,
+            submission: be.submissions(),
+            xq: xq.clone(),
+            xs: xs.clone(),
+        });
+        Ok((xq, xs))
+    }
+
+    /// Queues the activation quantizer; returns the bindings of its output.
+    fn record_quantize_x(
         &self,
         be: &mut WebGpuBackend,
         a: &MatmulArgs<'_>,

@@ -189,9 +189,10 @@ impl KernelConfig {
             self.flat_wg /= 2;
         }
         let elem = if caps.f16 { 2 } else { 4 };
-        // Tiles plus room for the composed reduction buffers.
+        // Tiles (rows of 32 values and 4 of padding) plus room for the
+        // composed reduction buffers.
         let fits =
-            |c: &Self| (c.tile_m + c.tile_n) * 32 * elem + 2048 <= caps.max_workgroup_storage;
+            |c: &Self| (c.tile_m + c.tile_n) * 36 * elem + 2048 <= caps.max_workgroup_storage;
         while (!fits(&self) || self.tiled_wg() > max_inv) && self.tile_m > self.thread_m {
             self.tile_m /= 2;
         }

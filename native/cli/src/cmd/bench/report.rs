@@ -56,6 +56,8 @@ pub struct Row<'a> {
     pub test: String,
     /// Whether the test is decode (it then has an effective bandwidth).
     pub decode: bool,
+    /// Sequences decoded together (1 for prefill and batch-1 decode).
+    pub seqs: usize,
     /// Tokens/s of each timed repetition.
     pub samples_tps: Vec<f64>,
 }
@@ -66,11 +68,12 @@ impl Row<'_> {
         mean(&self.samples_tps)
     }
 
-    /// Effective read bandwidth of decode: weight bytes per token times
-    /// tokens/s, in GB/s (1e9 bytes).
+    /// Effective read bandwidth of decode: weight bytes per step times
+    /// steps/s (a step decodes one token of each of `seqs` sequences), in
+    /// GB/s (1e9 bytes).
     pub fn gbps(&self) -> Option<f64> {
         self.decode
-            .then(|| self.model.read_per_token as f64 * self.tps() / 1e9)
+            .then(|| self.model.read_per_token as f64 * self.tps() / self.seqs.max(1) as f64 / 1e9)
     }
 
     /// The JSON line.
@@ -79,6 +82,7 @@ impl Row<'_> {
             "model": self.model.name,
             "test": self.test,
             "threads": self.threads,
+            "seqs": self.seqs,
             "tps": self.tps(),
             "tps_stddev": stddev(&self.samples_tps),
             "backend": self.backend,
