@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The WebGPU backend on the lent H200 (Vulkan through wgpu): writes a
 # Llama-3.1-8B-shaped Q4_K_M model with `hearth synth` on the machine,
-# benchmarks it with `hearth bench --backend webgpu` (decode at batch 1,
-# prefill), and compares its logits with the CPU backend's on a short
-# prompt.
+# benchmarks it with `hearth bench --backend webgpu` (prefill, decode at
+# batch 1 and at 4 sequences), and compares its logits with the CPU
+# backend's and the CPU's exact-f32 mode's on a short prompt.
 #
 # Two halves:
 #   bash scripts/h200-bench.sh prepare
@@ -19,7 +19,8 @@ cd "$(dirname "$0")/.."
 prepare() {
   cargo build --release -p hearth-cli
   mkdir -p .h200
-  cp target/release/hearth .h200/hearth
+  # Without debug info: a device call carries at most 64 MiB.
+  strip -o .h200/hearth target/release/hearth
   grep -qx '/.gl/' .git/info/exclude 2>/dev/null || echo /.gl/ >> "$(git rev-parse --git-common-dir)/info/exclude"
   grep -qx '/.h200/' .git/info/exclude 2>/dev/null || echo /.h200/ >> "$(git rev-parse --git-common-dir)/info/exclude"
   if ! ls .gl/libvulkan1_*.deb >/dev/null 2>&1; then
@@ -45,21 +46,29 @@ device() {
   # /root survives a warm follow-up call: write the model once.
   [ -s "$model" ] || "$hearth" synth "$model" --shape llama-3.1-8b --type Q4_K_M --seed 1
   "$hearth" info "$model" | head -20 | tee "$out/info.txt"
-  # Decode at batch 1 (tg128) and prefill (pp512) on the GPU.
-  "$hearth" bench -m "$model" --backend webgpu -p 512 -n 128 -r 3 | tee "$out/bench.txt"
-  "$hearth" bench -m "$model" --backend webgpu -p 512 -n 128 -r 3 --json > "$out/bench.json"
-  # Logits of a short prompt on both backends.
+  # Prefill (pp512), decode at batch 1 (tg128) and 4 sequences together
+  # (tg128x4, aggregate tokens/s) on the GPU; then the CPU path, for scale.
+  "$hearth" bench -m "$model" --backend webgpu -p 512 -n 128 --seqs 1,4 -r 3 | tee "$out/bench.txt"
+  "$hearth" bench -m "$model" --backend webgpu -p 512 -n 128 --seqs 1,4 -r 3 --json > "$out/bench.json"
+  # Logits of a short prompt: the GPU, the CPU path (int8 activations, as
+  # llama.cpp) and the CPU's exact-f32 mode, the reference of both.
   local toks=1,450,7347,315,9822,374,12366,13,578,6864,315,9635
   "$hearth" logits -m "$model" --backend webgpu --tokens "$toks" --out /tmp/gpu.f32
   "$hearth" logits -m "$model" --backend cpu --tokens "$toks" --out /tmp/cpu.f32
-  python3 - /tmp/cpu.f32 /tmp/gpu.f32 <<'PY' | tee "$out/logits.txt"
+  "$hearth" logits -m "$model" --backend cpu --exact --tokens "$toks" --out /tmp/exact.f32
+  python3 - /tmp/cpu.f32 /tmp/gpu.f32 /tmp/exact.f32 <<'PY' | tee "$out/logits.txt"
 import sys, struct, math
-a = open(sys.argv[1], 'rb').read(); b = open(sys.argv[2], 'rb').read()
-n = len(a) // 4
-x = struct.unpack(f'<{n}f', a); y = struct.unpack(f'<{n}f', b)
-num = sum((p - q) ** 2 for p, q in zip(x, y)); den = sum(p * p for p in x)
-mx = max(abs(p - q) for p, q in zip(x, y))
-print(f"cpu vs webgpu logits: nrmse {math.sqrt(num / den):.3e}, max |diff| {mx:.4f}, values {n}")
+def load(path):
+    b = open(path, 'rb').read()
+    return struct.unpack(f'<{len(b) // 4}f', b)
+cpu, gpu, exact = (load(p) for p in sys.argv[1:4])
+def nrmse(x, ref):
+    # Error over the spread of the reference (as the model tests measure it).
+    mean = sum(ref) / len(ref)
+    var = sum((r - mean) ** 2 for r in ref)
+    return math.sqrt(sum((a - r) ** 2 for a, r in zip(x, ref)) / var)
+print(f"logits nrmse, {len(cpu)} values: cpu vs webgpu {nrmse(gpu, cpu):.3e}; "
+      f"vs cpu exact-f32: webgpu {nrmse(gpu, exact):.3e}, cpu {nrmse(cpu, exact):.3e}")
 PY
 }
 
