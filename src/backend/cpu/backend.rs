@@ -17,6 +17,7 @@ use super::kernels::KernelTable;
 use super::matmul::{matmul, Weight};
 use super::ops;
 use super::profile::Profile;
+use super::rowops::RowOps;
 use super::threads::Threads;
 use crate::backend::{Backend, BackendError, BufKind, Caps, OpIo};
 use crate::graph::Op;
@@ -194,7 +195,7 @@ pub(super) fn nth<'a>(
 fn binary(
     io: &OpIo<'_, CpuBuffer>,
     op: &Op,
-    f: fn(&mut [f32], &[f32]),
+    f: impl FnOnce(&mut [f32], &[f32]),
 ) -> Result<(), BackendError> {
     let mut x = nth(io.inputs, 0, op)?.f32s()?;
     let y = nth(io.inputs, 1, op)?.f32s()?;
@@ -208,6 +209,45 @@ fn binary(
     }
     f(&mut x, &y);
     nth(io.outputs, 0, op)?.set_f32s(&x)
+}
+
+/// An element-wise op `x = f(x, y)` of two equal-length inputs into output
+/// 0, on the row kernels and threads. Works in the output buffer itself
+/// (after one copy of `x` when it is another buffer) rather than on copies
+/// of all three; an output that is also `y` takes [`binary`]'s copies.
+fn elementwise(
+    io: &OpIo<'_, CpuBuffer>,
+    op: &Op,
+    f: impl FnOnce(&mut [f32], &[f32]),
+) -> Result<(), BackendError> {
+    let (xb, yb, ob) = (
+        nth(io.inputs, 0, op)?,
+        nth(io.inputs, 1, op)?,
+        nth(io.outputs, 0, op)?,
+    );
+    let n = xb.len as usize / 4;
+    if std::ptr::eq(yb, ob) || n == 0 || yb.len != xb.len || ob.len != xb.len {
+        return binary(io, op, f);
+    }
+    let short = || BackendError::Shape(format!("{op:?}: a buffer shorter than its length"));
+    let yd = yb.data.try_borrow().map_err(|_| busy())?;
+    let y = bytemuck::cast_slice::<u32, f32>(&yd)
+        .get(..n)
+        .ok_or_else(short)?;
+    let mut od = ob.data.try_borrow_mut().map_err(|_| busy())?;
+    let out = bytemuck::cast_slice_mut::<u32, f32>(&mut od)
+        .get_mut(..n)
+        .ok_or_else(short)?;
+    if !std::ptr::eq(xb, ob) {
+        let xd = xb.data.try_borrow().map_err(|_| busy())?;
+        out.copy_from_slice(
+            bytemuck::cast_slice::<u32, f32>(&xd)
+                .get(..n)
+                .ok_or_else(short)?,
+        );
+    }
+    f(out, y);
+    Ok(())
 }
 
 impl CpuBackend {
@@ -280,7 +320,7 @@ impl CpuBackend {
                 let w = w.get(..*width).ok_or_else(|| {
                     BackendError::Shape(format!("{op:?}: weight of {} values", w.len()))
                 })?;
-                ops::rms_norm(&mut x, w, *eps);
+                self.rows().rms_norm(&self.threads, &mut x, w, *eps);
             }
             Op::Rope { .. } => rope(op, io, &mut x)?,
             Op::Scale(s) => ops::scale(&mut x, *s),
@@ -363,18 +403,25 @@ fn argmax_rows(op: &Op, io: &OpIo<'_, CpuBuffer>, width: usize) -> Result<(), Ba
 }
 
 impl CpuBackend {
+    /// The row-op kernels of the table's ISA.
+    pub(super) fn rows(&self) -> RowOps {
+        RowOps::for_isa(self.table.isa())
+    }
+
     /// Runs one op.
     fn run_op(&self, op: &Op, io: &OpIo<'_, CpuBuffer>) -> Result<(), BackendError> {
         match op {
             Op::GetRows { .. } => self.get_rows(op, io),
             Op::MatMul { .. } => self.mat_mul(op, io),
-            Op::Add => binary(io, op, ops::add),
+            Op::Add => elementwise(io, op, |x, y| self.rows().add(&self.threads, x, y)),
             Op::Mul => binary(io, op, |x, y| {
                 x.iter_mut().zip(y).for_each(|(a, b)| *a *= b)
             }),
             Op::BiasAdd => binary(io, op, ops::add_bias),
-            Op::SiluMul => binary(io, op, ops::silu_mul),
-            Op::GeluTanhMul => binary(io, op, ops::gelu_mul),
+            Op::SiluMul => elementwise(io, op, |x, y| self.rows().silu_mul(&self.threads, x, y)),
+            Op::GeluTanhMul => {
+                elementwise(io, op, |x, y| self.rows().gelu_mul(&self.threads, x, y))
+            }
             Op::KvWrite { .. } => self.kv_write(op, io),
             Op::PagedAttention { .. } => self.paged_attention(op, io),
             Op::MoeTopK { .. } => self.moe_top_k(op, io),

@@ -18,6 +18,9 @@ pub mod ops;
 mod pool;
 mod profile;
 mod record;
+pub mod rowops;
+#[cfg(target_arch = "x86_64")]
+mod rowops_x86;
 pub mod threads;
 
 pub use backend::{CpuBackend, CpuBuffer};

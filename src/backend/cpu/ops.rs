@@ -8,21 +8,45 @@ pub use crate::graph::RopeMode;
 
 /// RMS-normalises each `width`-wide row of `x` in place and multiplies by `w`.
 ///
-/// x: `[rows, width]`, w: `[width]`. Sums in f64 as ggml's `ggml_compute_forward_rms_norm_f32`.
+/// x: `[rows, width]`, w: `[width]`. Squares in f32 summed in f64 as ggml's
+/// `ggml_compute_forward_rms_norm_f32`, in a fixed order that SIMD kernels
+/// follow bit for bit: eight partial sums (lane `j` takes elements
+/// `8i + j`), combined by [`combine8`], then the tail in order.
 pub fn rms_norm(x: &mut [f32], w: &[f32], eps: f32) {
     let width = w.len();
     if width == 0 {
         return;
     }
     for row in x.chunks_exact_mut(width) {
-        // Squares in f32, summed in f64, as ggml does.
-        let sum: f64 = row.iter().map(|&v| f64::from(v * v)).sum();
-        let mean = (sum / width as f64) as f32;
-        let scale = 1.0 / (mean + eps).sqrt();
+        let mut lanes = [0.0f64; 8];
+        let mut blocks = row.chunks_exact(8);
+        for b in &mut blocks {
+            for (l, &v) in lanes.iter_mut().zip(b) {
+                *l += f64::from(v * v);
+            }
+        }
+        let mut sum = combine8(lanes);
+        for &v in blocks.remainder() {
+            sum += f64::from(v * v);
+        }
+        let scale = rms_scale(sum, width, eps);
         for (v, &g) in row.iter_mut().zip(w) {
             *v = (*v * scale) * g;
         }
     }
+}
+
+/// The eight partial sums of [`rms_norm`] as one: `((0+4) + (1+5)) + ((2+6) + (3+7))`.
+#[inline]
+pub fn combine8(l: [f64; 8]) -> f64 {
+    ((l[0] + l[4]) + (l[1] + l[5])) + ((l[2] + l[6]) + (l[3] + l[7]))
+}
+
+/// The factor of [`rms_norm`] for a row of `width` values whose squares sum to `sum`.
+#[inline]
+pub fn rms_scale(sum: f64, width: usize, eps: f32) -> f32 {
+    let mean = (sum / width as f64) as f32;
+    1.0 / (mean + eps).sqrt()
 }
 
 /// Rotates each `head_dim`-wide head of `x` by its row's position.
@@ -134,6 +158,7 @@ pub fn gelu_tanh(x: f32) -> f32 {
 /// `gate = gelu_tanh(gate) * up` as ggml's CPU `geglu`: the GELU input is
 /// rounded to fp16 and the result read from an fp16 table (so rounded too).
 pub fn gelu_mul(gate: &mut [f32], up: &[f32]) {
+    let table = gelu_table();
     for (g, &u) in gate.iter_mut().zip(up) {
         let x = *g;
         *g = if x <= -10.0 {
@@ -141,10 +166,21 @@ pub fn gelu_mul(gate: &mut [f32], up: &[f32]) {
         } else if x >= 10.0 {
             x * u
         } else {
-            let xh = f16::from_f32(x).to_f32();
-            f16::from_f32(gelu_tanh(xh)).to_f32() * u
+            table[usize::from(f16::from_f32(x).to_bits())] * u
         };
     }
+}
+
+/// ggml's `ggml_table_gelu_f16` as f32: entry `h` is
+/// `f16(gelu_tanh(f32(f16::from_bits(h))))` for all 65536 `h`, built on
+/// first use (256 KiB).
+pub fn gelu_table() -> &'static [f32] {
+    static TABLE: std::sync::OnceLock<Vec<f32>> = std::sync::OnceLock::new();
+    TABLE.get_or_init(|| {
+        (0..=u16::MAX)
+            .map(|h| f16::from_f32(gelu_tanh(f16::from_bits(h).to_f32())).to_f32())
+            .collect()
+    })
 }
 
 /// `x += y` element-wise.

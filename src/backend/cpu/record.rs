@@ -10,7 +10,6 @@ use super::attention::{
 };
 use super::backend::{nth, CpuBackend, CpuBuffer};
 use super::matmul::{matmul, Weight};
-use super::ops;
 use crate::backend::{BackendError, OpIo};
 use crate::graph::Op;
 use crate::kv::BlockId;
@@ -290,9 +289,10 @@ impl ExpertFfn for Experts<'_> {
         };
         mm(self.gate, e * ff..(e + 1) * ff, x, &mut g)?;
         mm(self.up, e * ff..(e + 1) * ff, x, &mut u)?;
+        let rows = b.rows();
         match self.act {
-            Activation::Silu => ops::silu_mul(&mut g, &u),
-            Activation::GeluTanh => ops::gelu_mul(&mut g, &u),
+            Activation::Silu => rows.silu_mul(&b.threads, &mut g, &u),
+            Activation::GeluTanh => rows.gelu_mul(&b.threads, &mut g, &u),
         }
         mm(self.down, e * d..(e + 1) * d, &g, out)?;
         Ok(())

@@ -1,0 +1,280 @@
+//! The row ops of prefill on the thread pool, with the fastest kernels the
+//! CPU has: GELU- and SiLU-gated products, RMS norm and residual adds.
+//!
+//! A prompt's activations are `[tokens, width]`: at 512 tokens a gated
+//! product covers a million values per layer, so these ops, scalar and on
+//! one thread, cost as much as a quarter of prefill. [`RowOps`] picks
+//! SIMD kernels for the ISA of the kernel table (scalar ones from
+//! [`super::ops`] elsewhere) and splits large inputs over the threads;
+//! below [`PAR_MIN`] values one region costs more than it saves.
+//!
+//! Every kernel gives the same values on every thread count (each value,
+//! or each row, is computed by one thread alone), so a token's results do
+//! not depend on its batch. GELU and RMS norm are bit-identical to their
+//! scalar forms; SiLU uses ggml's vector exp (as llama.cpp does), within
+//! 2 ulp of the scalar one.
+
+use super::kernels::Isa;
+use super::ops;
+use super::threads::Threads;
+
+/// Values below which an op stays on the calling thread: a parallel region
+/// costs ~7 us at two threads, about what 32K values of a gated product take.
+pub const PAR_MIN: usize = 1 << 15;
+
+/// `x = f(x, y)` element-wise (`x` and `y` of one length).
+pub type BinaryFn = fn(x: &mut [f32], y: &[f32]);
+/// RMS norm of each `w.len()`-wide row of `x` (see [`ops::rms_norm`]).
+pub type NormFn = fn(x: &mut [f32], w: &[f32], eps: f32);
+
+/// The row-op kernels of one ISA.
+#[derive(Clone, Copy)]
+pub struct RowOps {
+    isa: Isa,
+    gelu_mul: BinaryFn,
+    silu_mul: BinaryFn,
+    add: BinaryFn,
+    rms_norm: NormFn,
+}
+
+impl std::fmt::Debug for RowOps {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "RowOps({})", self.isa)
+    }
+}
+
+impl RowOps {
+    /// The portable kernels of [`super::ops`].
+    pub fn scalar() -> Self {
+        Self {
+            isa: Isa::Scalar,
+            gelu_mul: ops::gelu_mul,
+            silu_mul: ops::silu_mul,
+            add: ops::add,
+            rms_norm: ops::rms_norm,
+        }
+    }
+
+    /// The kernels for `isa` (the scalar ones where it has none, or where
+    /// this CPU lacks it).
+    pub fn for_isa(isa: Isa) -> Self {
+        #[cfg(target_arch = "x86_64")]
+        if matches!(isa, Isa::Avx2 | Isa::Avx512) && isa.available() {
+            return super::rowops_x86::kernels(isa);
+        }
+        let _ = isa;
+        Self::scalar()
+    }
+
+    /// Kernels of `isa` from their entries (the ISA files' constructor).
+    #[cfg(target_arch = "x86_64")]
+    pub(super) fn with(
+        isa: Isa,
+        gelu_mul: BinaryFn,
+        silu_mul: BinaryFn,
+        add: BinaryFn,
+        rms_norm: NormFn,
+    ) -> Self {
+        Self {
+            isa,
+            gelu_mul,
+            silu_mul,
+            add,
+            rms_norm,
+        }
+    }
+
+    /// The ISA the kernels use.
+    pub fn isa(&self) -> Isa {
+        self.isa
+    }
+
+    /// `x = gelu_tanh(x) * y` as ggml's `geglu` (see [`ops::gelu_mul`]).
+    pub fn gelu_mul(&self, threads: &Threads, x: &mut [f32], y: &[f32]) {
+        par_binary(threads, self.gelu_mul, x, y);
+    }
+
+    /// `x = silu(x) * y` (ggml's `swiglu`).
+    pub fn silu_mul(&self, threads: &Threads, x: &mut [f32], y: &[f32]) {
+        par_binary(threads, self.silu_mul, x, y);
+    }
+
+    /// `x += y`.
+    pub fn add(&self, threads: &Threads, x: &mut [f32], y: &[f32]) {
+        par_binary(threads, self.add, x, y);
+    }
+
+    /// RMS norm of each `w.len()`-wide row of `x`, times `w`.
+    pub fn rms_norm(&self, threads: &Threads, x: &mut [f32], w: &[f32], eps: f32) {
+        let width = w.len();
+        if width == 0 {
+            return;
+        }
+        let f = self.rms_norm;
+        let rows = x.len() / width;
+        if x.len() < PAR_MIN || threads.count() == 1 || rows < 2 {
+            return f(x, w, eps);
+        }
+        let chunk = rows.div_ceil(threads.count() * 4) * width;
+        threads.for_chunks(x, chunk, |_, c| f(c, w, eps));
+    }
+}
+
+/// `f(x, y)` over the threads in chunks of whole cache lines.
+fn par_binary(threads: &Threads, f: BinaryFn, x: &mut [f32], y: &[f32]) {
+    let n = x.len().min(y.len());
+    let x = &mut x[..n];
+    if n < PAR_MIN || threads.count() == 1 {
+        return f(x, &y[..n]);
+    }
+    let chunk = n.div_ceil(threads.count() * 4).next_multiple_of(16);
+    threads.for_chunks(x, chunk, |i, c| {
+        let at = i * chunk;
+        f(c, &y[at..at + c.len()]);
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Seeded uniform values in `[-scale, scale)` (splitmix64).
+    fn values(seed: u64, n: usize, scale: f32) -> Vec<f32> {
+        let mut s = seed;
+        (0..n)
+            .map(|_| {
+                s = s.wrapping_add(0x9E37_79B9_7F4A_7C15);
+                let mut z = s;
+                z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+                z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+                z ^= z >> 31;
+                ((z >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
+            })
+            .collect()
+    }
+
+    fn all_isas() -> Vec<RowOps> {
+        Isa::ALL
+            .into_iter()
+            .filter(|i| i.available())
+            .map(RowOps::for_isa)
+            .collect()
+    }
+
+    #[test]
+    fn gelu_and_norm_are_bit_identical_to_scalar_on_any_thread_count() {
+        let threads = Threads::new(2);
+        for seed in [1u64, 7, 2024] {
+            // Odd lengths reach the kernels' scalar tails; 12 spans the
+            // GELU cut-offs at +-10.
+            let n = PAR_MIN + 37 + seed as usize % 13;
+            let (x, y) = (values(seed, n, 12.0), values(seed + 1, n, 2.0));
+            let mut want = x.clone();
+            ops::gelu_mul(&mut want, &y);
+            let width = 577;
+            let rows = n / width;
+            let w = values(seed + 2, width, 1.5);
+            let mut want_n = x[..rows * width].to_vec();
+            ops::rms_norm(&mut want_n, &w, 1e-6);
+            for k in all_isas() {
+                for t in [&Threads::new(1), &threads] {
+                    let mut got = x.clone();
+                    k.gelu_mul(t, &mut got, &y);
+                    let same = got
+                        .iter()
+                        .zip(&want)
+                        .all(|(a, b)| a.to_bits() == b.to_bits());
+                    assert!(same, "{k:?} gelu seed {seed}");
+                    let mut got = x[..rows * width].to_vec();
+                    k.rms_norm(t, &mut got, &w, 1e-6);
+                    assert_eq!(got, want_n, "{k:?} rms_norm seed {seed}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn silu_and_add_match_scalar() {
+        let threads = Threads::new(2);
+        for seed in [3u64, 99] {
+            let n = PAR_MIN * 2 + 5;
+            let (x, y) = (values(seed, n, 40.0), values(seed + 1, n, 2.0));
+            let mut want = x.clone();
+            ops::silu_mul(&mut want, &y);
+            let mut want_add = x.clone();
+            ops::add(&mut want_add, &y);
+            for k in all_isas() {
+                let mut got = x.clone();
+                k.silu_mul(&threads, &mut got, &y);
+                for (i, (&g, &w)) in got.iter().zip(&want).enumerate() {
+                    let tol = 4.0 * f32::EPSILON * w.abs() + 1e-30;
+                    assert!(
+                        (g - w).abs() <= tol,
+                        "{k:?} silu seed {seed} at {i}: x {} -> {g}, want {w}",
+                        x[i]
+                    );
+                }
+                let mut got = x.clone();
+                k.add(&threads, &mut got, &y);
+                assert_eq!(got, want_add, "{k:?} add seed {seed}");
+            }
+        }
+    }
+}
+
+/// Speed of the row ops against the scalar forms, interleaved in one run:
+/// `cargo test --release --lib rowops::speed -- --ignored --nocapture`.
+#[cfg(test)]
+mod speed {
+    use super::*;
+
+    fn time(f: &mut dyn FnMut()) -> f64 {
+        let mut best = f64::MAX;
+        for _ in 0..5 {
+            let t = std::time::Instant::now();
+            f();
+            best = best.min(t.elapsed().as_secs_f64());
+        }
+        best * 1e3
+    }
+
+    #[test]
+    #[ignore = "timing, prints a table"]
+    fn row_ops_against_scalar() {
+        // Gemma-3-270M prefill: 512 tokens, feed-forward 2048 wide, rows of 640.
+        let n = 512 * 2048;
+        let x: Vec<f32> = (0..n)
+            .map(|i| ((i * 7919) % 1000) as f32 / 125.0 - 4.0)
+            .collect();
+        let y: Vec<f32> = (0..n)
+            .map(|i| ((i * 104_729) % 997) as f32 / 500.0 - 1.0)
+            .collect();
+        let w: Vec<f32> = (0..640).map(|i| 0.5 + i as f32 / 640.0).collect();
+        let one = Threads::new(1);
+        let two = Threads::new(2);
+        let best = RowOps::for_isa(Isa::best());
+        let scalar = RowOps::scalar();
+        for (name, op) in [
+            ("gelu_mul", 0),
+            ("silu_mul", 1),
+            ("add", 2),
+            ("rms_norm", 3),
+        ] {
+            let mut row = format!("{name:>9}");
+            for (k, t) in [(&scalar, &one), (&best, &one), (&best, &two)] {
+                let mut buf = x.clone();
+                let ms = time(&mut || {
+                    buf.copy_from_slice(&x);
+                    match op {
+                        0 => k.gelu_mul(t, &mut buf, &y),
+                        1 => k.silu_mul(t, &mut buf, &y),
+                        2 => k.add(t, &mut buf, &y),
+                        _ => k.rms_norm(t, &mut buf[..512 * 640], &w, 1e-6),
+                    }
+                });
+                row += &format!("  {:?} x{}: {ms:8.3} ms", k.isa(), t.count());
+            }
+            println!("{row}");
+        }
+    }
+}
