@@ -22,7 +22,7 @@ profile=${HEARTH_WASM_PROFILE:-release}
 export PATH="$root/www/package/node_modules/.bin:$PATH"
 
 # wasm-bindgen: built on first use, then a no-op for cargo (under a second).
-wasm_bindgen=$root/target/tools/release/wasm-bindgen
+wasm_bindgen=$root/target/tools/release/hearth-wasm-bindgen
 [ -x "$wasm_bindgen" ] || echo "building tools/wasm-bindgen into target/tools (once)" >&2
 cargo build --release --quiet --locked --manifest-path tools/wasm-bindgen/Cargo.toml \
   --target-dir "$root/target/tools"

@@ -34,6 +34,7 @@ fn run() -> Result<()> {
     b.web(true)?;
     // The CLI's defaults, set explicitly as it sets them (Bindgen::new()'s own
     // defaults differ for some, e.g. omit_default_module_path).
+    #[allow(deprecated)] // reference_types(false), as the CLI passes it
     b.input_path(&args.input)
         .debug(false)
         .demangle(true)
