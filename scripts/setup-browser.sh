@@ -1,9 +1,8 @@
 #!/usr/bin/env bash
 # Installs what the browser builds and tests need (make wasm, package,
-# test-browser, demo, bench-browser): nightly Rust with rust-src, the pinned
-# wasm-bindgen-cli, Node, Debian's Chromium and the npm packages. Idempotent:
-# each step checks first. Kept apart from setup.sh because the wasm-bindgen
-# install alone takes minutes and `make test` does not need it.
+# test-browser, demo, bench-browser): nightly Rust with rust-src, Node,
+# Debian's Chromium and the npm packages. Idempotent: each step checks first.
+# Kept apart from setup.sh: the native builds and tests need none of it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 step() { printf '[setup-browser] %s\n' "$*" >&2; }
@@ -23,14 +22,9 @@ if ! rustup target list --toolchain nightly --installed 2>/dev/null | grep -q '^
   step "adding the wasm32 target to nightly"
   rustup target add wasm32-unknown-unknown --toolchain nightly
 fi
-# wasm-bindgen-cli, pinned to the library version in www/wasm/Cargo.toml, in
-# the build tree (.cache/tools) so CI can cache it. Not --locked: a locked
-# dependency of 0.2.130 is gone from the registry. About 8 minutes.
-WASM_BINDGEN_VERSION=0.2.130
-if [ "$(.cache/tools/bin/wasm-bindgen --version 2>/dev/null)" != "wasm-bindgen $WASM_BINDGEN_VERSION" ]; then
-  step "installing wasm-bindgen-cli $WASM_BINDGEN_VERSION into .cache/tools (a few minutes)"
-  cargo install wasm-bindgen-cli --version "$WASM_BINDGEN_VERSION" --root .cache/tools --force
-fi
+# wasm-bindgen is not installed here: scripts/build-wasm.sh builds
+# tools/wasm-bindgen (the pinned library without the CLI's test runner, about a
+# quarter of the crates) into target/tools on first use.
 # Node (tsc, wasm-opt from npm binaryen, Playwright) and Debian's Chromium
 # (the tests never download browsers).
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
