@@ -22,6 +22,8 @@ test('rates need a count and some time', () => {
 
 test('backend labels say WebGPU, CPU threads or single thread', () => {
   assert.equal(backendLabel({ backend: 'webgpu', build: 'threaded', threads: 2 }), 'WebGPU');
+  assert.equal(backendLabel({ backend: 'webgpu', adapter: 'SwiftShader Device', build: 'single', threads: 1 }),
+    'WebGPU · SwiftShader Device');
   assert.equal(backendLabel({ backend: 'cpu', build: 'threaded', threads: 4 }), 'CPU · 4 threads');
   assert.equal(backendLabel({ backend: 'cpu', build: 'threaded', threads: 1 }), 'CPU · single thread');
   assert.equal(backendLabel({ backend: 'cpu', build: 'single', threads: 1 }), 'CPU · single thread');

@@ -112,7 +112,7 @@ test('demo page answers a prompt with SmolLM2 on the real package; screenshot ke
   await p.goto(`${srv.url}/www/demo/?model=/models/${SMOLLM2}`);
   await state(p, 'ready', 180000);
   const backend = await p.textContent('[data-testid=backend]');
-  assert.match(backend, /^(WebGPU|CPU · \d+ threads|CPU · single thread)$/);
+  assert.match(backend, /^(WebGPU( · .+)?|CPU · \d+ threads|CPU · single thread)$/);
   await p.fill('#temperature', '0');
   await p.fill('#max-tokens', '48');
   // SmolLM2-135M at temperature 0 answers "The capital of France is Paris."

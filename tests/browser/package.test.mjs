@@ -1,8 +1,11 @@
 // Playwright tests of the npm package in Debian's headless Chromium: it loads
 // SmolLM2 from a local server and must reproduce llama.cpp's greedy tokens, in
 // a cross-origin isolated page (threaded build) and a plain one (single-thread
-// build); an abort stops a generation; concurrent generations equal solo
-// ones; a second load comes from the cache with the server stopped.
+// build) on the CPU, and on WebGPU (SwiftShader, --enable-unsafe-webgpu) with
+// the weights streamed to the GPU; forcing WebGPU in a browser without it
+// fails before any download; an abort stops a generation; concurrent
+// generations equal solo ones; a second load comes from the cache with the
+// server stopped.
 //
 // Run with `make test-browser` (builds the package first).
 // Env: CHROMIUM (default /usr/bin/chromium), HEARTH_MODELS.
@@ -77,11 +80,12 @@ function reference(name) {
   return { ref, safe: firstClose < 0 ? gaps.length : firstClose };
 }
 
-/** Loads SmolLM2 in `page` and runs the two reference prompts greedily. */
-async function greedyRun(page, modelUrl) {
-  return page.evaluate(async ({ modelUrl, chat }) => {
+/** Loads SmolLM2 in `page` (with `options` for Hearth.load) and runs the
+ * two reference prompts greedily. */
+async function greedyRun(page, modelUrl, options = {}) {
+  return page.evaluate(async ({ modelUrl, chat, options }) => {
     const phases = new Set();
-    const engine = await window.Hearth.load(modelUrl, { kvType: 'f32', onProgress: (p) => phases.add(p.phase) });
+    const engine = await window.Hearth.load(modelUrl, { kvType: 'f32', ...options, onProgress: (p) => phases.add(p.phase) });
     const text = await engine.completions.create({
       prompt: 'The capital of France is', temperature: 0, max_tokens: 16, return_token_ids: true,
     });
@@ -93,7 +97,7 @@ async function greedyRun(page, modelUrl) {
     const info = engine.info;
     await engine.unload();
     return { info, phases: [...phases], text, chunks };
-  }, { modelUrl, chat: reference('prompt-02-chat.json').ref.chat_messages.map(([role, content]) => ({ role, content })) });
+  }, { modelUrl, options, chat: reference('prompt-02-chat.json').ref.chat_messages.map(([role, content]) => ({ role, content })) });
 }
 
 /** Checks a greedy run against llama.cpp's ids up to the first close call. */
@@ -114,7 +118,8 @@ function checkGreedy(run, label) {
   assert.ok(['stop', 'length'].includes(last.choices[0].finish_reason));
   assert.ok(last.timings.decode_tokens_per_s > 0, `${label}: decode tokens/s reported`);
   const same = (a, b) => a.findIndex((x, i) => x !== b[i]);
-  console.log(`${label}: build ${run.info.build} x${run.info.threads}, ${capital.safe}+${chat.safe} steps compared `
+  console.log(`${label}: ${run.info.backend}${run.info.adapter ? ` (${run.info.adapter})` : ''}, build ${run.info.build} x${run.info.threads}, `
+    + `${capital.safe}+${chat.safe} steps compared `
     + `(first difference at ${same(c.token_ids, capital.ref.greedy_ids)}, ${same(ids, chat.ref.greedy_ids)}; -1: none), `
     + `decode ${last.timings.decode_tokens_per_s.toFixed(1)} tok/s, prefill ${last.timings.prefill_tokens_per_s.toFixed(1)} tok/s`);
 }
@@ -126,6 +131,9 @@ test('threaded page: greedy tokens equal llama.cpp', { timeout: 300_000 }, async
     const run = await greedyRun(page, `${server.url}/models/${MODEL}`);
     assert.equal(run.info.build, 'threaded');
     assert.ok(run.info.threads >= 2, `threads ${run.info.threads}`);
+    // Auto passes over SwiftShader, a software adapter: the CPU path is faster.
+    assert.equal(run.info.backend, 'cpu');
+    assert.equal(run.info.adapter, null);
     assert.ok(run.phases.includes('download') && run.phases.includes('ready'), `phases ${run.phases}`);
     checkGreedy(run, 'threaded');
   } finally {
@@ -191,6 +199,105 @@ test('abort stops a generation and frees its blocks; concurrent equals solo', { 
   }
 });
 
+test('webgpu page: greedy tokens equal llama.cpp on SwiftShader, weights never in the wasm heap', { timeout: 600_000 }, async () => {
+  const page = await openPage(true);
+  try {
+    const caps = await page.evaluate(() => window.Hearth.capabilities());
+    assert.ok(caps.webgpu && caps.webgpuBackend, `capabilities ${JSON.stringify(caps)}`);
+    assert.equal(caps.webgpuFallback, true, 'SwiftShader is a fallback adapter');
+    // A K/V cache layer beyond the adapter's 1 GiB binding limit: refused from
+    // the header by the memory plan, before the tensors are downloaded.
+    const tooLarge = await page.evaluate(async (url) => {
+      try {
+        await window.Hearth.load(url, { backend: 'webgpu', kvType: 'f32', contextLength: 2_000_000 });
+        return null;
+      } catch (e) {
+        const entry = (await window.Hearth.cache.list()).find((m) => m.id === url);
+        return { code: e.code, message: e.message, stored: entry?.bytes ?? 0 };
+      }
+    }, `${server.url}/models/${MODEL}?too-large`);
+    assert.equal(tooLarge?.code, 'unsupported-model', JSON.stringify(tooLarge));
+    assert.match(tooLarge.message, /K\/V cache.*binding limit.*backend 'cpu'/);
+    assert.equal(tooLarge.stored, 0, 'nothing was downloaded');
+    // Another URL path: downloaded afresh, into OPFS, then streamed to the GPU.
+    const run = await greedyRun(page, `${server.url}/models/${MODEL}?webgpu`, { backend: 'webgpu' });
+    assert.equal(run.info.backend, 'webgpu');
+    assert.match(run.info.adapter ?? '', /swiftshader/i);
+    assert.ok(run.phases.includes('download') && run.phases.includes('load'), `phases ${run.phases}`);
+    // The CPU path's heap holds the weights (~98 MB); on WebGPU it holds a
+    // chunk and a row, the tokenizer and the engine.
+    assert.ok(run.info.wasmMemoryBytes < run.info.sizeBytes / 2,
+      `wasm memory ${run.info.wasmMemoryBytes} bytes for a model of ${run.info.sizeBytes}`);
+    console.log(`webgpu: wasm memory ${(run.info.wasmMemoryBytes / 1e6).toFixed(1)} MB for a ${(run.info.sizeBytes / 1e6).toFixed(1)} MB model`);
+    checkGreedy(run, 'webgpu');
+  } finally {
+    if (process.env.HEARTH_TEST_LOGS) console.log(page.logs.join('\n'));
+    await page.close();
+  }
+});
+
+test('webgpu without the cache: single-thread build, weights from the download stream to the GPU', { timeout: 600_000 }, async () => {
+  const page = await openPage(false);
+  try {
+    const r = await page.evaluate(async (url) => {
+      const phases = new Set();
+      const engine = await window.Hearth.load(url, {
+        backend: 'webgpu', kvType: 'f32', cache: false, onProgress: (p) => phases.add(p.phase),
+      });
+      const out = await engine.completions.create({
+        prompt: 'The capital of France is', temperature: 0, max_tokens: 4, return_token_ids: true,
+      });
+      await engine.unload();
+      const cached = (await window.Hearth.cache.list()).map((m) => m.id);
+      return { info: engine.info, ids: out.choices[0].token_ids, phases: [...phases], cached };
+    }, `${server.url}/st/models/${MODEL}?stream`);
+    const capital = reference('prompt-00-capital.json');
+    assert.equal(r.info.backend, 'webgpu');
+    assert.equal(r.info.build, 'single');
+    assert.deepEqual(r.ids, capital.ref.greedy_ids.slice(0, 4));
+    assert.ok(r.phases.includes('download') && r.phases.includes('load'), `phases ${r.phases}`);
+    assert.ok(!r.cached.some((id) => id.endsWith('?stream')), `cached: ${r.cached}`);
+    assert.ok(r.info.wasmMemoryBytes < r.info.sizeBytes / 2, `wasm memory ${r.info.wasmMemoryBytes}`);
+  } finally {
+    await page.close();
+  }
+});
+
+test('backend webgpu in a browser without WebGPU fails clearly, before any download', { timeout: 120_000 }, async () => {
+  const dir = mkdtempSync(path.join(tmpdir(), 'hearth-chromium-nogpu-'));
+  // The same flags without --enable-unsafe-webgpu, and WebGPU switched off.
+  const browser = await chromium.launchPersistentContext(dir, {
+    executablePath: process.env.CHROMIUM ?? '/usr/bin/chromium',
+    headless: true,
+    args: [...chromiumArgs(dir).filter((a) => !a.startsWith('--user-data-dir') && a !== '--headless'
+      && a !== '--enable-unsafe-webgpu'), '--disable-features=WebGPU,Vulkan', '--disable-gpu'],
+  });
+  const requests = [];
+  try {
+    const page = await browser.newPage();
+    page.on('request', (r) => requests.push(r.url()));
+    await page.goto(`${server.url}/tests/browser/pages/index.html`);
+    await page.waitForFunction(() => window.hearthReady === true, null, { timeout: 30_000 });
+    const r = await page.evaluate(async (url) => {
+      const caps = await window.Hearth.capabilities();
+      let forced = null;
+      try {
+        await window.Hearth.load(url, { backend: 'webgpu' });
+      } catch (e) {
+        forced = { code: e.code, message: e.message };
+      }
+      return { caps, forced };
+    }, `${server.url}/models/${MODEL}?nogpu`);
+    assert.equal(r.caps.webgpu, false, `capabilities ${JSON.stringify(r.caps)}`);
+    assert.equal(r.forced?.code, 'unsupported-backend', JSON.stringify(r.forced));
+    assert.match(r.forced.message, /no WebGPU adapter.*backend 'cpu'/);
+    assert.ok(!requests.some((u) => u.includes('?nogpu')), `the model was requested: ${requests}`);
+  } finally {
+    await browser.close();
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
 test('cache: listed, and a second load works with the server stopped', { timeout: 300_000 }, async () => {
   const page = await openPage(true);
   const modelUrl = `${server.url}/models/${MODEL}`;
@@ -224,28 +331,6 @@ test('cache: listed, and a second load works with the server stopped', { timeout
     assert.equal(r.offline, 'network');
     assert.equal(r.deleted, true);
     assert.ok(!r.after.includes(modelUrl));
-  } finally {
-    await page.close();
-  }
-});
-
-// WebGPU in the browser: when the core's WebGPU backend lands, add a test
-// here loading with { backend: 'webgpu' } in a page launched with
-// --enable-unsafe-webgpu (SwiftShader) and checking the same greedy ids with
-// checkGreedy(). Until then the option must fail clearly:
-test('backend webgpu fails clearly until the backend lands', { timeout: 60_000 }, async () => {
-  const page = await openPage(true);
-  try {
-    const r = await page.evaluate(async () => {
-      try {
-        await window.Hearth.load('/models/none.gguf', { backend: 'webgpu' });
-        return null;
-      } catch (e) {
-        return { code: e.code, message: e.message };
-      }
-    });
-    assert.equal(r?.code, 'unsupported-backend');
-    assert.match(r.message, /backend 'cpu'/);
   } finally {
     await page.close();
   }

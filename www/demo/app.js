@@ -340,7 +340,9 @@ async function start() {
     const caps = await state.api.Hearth.capabilities?.();
     if (caps) {
       $('caps').textContent = [
-        caps.webgpu ? (caps.webgpuBackend ? 'WebGPU available' : 'WebGPU adapter found (not used by this build)') : 'No WebGPU adapter',
+        caps.webgpu
+          ? (caps.webgpuFallback ? `software WebGPU adapter (${caps.webgpuAdapter}): Auto runs on the CPU` : `WebGPU: ${caps.webgpuAdapter}`)
+          : 'No WebGPU adapter',
         caps.threads ? `threads available (${caps.hardwareConcurrency} cores)` : 'page not cross-origin isolated: one CPU thread',
       ].join(' · ');
     }

@@ -15,11 +15,12 @@ export function rate(count, ms) {
   return count > 0 && ms > 0 ? (count * 1000) / ms : null;
 }
 
-/** Which backend runs, from the package's ModelInfo: `WebGPU`,
- * `CPU · 4 threads`, `CPU · single thread`. */
+/** Which backend runs, from the package's ModelInfo: `WebGPU · adapter`
+ * (`WebGPU` when the browser names none), `CPU · 4 threads`,
+ * `CPU · single thread`. */
 export function backendLabel(info) {
   if (!info) return '';
-  if (info.backend === 'webgpu') return 'WebGPU';
+  if (info.backend === 'webgpu') return info.adapter ? `WebGPU · ${info.adapter}` : 'WebGPU';
   if (info.build === 'single' || info.threads <= 1) return 'CPU · single thread';
   return `CPU · ${info.threads} threads`;
 }

@@ -69,7 +69,7 @@ class FakeEngine {
 /** Same surface as the package's `Hearth` for what the demo uses. */
 export const Hearth = {
   async capabilities() {
-    return { threads: self.crossOriginIsolated, hardwareConcurrency: navigator.hardwareConcurrency, webgpu: !!navigator.gpu, webgpuBackend: false, opfs: true, cacheStorage: true };
+    return { threads: self.crossOriginIsolated, hardwareConcurrency: navigator.hardwareConcurrency, webgpu: false, webgpuAdapter: null, webgpuFallback: false, webgpuBackend: true, opfs: true, cacheStorage: true };
   },
   async load(source, { onProgress, signal } = {}) {
     const name = typeof source === 'string' ? source.split('/').pop() : source.name ?? 'blob.gguf';

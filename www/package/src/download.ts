@@ -56,6 +56,63 @@ function rangeReader(url: string, size: number, signal: AbortSignal): Reader {
   };
 }
 
+/** Reads at least this long come from one streamed response, not a request each. */
+const STREAM_MIN_READ = 1 << 20;
+
+/**
+ * A reader of `url` for a load that does not keep the model (`cache: false`):
+ * the loader reads tensors in file order, so large reads are served from one
+ * streamed response (`Range: bytes=N-`) as its bytes arrive, and the model is
+ * never whole in memory: only the bytes since the last read's start are kept
+ * (the loader may read back into its previous chunk). Small reads (headers)
+ * and reads behind that window are Range requests of their own.
+ */
+function streamReader(url: string, size: number, signal: AbortSignal, onBytes: (n: number) => void): Reader {
+  const ranged = rangeReader(url, size, signal);
+  let body: ReadableStreamDefaultReader<Uint8Array> | null = null;
+  /** File offset of the next byte the response gives. */
+  let pos = 0;
+  /** The bytes just before `pos` that a later read may ask again. */
+  let kept = new Uint8Array(0);
+  const open = async (offset: number) => {
+    await body?.cancel().catch(() => {});
+    const res = await fetch(url, { headers: { Range: `bytes=${offset}-` }, signal, cache: 'no-store' });
+    if (res.status !== 206 || !res.body) throw httpError(url, res);
+    body = res.body.getReader();
+    pos = offset;
+    kept = new Uint8Array(0);
+  };
+  return {
+    size,
+    async read(offset, length) {
+      if (length < STREAM_MIN_READ || (body && offset < pos - kept.length)) return ranged.read(offset, length);
+      // Far ahead (tensors the loader skips): a new request beats reading through.
+      if (!body || offset > pos + 8 * STREAM_MIN_READ) await open(offset);
+      const parts: Uint8Array[] = offset < pos ? [kept.subarray(offset - (pos - kept.length))] : [];
+      let have = parts[0]?.length ?? 0;
+      while (have < length) {
+        const { done, value } = await body!.read();
+        if (done) throw new HearthError('network', `${url} ended at byte ${pos} of ${size}; load again`);
+        onBytes(value.length);
+        const from = Math.max(0, offset - pos);
+        pos += value.length;
+        if (from < value.length) {
+          parts.push(value.subarray(from));
+          have += value.length - from;
+        }
+      }
+      // Kept from this read's start on: the loader's next read starts there or later.
+      kept = new Uint8Array(have);
+      let at = 0;
+      for (const p of parts) {
+        kept.set(p, at);
+        at += p.length;
+      }
+      return kept.subarray(0, length);
+    },
+  };
+}
+
 /** Reads from the stored prefix where it covers the range, else the network. */
 function prefixReader(stored: Blob, remote: Reader): Reader {
   return {
@@ -137,11 +194,24 @@ export async function openUrl(url: string, o: OpenUrlOptions): Promise<{ readers
     throw err;
   }
   const size = probes.reduce((a, p) => a + p.size, 0);
-  if (!store || probes.some((p) => !p.ranges || p.size === 0)) {
-    // No cache, or a server without Range: plain download into memory.
-    if (probes.every((p) => p.ranges && p.size > 0)) {
-      await o.inspect(probes.map((p, i) => rangeReader(urls[i]!, p.size, o.signal)));
-    }
+  const ranges = probes.every((p) => p.ranges && p.size > 0);
+  if (!store && ranges) {
+    // No cache: the loader reads the model as it streams in.
+    await o.inspect(probes.map((p, i) => rangeReader(urls[i]!, p.size, o.signal)));
+    let done = 0;
+    let last = 0;
+    const onBytes = (n: number) => {
+      done += n;
+      const now = performance.now();
+      if (now - last > 100 || done === size) {
+        last = now;
+        o.progress({ phase: 'download', loaded: done, total: size });
+      }
+    };
+    return { readers: probes.map((p, i) => streamReader(urls[i]!, p.size, o.signal, onBytes)), fromCache: false, size };
+  }
+  if (!store || !ranges) {
+    // A server without Range: plain download into memory.
     return { readers: await fetchWhole(urls, size, o), fromCache: false, size };
   }
   const fresh: ModelMeta = { id: url, urls, sizes: probes.map((p) => p.size), tags: probes.map((p) => p.tag), complete: false, updated: Date.now() };

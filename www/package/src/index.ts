@@ -14,29 +14,60 @@ import { HearthError } from './errors.js';
 import { cacheApi, type CacheApi } from './cache.js';
 import { ChatApi, CompletionsApi, Generator } from './generate.js';
 import type { FromWorker, SourceSpec, ToWorker, WorkerLoadOptions } from './protocol.js';
-import type { Capabilities, LoadOptions, ModelInfo, ModelSource } from './types.js';
+import type { Backend, Capabilities, LoadOptions, ModelInfo, ModelSource } from './types.js';
 
 export * from './types.js';
 export { HearthError } from './errors.js';
 export type { CacheApi } from './cache.js';
 
+/** The parts of a GPUAdapter read here (`info` from Chrome 114 on). */
+interface AdapterLike {
+  info?: { vendor?: string; architecture?: string; description?: string; isFallbackAdapter?: boolean };
+  isFallbackAdapter?: boolean;
+}
+
 /** What the browser offers (threads, WebGPU, storage). */
 async function capabilities(): Promise<Capabilities> {
-  const nav = globalThis.navigator as Navigator & { gpu?: { requestAdapter(): Promise<unknown> } };
-  let webgpu = false;
+  const nav = globalThis.navigator as Navigator & { gpu?: { requestAdapter(): Promise<AdapterLike | null> } };
+  let adapter: AdapterLike | null = null;
   try {
-    webgpu = !!nav.gpu && !!(await nav.gpu.requestAdapter());
+    adapter = nav.gpu ? await nav.gpu.requestAdapter() : null;
   } catch {
-    webgpu = false;
+    adapter = null;
   }
+  const info = adapter?.info;
+  const name = adapter
+    ? (info?.description || [info?.vendor, info?.architecture].filter(Boolean).join(' ') || 'unnamed adapter')
+    : null;
   return {
     threads: globalThis.crossOriginIsolated === true && typeof SharedArrayBuffer !== 'undefined',
     hardwareConcurrency: nav.hardwareConcurrency ?? 1,
-    webgpu,
-    webgpuBackend: false,
+    webgpu: adapter !== null,
+    webgpuAdapter: name,
+    webgpuFallback: !!(info?.isFallbackAdapter ?? adapter?.isFallbackAdapter),
+    webgpuBackend: true,
     opfs: typeof nav.storage?.getDirectory === 'function',
     cacheStorage: typeof globalThis.caches !== 'undefined',
   };
+}
+
+/** What the worker is asked to use for `backend`: `webgpu` (an error
+ * without an adapter), `auto` (WebGPU when the model fits, else the CPU) for
+ * a hardware adapter, else `cpu`. Throws `unsupported-backend` before any
+ * download when WebGPU is forced and the browser has none. */
+function resolveBackend(backend: Backend, caps: Capabilities): 'cpu' | 'webgpu' | 'auto' {
+  if (backend === 'webgpu') {
+    if (!caps.webgpu) {
+      throw new HearthError(
+        'unsupported-backend',
+        "this browser gives no WebGPU adapter; use backend 'cpu' or 'auto', or a browser with WebGPU enabled "
+          + '(Chrome/Edge 113+ with a supported GPU)',
+      );
+    }
+    return 'webgpu';
+  }
+  if (backend === 'auto' && caps.webgpu && !caps.webgpuFallback) return 'auto';
+  return 'cpu';
 }
 
 /** The files of `source`, URLs resolved against the page. */
@@ -105,9 +136,11 @@ export const Hearth = {
 
   /**
    * Loads a model into a new Web Worker. Rejects with a {@link HearthError}:
-   * `unsupported-backend` (backend 'webgpu' without support), `no-acceleration`
+   * `unsupported-backend` (backend 'webgpu' without an adapter: before any
+   * download), `no-acceleration`
    * (with `requireAcceleration`), `unsupported-model` (read from the header,
-   * before the tensors are downloaded), `quota-exceeded` (before the download
+   * before the tensors are downloaded: architecture, tensor types, a model
+   * beyond the WebGPU adapter's limits), `quota-exceeded` (before the download
    * when the size is known), `network`, `not-cached`, `aborted`.
    */
   async load(source: ModelSource, options: LoadOptions = {}): Promise<HearthEngine> {
@@ -117,25 +150,17 @@ export const Hearth = {
     if (backend !== 'auto' && backend !== 'cpu' && backend !== 'webgpu') {
       throw new HearthError('bad-request', `backend '${String(backend)}': use 'auto', 'webgpu' or 'cpu'`);
     }
-    if (backend === 'webgpu') {
-      // Hook for the WebGPU backend: when the core gains it, `webgpuBackend`
-      // becomes true and the worker is told to use it.
-      throw new HearthError(
-        'unsupported-backend',
-        caps.webgpu
-          ? "this build of Hearth has no WebGPU backend yet; use backend 'cpu' or 'auto'"
-          : "this browser gives no WebGPU adapter (and this build has no WebGPU backend yet); use backend 'cpu' or 'auto'",
-      );
-    }
+    const resolved = resolveBackend(backend, caps);
+    const gpu = caps.webgpu && !caps.webgpuFallback;
     const threads = Math.max(1, Math.floor(
       caps.threads ? options.threads ?? Math.min(caps.hardwareConcurrency, 8) : 1,
     ));
-    if (options.requireAcceleration && !caps.threads && !(caps.webgpu && caps.webgpuBackend)) {
+    if (options.requireAcceleration && !caps.threads && !gpu && resolved !== 'webgpu') {
       throw new HearthError(
         'no-acceleration',
         'neither WebGPU nor threads are available: serve the page with the headers '
           + "'Cross-Origin-Opener-Policy: same-origin' and 'Cross-Origin-Embedder-Policy: require-corp' "
-          + 'to get threads, or use a browser with WebGPU',
+          + "to get threads, or use a browser with a hardware WebGPU adapter (or force backend 'webgpu')",
       );
     }
     if ((options.threads ?? 1) > 1 && !caps.threads) {
@@ -152,6 +177,8 @@ export const Hearth = {
       cache: options.cache ?? true,
       chatTemplate: options.chatTemplate ?? null,
       wasmUrl,
+      backend: resolved,
+      adapterName: caps.webgpuAdapter,
     };
     const worker = new Worker(new URL('worker.js', base), { type: 'module', name: 'hearth-engine' });
     const info = await new Promise<Omit<ModelInfo, 'loadSeconds'>>((resolve, reject) => {

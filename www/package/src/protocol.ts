@@ -15,6 +15,11 @@ export interface WorkerLoadOptions {
   chatTemplate: string | null;
   /** URL of the wasm build's JS (`dist/wasm-mt/hearth_wasm.js` or `-st`). */
   wasmUrl: string;
+  /** The backend as the page resolved it: `auto` here means a hardware
+   * adapter, taken when the model fits it. */
+  backend: 'cpu' | 'webgpu' | 'auto';
+  /** The page's name of its WebGPU adapter (wgpu may report none). */
+  adapterName: string | null;
 }
 
 /** The engine's request (see www/wasm/src/request.rs). */

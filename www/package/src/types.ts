@@ -2,10 +2,13 @@
 // responses, cache entries. Field names of requests and responses follow the
 // OpenAI REST API (snake_case) so code written for it ports unchanged.
 
-/** Where a model runs. `auto` picks WebGPU when the core supports it and the
- * browser gives an adapter, else the CPU (wasm SIMD128, threaded when the page
- * is cross-origin isolated). `webgpu` fails with code `unsupported-backend`
- * when that path is unavailable. */
+/** Where a model runs. `auto` picks WebGPU when the browser gives a hardware
+ * adapter and the model fits it, else the CPU (wasm SIMD128, threaded when the
+ * page is cross-origin isolated); a software adapter (`isFallbackAdapter`,
+ * e.g. SwiftShader) is slower than the CPU path, so `auto` passes it over.
+ * `webgpu` uses any adapter and fails with code `unsupported-backend` when
+ * there is none (before any download), or `unsupported-model` when the model
+ * does not fit the adapter's limits. */
 export type Backend = 'auto' | 'webgpu' | 'cpu';
 
 /** A model to load:
@@ -91,6 +94,15 @@ export interface ModelInfo {
   hasChatTemplate: boolean;
   /** Where it runs. */
   backend: 'cpu' | 'webgpu';
+  /** The WebGPU adapter (`backend: 'webgpu'`), as the browser describes
+   * it; null on the CPU. */
+  adapter: string | null;
+  /** Why `auto` did not take WebGPU although the browser has an adapter
+   * (null when it did, or when it was not tried). */
+  webgpuDeclined: string | null;
+  /** Bytes of the engine's wasm memory after the load (it never shrinks).
+   * On WebGPU the weights are not in it. */
+  wasmMemoryBytes: number;
   /** The wasm build: `threaded` (cross-origin isolated page) or `single`. */
   build: 'threaded' | 'single';
   /** CPU threads in use. */
@@ -109,7 +121,13 @@ export interface Capabilities {
   hardwareConcurrency: number;
   /** The browser has a WebGPU adapter. */
   webgpu: boolean;
-  /** The WebGPU backend is in this build of the package (not yet: false). */
+  /** The adapter's description (`vendor architecture` when the browser
+   * gives none); null without one. */
+  webgpuAdapter: string | null;
+  /** The adapter is a software one (`isFallbackAdapter`: SwiftShader):
+   * `backend: 'auto'` then runs on the CPU. */
+  webgpuFallback: boolean;
+  /** The WebGPU backend is in this build of the package. */
   webgpuBackend: boolean;
   /** Origin Private File System available for the model cache. */
   opfs: boolean;

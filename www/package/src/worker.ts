@@ -16,7 +16,7 @@ interface WasmModule {
   default(): Promise<unknown>;
   buildKind(): string;
   initThreadPool?(n: number): Promise<unknown>;
-  inspect(readers: Reader[]): Promise<string>;
+  inspect(readers: Reader[], options: string): Promise<string>;
   load(readers: Reader[], options: string, onProgress: (d: number, t: number, td: number, tt: number) => void): Promise<WasmEngine>;
 }
 
@@ -146,8 +146,11 @@ function wasm(o: WorkerLoadOptions): Promise<WasmModule> {
   return wasmPromise;
 }
 
-async function inspect(mod: WasmModule, readers: Reader[]): Promise<void> {
-  await mod.inspect(readers);
+/** What `inspect` says of a model (see www/wasm/src/inspect.rs). */
+interface Inspected {
+  backend: 'cpu' | 'webgpu';
+  adapter: string | null;
+  webgpu_declined: string | null;
 }
 
 async function load(sources: SourceSpec[], o: WorkerLoadOptions): Promise<void> {
@@ -157,6 +160,19 @@ async function load(sources: SourceSpec[], o: WorkerLoadOptions): Promise<void> 
   try {
     const mod = await wasm(o);
     const threaded = mod.buildKind() === 'threaded';
+    const options = (backend: string) => JSON.stringify({
+      threads: threaded ? o.threads : 1,
+      n_ctx: o.contextLength,
+      kv_type: o.kvType,
+      max_num_seqs: o.maxConcurrentRequests,
+      chat_template: o.chatTemplate,
+      backend,
+    });
+    // The header decides the backend (and fails early) before any download.
+    const seen: { inspected: Inspected | null } = { inspected: null };
+    const inspect = async (r: Reader[]) => {
+      seen.inspected = JSON.parse(await mod.inspect(r, options(o.backend))) as Inspected;
+    };
     let readers: Reader[];
     let fromCache = false;
     let id: string;
@@ -166,24 +182,19 @@ async function load(sources: SourceSpec[], o: WorkerLoadOptions): Promise<void> 
       readers = sources.map((s) => blobReader((s as { blob: Blob }).blob));
       id = `blob:${(first as { name: string }).name}`;
       size = readers.reduce((a, r) => a + r.size, 0);
-      await inspect(mod, readers);
     } else if (sources.length === 1 && first.kind === 'url') {
-      const opened = await openUrl(first.url, { cache: o.cache, signal, progress, inspect: (r) => inspect(mod, r) });
+      const opened = await openUrl(first.url, { cache: o.cache, signal, progress, inspect });
       ({ readers, fromCache, size } = opened);
       id = first.url;
     } else {
       throw new HearthError('bad-request', 'pass one URL (part 1 of a split model fetches the others), or Files/Blobs only');
     }
     if (signal.aborted) throw new HearthError('aborted', 'the load was aborted');
-    const options = JSON.stringify({
-      threads: threaded ? o.threads : 1,
-      n_ctx: o.contextLength,
-      kv_type: o.kvType,
-      max_num_seqs: o.maxConcurrentRequests,
-      chat_template: o.chatTemplate,
-    });
+    // A cached model, a Blob, or a server without Range: inspected now.
+    if (!seen.inspected) await inspect(readers);
+    const decided = seen.inspected!;
     let last = 0;
-    engine = await mod.load(readers, options, (done, total, td, tt) => {
+    engine = await mod.load(readers, options(decided.backend), (done, total, td, tt) => {
       const now = performance.now();
       if (now - last < 100 && done < total) return;
       last = now;
@@ -201,7 +212,10 @@ async function load(sources: SourceSpec[], o: WorkerLoadOptions): Promise<void> 
       contextLength: raw.context_length as number,
       vocabSize: raw.vocab_size as number,
       hasChatTemplate: raw.has_chat_template as boolean,
-      backend: 'cpu',
+      backend: raw.backend as 'cpu' | 'webgpu',
+      adapter: raw.backend === 'webgpu' ? ((raw.adapter as string | null) || o.adapterName) : null,
+      webgpuDeclined: decided.webgpu_declined,
+      wasmMemoryBytes: raw.wasm_memory_bytes as number,
       build: threaded ? 'threaded' : 'single',
       threads: raw.threads as number,
       fromCache,

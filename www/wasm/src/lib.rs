@@ -5,26 +5,36 @@
 //! and gets events back as JSON text. Nothing here blocks: the CPU forward
 //! pass is synchronous compute inside `step`, and in the threaded build the
 //! data-parallel loops run on wasm-bindgen-rayon's Web Workers (the page must
-//! be cross-origin isolated; the package calls `initThreadPool` first).
+//! be cross-origin isolated; the package calls `initThreadPool` first). With
+//! the `webgpu` feature a model can run on the browser's WebGPU instead
+//! (`backend` in the options; a step then awaits the GPU's readback).
 
 #![deny(missing_docs)]
 
+mod backend;
+#[cfg(feature = "webgpu")]
+mod gpu;
 mod inspect;
+mod options;
 mod request;
 mod source;
 
 use std::cell::RefCell;
 use std::rc::Rc;
 
-use hearth::engine::{Clock, Engine, EngineConfig, RequestId};
+use hearth::engine::{Clock, Engine, RequestId};
 use hearth::gguf::GgufModel;
 use hearth::model::chat::ChatTemplate;
+#[cfg(feature = "webgpu")]
+use hearth::model::load_model;
 use hearth::model::tokenizer::Tokenizer;
-use hearth::model::{load_cpu_model, CpuModel, KvType, LoadOptions, LoadProgress, ModelConfig};
+use hearth::model::{load_cpu_model, LoadProgress, ModelConfig};
 use js_sys::{Array, Function, Promise};
-use serde::Deserialize;
 use serde_json::{json, Value};
 use wasm_bindgen::prelude::*;
+
+use backend::{choose, AnyModel, Chosen};
+use options::EngineOptions;
 
 pub use inspect::inspect;
 pub use source::{JsReader, JsSource};
@@ -59,25 +69,6 @@ pub(crate) fn js_err(code: &str, err: impl std::fmt::Display) -> JsError {
     JsError::new(&format!("{code}: {err}"))
 }
 
-/// Engine options, as the worker sends them.
-#[derive(Debug, Deserialize)]
-struct EngineOptions {
-    /// CPU threads (the pool must already have them in the threaded build).
-    threads: usize,
-    /// Context length; 0: the trained one, at most 4096.
-    #[serde(default)]
-    n_ctx: usize,
-    /// `f16` or `f32`.
-    #[serde(default)]
-    kv_type: Option<String>,
-    /// Most requests decoded together.
-    #[serde(default)]
-    max_num_seqs: Option<usize>,
-    /// A built-in chat template to use instead of the model's.
-    #[serde(default)]
-    chat_template: Option<String>,
-}
-
 /// Reader objects (a JS array) as byte sources, one per split.
 fn sources_of(readers: &Array) -> Result<Vec<JsSource>, JsError> {
     readers
@@ -88,16 +79,19 @@ fn sources_of(readers: &Array) -> Result<Vec<JsSource>, JsError> {
 
 /// Loads a model read through `readers` (one per split, in order) into an
 /// engine. `options` is JSON (`threads`, `n_ctx`, `kv_type`,
-/// `max_num_seqs`, `chat_template`); `on_progress(bytesDone, bytesTotal,
-/// tensorsDone, tensorsTotal)` is called after every chunk.
+/// `max_num_seqs`, `chat_template`, `backend`: `cpu`, `webgpu` or `auto`,
+/// see [`inspect`]); `on_progress(bytesDone, bytesTotal, tensorsDone,
+/// tensorsTotal)` is called after every chunk.
+///
+/// On WebGPU the tensors go from the readers to device buffers a chunk at a
+/// time: the wasm heap holds a chunk and a row, never the model.
 #[wasm_bindgen]
 pub async fn load(
     readers: Array,
     options: String,
     on_progress: Function,
 ) -> Result<WasmEngine, JsError> {
-    let opts: EngineOptions =
-        serde_json::from_str(&options).map_err(|e| js_err("bad-request", e))?;
+    let opts = EngineOptions::parse(&options)?;
     let sources = sources_of(&readers)?;
     let model = GgufModel::read(&sources)
         .await
@@ -110,33 +104,47 @@ pub async fn load(
     let template = ChatTemplate::from_metadata(md, opts.chat_template.as_deref())
         .ok()
         .map(|t| t.with_now(now));
-    let n_ctx = match opts.n_ctx {
-        0 => mc.n_ctx_train.min(4096),
-        n => n,
+    let (config, load_opts) = opts.configs(&mc)?;
+    let decision = choose(&model, &mc, opts.backend, &load_opts).await?;
+    let mut report = progress_fn(on_progress);
+    let loaded = match decision.chosen {
+        Chosen::Cpu => load_cpu_model(&model, &sources, &load_opts, &mut report)
+            .await
+            .map(AnyModel::Cpu),
+        #[cfg(feature = "webgpu")]
+        Chosen::WebGpu(backend) => load_model(backend, &model, &sources, &load_opts, &mut report)
+            .await
+            .map(AnyModel::WebGpu),
     }
-    .max(2);
-    let kv_type = match opts.kv_type.as_deref() {
-        None | Some("f16") => KvType::F16,
-        Some("f32") => KvType::F32,
-        Some(other) => {
-            return Err(js_err(
-                "bad-request",
-                format!("kvType {other:?}: use 'f16' or 'f32'"),
-            ))
-        }
-    };
-    let config = EngineConfig {
-        n_ctx,
-        max_num_seqs: opts.max_num_seqs.unwrap_or(4).max(1),
-        kv_type,
-        ..EngineConfig::default()
-    };
-    let load_opts = LoadOptions {
-        kv: config.kv_cache_config(),
-        threads: opts.threads.max(1),
-        exact_f32: false,
-    };
-    let mut report = |p: &LoadProgress| {
+    .map_err(|e| js_err("unsupported-model", e))?;
+    let mut info = json!({
+        "architecture": mc.arch,
+        "name": mc.name,
+        "tensors": model.tensors.len(),
+        "trained_context_length": mc.n_ctx_train,
+        "context_length": config.n_ctx,
+        "vocab_size": mc.n_vocab,
+        "has_chat_template": template.is_some(),
+        "threads": load_opts.threads,
+        "build": build_kind(),
+        "wasm_memory_bytes": wasm_memory_bytes(),
+    });
+    if let (Some(o), Some(r)) = (info.as_object_mut(), decision.report.as_object()) {
+        o.extend(r.clone());
+    }
+    let mut engine =
+        Engine::new(loaded, tokenizer, template, config).map_err(|e| js_err("internal", e))?;
+    engine.set_clock(Clock::from_fn(|| performance_now() / 1000.0));
+    Ok(WasmEngine {
+        inner: Rc::new(RefCell::new(engine)),
+        info,
+    })
+}
+
+/// `on_progress(bytesDone, bytesTotal, tensorsDone, tensorsTotal)` as the
+/// loader's progress callback.
+fn progress_fn(on_progress: Function) -> impl FnMut(&LoadProgress) {
+    move |p: &LoadProgress| {
         let args = Array::of4(
             &JsValue::from(p.bytes_done as f64),
             &JsValue::from(p.bytes_total as f64),
@@ -145,41 +153,30 @@ pub async fn load(
         );
         // A throwing progress callback must not abort the load.
         let _ = on_progress.apply(&JsValue::NULL, &args);
-    };
-    let cpu = load_cpu_model(&model, &sources, &load_opts, &mut report)
-        .await
-        .map_err(|e| js_err("unsupported-model", e))?;
-    let info = json!({
-        "architecture": mc.arch,
-        "name": mc.name,
-        "tensors": model.tensors.len(),
-        "trained_context_length": mc.n_ctx_train,
-        "context_length": n_ctx,
-        "vocab_size": mc.n_vocab,
-        "has_chat_template": template.is_some(),
-        "threads": load_opts.threads,
-        "build": build_kind(),
-    });
-    let mut engine =
-        Engine::new(cpu, tokenizer, template, config).map_err(|e| js_err("internal", e))?;
-    engine.set_clock(Clock::from_fn(|| performance_now() / 1000.0));
-    Ok(WasmEngine {
-        inner: Rc::new(RefCell::new(engine)),
-        info,
-    })
+    }
+}
+
+/// Bytes of this module's linear memory now (it never shrinks: the peak).
+fn wasm_memory_bytes() -> f64 {
+    let memory = wasm_bindgen::memory();
+    js_sys::Reflect::get(&memory, &JsValue::from_str("buffer"))
+        .and_then(|b| js_sys::Reflect::get(&b, &JsValue::from_str("byteLength")))
+        .ok()
+        .and_then(|n| n.as_f64())
+        .unwrap_or(0.0)
 }
 
 /// A loaded model and its scheduler. Calls must not overlap: the worker
 /// awaits each `step` before the next call.
 #[wasm_bindgen]
 pub struct WasmEngine {
-    inner: Rc<RefCell<Engine<CpuModel>>>,
+    inner: Rc<RefCell<Engine<AnyModel>>>,
     info: Value,
 }
 
 impl WasmEngine {
     /// The engine, or an error when a step is in flight.
-    fn engine(&self) -> Result<std::cell::RefMut<'_, Engine<CpuModel>>, JsError> {
+    fn engine(&self) -> Result<std::cell::RefMut<'_, Engine<AnyModel>>, JsError> {
         self.inner
             .try_borrow_mut()
             .map_err(|_| js_err("internal", "the engine is busy with a step; await it first"))
