@@ -127,8 +127,10 @@ bench-wasm: setup
 # time by `crossOriginIsolated`. `make package` adds the TypeScript (tsc).
 # `make test-browser` runs tests/browser in Debian's headless Chromium against
 # a local server with COOP/COEP headers and Range support, on both builds made
-# with the `browser-test` profile (no LTO, no wasm-opt: a few times cheaper to
-# build cold; scripts/build-wasm.sh). Part of `make test`, after the Rust tests.
+# with the `browser-test` profile (no LTO, no wasm-opt: cheaper to build cold;
+# scripts/build-wasm.sh). Part of `make test`, after the Rust tests: about 17
+# CPU-minutes on a clean clone (tools/wasm-bindgen 4.3, wasm-st 4.1, wasm-mt
+# 7.6 with std, the tests), so roughly 10-12 minutes on two cores.
 # `make serve-browser` serves the repository the same way on port 8080.
 .PHONY: wasm wasm-st wasm-mt package test-browser serve-browser setup-browser
 

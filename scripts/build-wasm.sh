@@ -10,8 +10,8 @@
 # e.g. an empty folder to time a cold build; HEARTH_WASM_OPT=0 skips wasm-opt;
 # HEARTH_WASM_PROFILE: `release` (default: fat LTO, one codegen unit, then
 # wasm-opt; what `make package` and the demo ship) or `browser-test` (no LTO,
-# 16 codegen units, no wasm-opt: what `make test-browser` runs, a few times
-# cheaper to build cold and a little slower to run).
+# 16 codegen units, no wasm-opt: what `make test-browser` runs; no serial LTO
+# or wasm-opt pass, so both cores stay busy to the end of a cold build).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

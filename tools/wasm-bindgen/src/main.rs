@@ -20,7 +20,7 @@ struct Args {
 
 fn main() {
     if let Err(e) = run() {
-        eprintln!("error: {e:?}");
+        eprintln!("error: {e:#}");
         std::process::exit(1);
     }
 }
