@@ -129,7 +129,7 @@ bench-wasm: setup
 # a local server with COOP/COEP headers and Range support, on both builds made
 # with the `browser-test` profile (no LTO, no wasm-opt: cheaper to build cold;
 # scripts/build-wasm.sh). Part of `make test`, after the Rust tests: about 17
-# CPU-minutes on a clean clone (tools/wasm-bindgen 4.3, wasm-st 4.1, wasm-mt
+# CPU-minutes on a clean clone (native/wasm-bindgen 4.3, wasm-st 4.1, wasm-mt
 # 7.6 with std, the tests), so roughly 10-12 minutes on two cores.
 # `make serve-browser` serves the repository the same way on port 8080.
 .PHONY: wasm wasm-st wasm-mt package test-browser serve-browser setup-browser

@@ -3,7 +3,7 @@
 #   st  single-thread, SIMD128, stable Rust          -> www/package/dist/wasm-st/
 #   mt  threaded (atomics, shared memory), nightly    -> www/package/dist/wasm-mt/
 #       with -Z build-std and wasm-bindgen-rayon
-# then runs wasm-bindgen (tools/wasm-bindgen: the pinned library, built here
+# then runs wasm-bindgen (native/wasm-bindgen: the pinned library, built here
 # into target/tools) and wasm-opt (npm binaryen; Debian's is broken).
 # Usage: scripts/build-wasm.sh st|mt
 # Env: HEARTH_WASM_TARGET: where the cargo target dirs go (default target/),
@@ -23,8 +23,8 @@ export PATH="$root/www/package/node_modules/.bin:$PATH"
 
 # wasm-bindgen: built on first use, then a no-op for cargo (under a second).
 wasm_bindgen=$root/target/tools/release/hearth-wasm-bindgen
-[ -x "$wasm_bindgen" ] || echo "building tools/wasm-bindgen into target/tools (once)" >&2
-cargo build --release --quiet --locked --manifest-path tools/wasm-bindgen/Cargo.toml \
+[ -x "$wasm_bindgen" ] || echo "building native/wasm-bindgen into target/tools (once)" >&2
+cargo build --release --quiet --locked --manifest-path native/wasm-bindgen/Cargo.toml \
   --target-dir "$root/target/tools"
 
 # The test profile is defined here rather than in www/wasm/Cargo.toml: it only

@@ -23,7 +23,7 @@ if ! rustup target list --toolchain nightly --installed 2>/dev/null | grep -q '^
   rustup target add wasm32-unknown-unknown --toolchain nightly
 fi
 # wasm-bindgen is not installed here: scripts/build-wasm.sh builds
-# tools/wasm-bindgen (the pinned library without the CLI's test runner, about a
+# native/wasm-bindgen (the pinned library without the CLI's test runner, about a
 # quarter of the crates) into target/tools on first use.
 # Node (tsc, wasm-opt from npm binaryen, Playwright) and Debian's Chromium
 # (the tests never download browsers).
