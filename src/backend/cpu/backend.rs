@@ -16,7 +16,7 @@ use super::kernels::KernelTable;
 use super::matmul::{matmul, Weight};
 use super::ops;
 use super::profile::Profile;
-use super::rowops::RowOps;
+use super::rowops::{RowOps, PAR_MIN};
 use super::threads::Threads;
 use crate::backend::{Backend, BackendError, BufKind, Caps, OpIo};
 use crate::graph::Op;
@@ -293,7 +293,52 @@ impl CpuBackend {
         matmul(&self.threads, &self.table, &w, 0..*n, x, y, *exact)
     }
 
+    /// [`Op::RmsNorm`] in the output buffer itself (after one copy of the
+    /// input when it is another buffer); `false` where the output is the
+    /// weight or of another length, for [`Self::unary`]'s copies.
+    fn rms_norm_in_output(
+        &self,
+        op: &Op,
+        io: &OpIo<'_, CpuBuffer>,
+        width: usize,
+        eps: f32,
+    ) -> Result<bool, BackendError> {
+        let (xb, wb, ob) = (
+            nth(io.inputs, 0, op)?,
+            nth(io.inputs, 1, op)?,
+            nth(io.outputs, 0, op)?,
+        );
+        let n = xb.len as usize / 4;
+        if std::ptr::eq(wb, ob) || ob.len != xb.len || width == 0 || !n.is_multiple_of(width) {
+            return Ok(false);
+        }
+        let w = wb.f32s()?;
+        let w = w
+            .get(..width)
+            .ok_or_else(|| BackendError::Shape(format!("{op:?}: weight of {} values", w.len())))?;
+        let short = || BackendError::Shape(format!("{op:?}: a buffer shorter than its length"));
+        let mut od = ob.data.try_borrow_mut().map_err(|_| busy())?;
+        let out = bytemuck::cast_slice_mut::<u32, f32>(&mut od)
+            .get_mut(..n)
+            .ok_or_else(short)?;
+        if !std::ptr::eq(xb, ob) {
+            let xd = xb.data.try_borrow().map_err(|_| busy())?;
+            out.copy_from_slice(
+                bytemuck::cast_slice::<u32, f32>(&xd)
+                    .get(..n)
+                    .ok_or_else(short)?,
+            );
+        }
+        self.rows().rms_norm(&self.threads, out, w, eps);
+        Ok(true)
+    }
+
     fn unary(&self, op: &Op, io: &OpIo<'_, CpuBuffer>) -> Result<(), BackendError> {
+        if let Op::RmsNorm { width, eps } = *op {
+            if self.rms_norm_in_output(op, io, width, eps)? {
+                return Ok(());
+            }
+        }
         let mut x = nth(io.inputs, 0, op)?.f32s()?;
         if x.is_empty() {
             return Ok(());
@@ -317,7 +362,7 @@ impl CpuBackend {
                 })?;
                 self.rows().rms_norm(&self.threads, &mut x, w, *eps);
             }
-            Op::Rope { .. } => rope(op, io, &mut x)?,
+            Op::Rope { .. } => rope(op, io, &self.threads, &mut x)?,
             Op::Scale(s) => ops::scale(&mut x, *s),
             Op::LogitSoftcap(c) => ops::softcap(&mut x, *c),
             Op::Softmax { width } => x.chunks_exact_mut(*width).for_each(ops::softmax),
@@ -328,7 +373,12 @@ impl CpuBackend {
 }
 
 /// RoPE of `x` (read from input 0) with the positions and factors of `io`.
-fn rope(op: &Op, io: &OpIo<'_, CpuBuffer>, x: &mut [f32]) -> Result<(), BackendError> {
+fn rope(
+    op: &Op,
+    io: &OpIo<'_, CpuBuffer>,
+    threads: &Threads,
+    x: &mut [f32],
+) -> Result<(), BackendError> {
     let Op::Rope {
         mode,
         head_dim,
@@ -369,7 +419,17 @@ fn rope(op: &Op, io: &OpIo<'_, CpuBuffer>, x: &mut [f32]) -> Result<(), BackendE
         freq_factors: factors.as_deref(),
         mode: *mode,
     };
-    ops::rope_with(x, &pos, &p);
+    // Rows rotate independently: a prompt's rows spread over the threads.
+    let width = x.len() / tokens;
+    if x.len() < PAR_MIN || threads.count() == 1 || width == 0 {
+        ops::rope_with(x, &pos, &p);
+        return Ok(());
+    }
+    let per = tokens.div_ceil(threads.count() * 4);
+    threads.for_chunks(x, per * width, |i, c| {
+        let at = i * per;
+        ops::rope_with(c, &pos[at..at + c.len() / width], &p);
+    });
     Ok(())
 }
 
