@@ -293,29 +293,20 @@ impl CpuBackend {
         matmul(&self.threads, &self.table, &w, 0..*n, x, y, *exact)
     }
 
-    /// [`Op::RmsNorm`] in the output buffer itself (after one copy of the
-    /// input when it is another buffer); `false` where the output is the
-    /// weight or of another length, for [`Self::unary`]'s copies.
-    fn rms_norm_in_output(
-        &self,
+    /// Runs `f` on input 0's values in output 0's buffer (copied there
+    /// first unless output 0 is input 0), rather than on a copy written
+    /// back; `false` where output 0 is one of the other inputs or of
+    /// another length, for [`Self::unary`]'s copies.
+    fn in_output(
         op: &Op,
         io: &OpIo<'_, CpuBuffer>,
-        width: usize,
-        eps: f32,
+        f: impl FnOnce(&mut [f32]) -> Result<(), BackendError>,
     ) -> Result<bool, BackendError> {
-        let (xb, wb, ob) = (
-            nth(io.inputs, 0, op)?,
-            nth(io.inputs, 1, op)?,
-            nth(io.outputs, 0, op)?,
-        );
+        let (xb, ob) = (nth(io.inputs, 0, op)?, nth(io.outputs, 0, op)?);
         let n = xb.len as usize / 4;
-        if std::ptr::eq(wb, ob) || ob.len != xb.len || width == 0 || !n.is_multiple_of(width) {
+        if n == 0 || ob.len != xb.len || io.inputs[1..].iter().any(|&b| std::ptr::eq(b, ob)) {
             return Ok(false);
         }
-        let w = wb.f32s()?;
-        let w = w
-            .get(..width)
-            .ok_or_else(|| BackendError::Shape(format!("{op:?}: weight of {} values", w.len())))?;
         let short = || BackendError::Shape(format!("{op:?}: a buffer shorter than its length"));
         let mut od = ob.data.try_borrow_mut().map_err(|_| busy())?;
         let out = bytemuck::cast_slice_mut::<u32, f32>(&mut od)
@@ -329,15 +320,31 @@ impl CpuBackend {
                     .ok_or_else(short)?,
             );
         }
-        self.rows().rms_norm(&self.threads, out, w, eps);
+        f(out)?;
         Ok(true)
     }
 
     fn unary(&self, op: &Op, io: &OpIo<'_, CpuBuffer>) -> Result<(), BackendError> {
-        if let Op::RmsNorm { width, eps } = *op {
-            if self.rms_norm_in_output(op, io, width, eps)? {
-                return Ok(());
-            }
+        let done = match *op {
+            Op::RmsNorm { width, eps } => Self::in_output(op, io, |x| {
+                let w = nth(io.inputs, 1, op)?.f32s()?;
+                match w.get(..width) {
+                    Some(w) if width > 0 && x.len().is_multiple_of(width) => {
+                        self.rows().rms_norm(&self.threads, x, w, eps);
+                        Ok(())
+                    }
+                    _ => Err(BackendError::Shape(format!(
+                        "{op:?}: {} values, weight of {}",
+                        x.len(),
+                        w.len()
+                    ))),
+                }
+            })?,
+            Op::Rope { .. } => Self::in_output(op, io, |x| rope(op, io, &self.threads, x))?,
+            _ => false,
+        };
+        if done {
+            return Ok(());
         }
         let mut x = nth(io.inputs, 0, op)?.f32s()?;
         if x.is_empty() {
