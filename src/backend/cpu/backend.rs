@@ -17,7 +17,7 @@ use super::kernels::KernelTable;
 use super::matmul::{matmul, Weight};
 use super::ops;
 use super::profile::Profile;
-use super::rowops::RowOps;
+use super::rowops::{RowOps, PAR_MIN};
 use super::threads::Threads;
 use crate::backend::{Backend, BackendError, BufKind, Caps, OpIo};
 use crate::graph::Op;
@@ -298,7 +298,59 @@ impl CpuBackend {
         matmul(&self.threads, &self.table, &w, 0..*n, x, y, *exact)
     }
 
+    /// Runs `f` on input 0's values in output 0's buffer (copied there
+    /// first unless output 0 is input 0), rather than on a copy written
+    /// back; `false` where output 0 is one of the other inputs or of
+    /// another length, for [`Self::unary`]'s copies.
+    fn in_output(
+        op: &Op,
+        io: &OpIo<'_, CpuBuffer>,
+        f: impl FnOnce(&mut [f32]) -> Result<(), BackendError>,
+    ) -> Result<bool, BackendError> {
+        let (xb, ob) = (nth(io.inputs, 0, op)?, nth(io.outputs, 0, op)?);
+        let n = xb.len as usize / 4;
+        if n == 0 || ob.len != xb.len || io.inputs[1..].iter().any(|&b| std::ptr::eq(b, ob)) {
+            return Ok(false);
+        }
+        let short = || BackendError::Shape(format!("{op:?}: a buffer shorter than its length"));
+        let mut od = ob.data.try_borrow_mut().map_err(|_| busy())?;
+        let out = bytemuck::cast_slice_mut::<u32, f32>(&mut od)
+            .get_mut(..n)
+            .ok_or_else(short)?;
+        if !std::ptr::eq(xb, ob) {
+            let xd = xb.data.try_borrow().map_err(|_| busy())?;
+            out.copy_from_slice(
+                bytemuck::cast_slice::<u32, f32>(&xd)
+                    .get(..n)
+                    .ok_or_else(short)?,
+            );
+        }
+        f(out)?;
+        Ok(true)
+    }
+
     fn unary(&self, op: &Op, io: &OpIo<'_, CpuBuffer>) -> Result<(), BackendError> {
+        let done = match *op {
+            Op::RmsNorm { width, eps } => Self::in_output(op, io, |x| {
+                let w = nth(io.inputs, 1, op)?.f32s()?;
+                match w.get(..width) {
+                    Some(w) if width > 0 && x.len().is_multiple_of(width) => {
+                        self.rows().rms_norm(&self.threads, x, w, eps);
+                        Ok(())
+                    }
+                    _ => Err(BackendError::Shape(format!(
+                        "{op:?}: {} values, weight of {}",
+                        x.len(),
+                        w.len()
+                    ))),
+                }
+            })?,
+            Op::Rope { .. } => Self::in_output(op, io, |x| rope(op, io, &self.threads, x))?,
+            _ => false,
+        };
+        if done {
+            return Ok(());
+        }
         let mut x = nth(io.inputs, 0, op)?.f32s()?;
         if x.is_empty() {
             return Ok(());
@@ -322,7 +374,7 @@ impl CpuBackend {
                 })?;
                 self.rows().rms_norm(&self.threads, &mut x, w, *eps);
             }
-            Op::Rope { .. } => rope(op, io, &mut x)?,
+            Op::Rope { .. } => rope(op, io, &self.threads, &mut x)?,
             Op::Scale(s) => ops::scale(&mut x, *s),
             Op::LogitSoftcap(c) => ops::softcap(&mut x, *c),
             Op::Softmax { width } => x.chunks_exact_mut(*width).for_each(ops::softmax),
@@ -333,7 +385,12 @@ impl CpuBackend {
 }
 
 /// RoPE of `x` (read from input 0) with the positions and factors of `io`.
-fn rope(op: &Op, io: &OpIo<'_, CpuBuffer>, x: &mut [f32]) -> Result<(), BackendError> {
+fn rope(
+    op: &Op,
+    io: &OpIo<'_, CpuBuffer>,
+    threads: &Threads,
+    x: &mut [f32],
+) -> Result<(), BackendError> {
     let Op::Rope {
         mode,
         head_dim,
@@ -374,7 +431,17 @@ fn rope(op: &Op, io: &OpIo<'_, CpuBuffer>, x: &mut [f32]) -> Result<(), BackendE
         freq_factors: factors.as_deref(),
         mode: *mode,
     };
-    ops::rope_with(x, &pos, &p);
+    // Rows rotate independently: a prompt's rows spread over the threads.
+    let width = x.len() / tokens;
+    if x.len() < PAR_MIN || threads.count() == 1 || width == 0 {
+        ops::rope_with(x, &pos, &p);
+        return Ok(());
+    }
+    let per = tokens.div_ceil(threads.count() * 4);
+    threads.for_chunks(x, per * width, |i, c| {
+        let at = i * per;
+        ops::rope_with(c, &pos[at..at + c.len() / width], &p);
+    });
     Ok(())
 }
 
