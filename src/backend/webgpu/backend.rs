@@ -13,6 +13,7 @@ use std::sync::Arc;
 use wgpu::util::DeviceExt;
 
 use super::buffer::{read_back, usages, GpuBuffer};
+use super::caps::ShaderTarget;
 use super::context::GpuContext;
 use super::quant::{KernelConfig, QuantKernels};
 use super::shader::{PipelineCache, PipelineKey};
@@ -135,6 +136,11 @@ impl WebGpuBackend {
             contents: &arena,
             usage: wgpu::BufferUsages::UNIFORM,
         });
+        let copies: Vec<Vec<Snapshot>> = if self.ctx.caps.target == ShaderTarget::Browser {
+            self.pending.iter_mut().map(|d| unalias(dev, d)).collect()
+        } else {
+            vec![Vec::new(); self.pending.len()]
+        };
         let groups: Vec<wgpu::BindGroup> = self
             .pending
             .iter()
@@ -144,21 +150,87 @@ impl WebGpuBackend {
         let mut enc = dev.create_command_encoder(&wgpu::CommandEncoderDescriptor {
             label: Some("step"),
         });
-        {
+        // One pass, split only where a snapshot must be copied first.
+        let mut i = 0;
+        while i < self.pending.len() {
+            for c in &copies[i] {
+                enc.copy_buffer_to_buffer(&c.src, c.offset, &c.dst, 0, c.size);
+            }
             let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
                 label: Some("step"),
                 timestamp_writes: None,
             });
-            for (d, g) in self.pending.iter().zip(&groups) {
+            loop {
+                let d = &self.pending[i];
                 pass.set_pipeline(&d.pipeline);
-                pass.set_bind_group(0, g, &[]);
+                pass.set_bind_group(0, &groups[i], &[]);
                 pass.dispatch_workgroups(d.groups.0, d.groups.1, 1);
+                i += 1;
+                if i == self.pending.len() || !copies[i].is_empty() {
+                    break;
+                }
             }
         }
         self.ctx.queue.submit([enc.finish()]);
         self.pending.clear();
         self.ctx.errors.check("a submission")
     }
+}
+
+/// A copy of a bound range, made before a dispatch that binds the range twice.
+#[derive(Debug, Clone)]
+struct Snapshot {
+    src: wgpu::Buffer,
+    offset: u64,
+    size: u64,
+    dst: wgpu::Buffer,
+}
+
+/// Browsers reject a dispatch that binds overlapping ranges of one buffer
+/// when either is writable (an in-place op: `x` and `out` the same), which
+/// native wgpu allows. The earlier binding of each such pair (the input)
+/// is pointed at a snapshot of the range, copied just before the
+/// dispatch: the kernel reads the snapshot and writes the original, the
+/// out-of-place result. Returns the copies to make.
+fn unalias(dev: &wgpu::Device, d: &mut Dispatch) -> Vec<Snapshot> {
+    let range = |b: &Bind| {
+        let end = b.size.map_or(b.buf.size(), |s| b.offset + s.get());
+        b.offset..end
+    };
+    let mut out = Vec::new();
+    for i in 0..d.binds.len() {
+        let r = range(&d.binds[i]);
+        let aliased = d.binds[i + 1..]
+            .iter()
+            .any(|b| b.buf == d.binds[i].buf && range(b).start < r.end && r.start < range(b).end);
+        if !aliased
+            || !d.binds[i]
+                .buf
+                .usage()
+                .contains(wgpu::BufferUsages::COPY_SRC)
+        {
+            continue;
+        }
+        let size = r.end - r.start;
+        let dst = dev.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("snapshot"),
+            size,
+            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        out.push(Snapshot {
+            src: d.binds[i].buf.clone(),
+            offset: r.start,
+            size,
+            dst: dst.clone(),
+        });
+        d.binds[i] = Bind {
+            buf: dst,
+            offset: 0,
+            size: None,
+        };
+    }
+    out
 }
 
 /// The bind group of `d`: its params at `at` of `uniform`, then its buffers.
