@@ -22,7 +22,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     if row >= p.rows {
         return;
     }
-    var bv = -3.4028235e38;
+    var bv = -3.4028234663852886e38;
     var bi = 0xffffffffu;
     for (var i = lid; i < p.width; i = i + WG) {
         let v = x[row * p.width + i];

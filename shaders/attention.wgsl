@@ -92,7 +92,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let k_width = p.n_head_kv * p.hk;
     let v_width = p.n_head_kv * p.hv;
     let q_base = row * p.n_head * p.hk + h * p.hk;
-    var m = -3.4028235e38;
+    var m = -3.4028234663852886e38;
     var l = 0.0;
     var acc: array<f32, VPT>;
     for (var j = 0u; j < VPT; j = j + 1u) {
@@ -100,7 +100,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     }
     for (var t0 = lo; t0 <= last; t0 = t0 + WG) {
         let t = t0 + lid;
-        var score = -3.4028235e38;
+        var score = -3.4028234663852886e38;
         var slot = 0u;
         if t <= last {
             slot = tables[table + t / p.block_size] * p.block_size + t % p.block_size;

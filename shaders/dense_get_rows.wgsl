@@ -23,7 +23,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     }
     let id = ids[i / p.width];
     if id >= p.table_rows {
-        out[i] = bitcast<f32>(0x7fc00000u);
+        // A NaN from a runtime value: Tint rejects a constant NaN.
+        out[i] = bitcast<f32>(0x7fc00000u | (id & 0u));
         return;
     }
     let at = id * p.width + i % p.width;

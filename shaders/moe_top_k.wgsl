@@ -22,7 +22,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         return;
     }
     let base = t * p.n_expert;
-    var m = -3.4028235e38;
+    var m = -3.4028234663852886e38;
     for (var e = 0u; e < p.n_expert; e = e + 1u) {
         m = max(m, logits[base + e]);
     }
@@ -32,10 +32,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     }
     // Pick the K largest in order; `prev` / `prev_id` bound the next pick.
     var chosen = 0.0;
-    var prev = 3.4028235e38;
+    var prev = 3.4028234663852886e38;
     var prev_id = 0xffffffffu;
     for (var j = 0u; j < p.k; j = j + 1u) {
-        var best = -3.4028235e38;
+        var best = -3.4028234663852886e38;
         var best_id = 0u;
         var found = false;
         for (var e = 0u; e < p.n_expert; e = e + 1u) {

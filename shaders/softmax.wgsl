@@ -20,7 +20,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         return;
     }
     let base = row * p.width;
-    var m = -3.4028235e38;
+    var m = -3.4028234663852886e38;
     for (var i = lid; i < p.width; i = i + WG) {
         m = max(m, x[base + i]);
     }

@@ -113,7 +113,7 @@ fn scale_min_k4(j: u32, s0: u32, s1: u32, s2: u32) -> vec2<u32> {
     }
     let sh = 8u * (j - 4u);
     let lo = (s2 >> sh) & 0xffu;
-    let d = (lo & 0xfu) | (((s0 >> sh) >> 6u) & 3u) << 4u;
-    let m = (lo >> 4u) | (((s1 >> sh) >> 6u) & 3u) << 4u;
+    let d = (lo & 0xfu) | ((((s0 >> sh) >> 6u) & 3u) << 4u);
+    let m = (lo >> 4u) | ((((s1 >> sh) >> 6u) & 3u) << 4u);
     return vec2<u32>(d, m);
 }

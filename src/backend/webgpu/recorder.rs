@@ -15,11 +15,20 @@
 //!
 //! Bind groups keep their buffers alive: entries unused for
 //! [`EVICT_AFTER`] submissions are dropped once the cache outgrows a step.
+//!
+//! Browsers reject a dispatch that binds overlapping ranges of one buffer
+//! when either is writable (an in-place op: `x` and `out` the same), which
+//! native wgpu allows. On the browser target the earlier binding of each
+//! such pair (the input) reads a snapshot of the range, copied just before
+//! the dispatch: the kernel reads the snapshot and writes the original, the
+//! out-of-place result. Snapshot buffers are kept per range, so a step like
+//! the previous one still creates nothing.
 
 use std::collections::HashMap;
 use std::num::NonZeroU64;
 
-use super::backend::Dispatch;
+use super::backend::{Bind, Dispatch};
+use super::caps::ShaderTarget;
 use super::context::GpuContext;
 use super::counters::{Counters, Event};
 use super::GpuError;
@@ -68,8 +77,21 @@ pub struct Recorder {
     offsets: Vec<u64>,
     uniform: Option<wgpu::Buffer>,
     groups: HashMap<BindKey, Cached>,
+    /// Snapshot buffers of aliased ranges, by (buffer, offset, size).
+    snapshots: HashMap<(wgpu::Buffer, u64, u64), wgpu::Buffer>,
+    /// Per pending dispatch, the copies to make before it.
+    copies: Vec<Vec<Snapshot>>,
     /// Submissions so far.
     submits: u64,
+}
+
+/// A copy of a bound range into its snapshot buffer.
+#[derive(Debug, Clone)]
+struct Snapshot {
+    src: wgpu::Buffer,
+    offset: u64,
+    size: u64,
+    dst: wgpu::Buffer,
 }
 
 impl Recorder {
@@ -95,6 +117,7 @@ impl Recorder {
         if self.pending.is_empty() && copy.is_none() {
             return Ok(());
         }
+        self.unalias(ctx, counters);
         self.pack_params(ctx);
         let uniform = self.uniform_for(ctx, counters);
         if !self.params.is_empty() {
@@ -107,15 +130,25 @@ impl Recorder {
             .create_command_encoder(&wgpu::CommandEncoderDescriptor {
                 label: Some("step"),
             });
-        if !self.pending.is_empty() {
+        // One pass, split only where a snapshot must be copied first.
+        let mut i = 0;
+        while i < self.pending.len() {
+            for c in &self.copies[i] {
+                enc.copy_buffer_to_buffer(&c.src, c.offset, &c.dst, 0, c.size);
+            }
             let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
                 label: Some("step"),
                 timestamp_writes: None,
             });
-            for (d, g) in self.pending.iter().zip(&groups) {
+            loop {
+                let d = &self.pending[i];
                 pass.set_pipeline(&d.pipeline);
-                pass.set_bind_group(0, g, &[]);
+                pass.set_bind_group(0, &groups[i], &[]);
                 pass.dispatch_workgroups(d.groups.0, d.groups.1, 1);
+                i += 1;
+                if i == self.pending.len() || !self.copies[i].is_empty() {
+                    break;
+                }
             }
         }
         counters.add(Event::Dispatches(self.pending.len() as u64));
@@ -128,6 +161,60 @@ impl Recorder {
         self.evict();
         self.pending.clear();
         ctx.errors.check("a submission")
+    }
+
+    /// On the browser target, points the earlier binding of every pair of
+    /// overlapping bindings (one of them writable) at a snapshot of its
+    /// range, and notes the copy; elsewhere notes no copies.
+    fn unalias(&mut self, ctx: &GpuContext, counters: &Counters) {
+        self.copies.clear();
+        let browser = ctx.caps.target == ShaderTarget::Browser;
+        for d in &mut self.pending {
+            let mut copies = Vec::new();
+            for i in 0..d.binds.len() {
+                if !browser {
+                    break;
+                }
+                let r = bind_range(&d.binds[i]);
+                let aliased = d.binds[i + 1..].iter().any(|b| {
+                    let o = bind_range(b);
+                    b.buf == d.binds[i].buf && o.start < r.end && r.start < o.end
+                });
+                let copyable = d.binds[i]
+                    .buf
+                    .usage()
+                    .contains(wgpu::BufferUsages::COPY_SRC);
+                if !aliased || !copyable {
+                    continue;
+                }
+                let key = (d.binds[i].buf.clone(), r.start, r.end - r.start);
+                let dst = self
+                    .snapshots
+                    .entry(key)
+                    .or_insert_with(|| {
+                        counters.add(Event::Buffer);
+                        ctx.device.create_buffer(&wgpu::BufferDescriptor {
+                            label: Some("snapshot"),
+                            size: r.end - r.start,
+                            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
+                            mapped_at_creation: false,
+                        })
+                    })
+                    .clone();
+                copies.push(Snapshot {
+                    src: d.binds[i].buf.clone(),
+                    offset: r.start,
+                    size: r.end - r.start,
+                    dst: dst.clone(),
+                });
+                d.binds[i] = Bind {
+                    buf: dst,
+                    offset: 0,
+                    size: None,
+                };
+            }
+            self.copies.push(copies);
+        }
     }
 
     /// Packs every pending dispatch's parameters into `self.params`, each
@@ -204,12 +291,22 @@ impl Recorder {
     /// Drops bind groups unused for [`EVICT_AFTER`] submissions once the
     /// cache holds more than two steps' worth.
     fn evict(&mut self) {
+        // Snapshots of ranges of buffers the pool no longer hands out.
+        if self.snapshots.len() > 256 {
+            self.snapshots.clear();
+        }
         if self.groups.len() <= 2 * self.pending.len() + 256 {
             return;
         }
         let now = self.submits;
         self.groups.retain(|_, c| c.used + EVICT_AFTER >= now);
     }
+}
+
+/// The byte range a binding covers.
+fn bind_range(b: &Bind) -> std::ops::Range<u64> {
+    let end = b.size.map_or(b.buf.size(), |s| b.offset + s.get());
+    b.offset..end
 }
 
 /// The bind group of `d`: its params at `at` of `uniform`, then its buffers.

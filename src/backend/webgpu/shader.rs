@@ -57,7 +57,9 @@ impl fmt::Display for ConstValue {
             ConstValue::F32Bits(b) => {
                 let v = f32::from_bits(b);
                 if v.is_finite() {
-                    write!(f, "{v:e}f")
+                    // The f32's exact value: its shortest f32 form may lie
+                    // past f32::MAX as a decimal, which Tint rejects.
+                    write!(f, "{:e}f", f64::from(v))
                 } else {
                     write!(f, "bitcast<f32>({b}u)")
                 }
