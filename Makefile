@@ -150,9 +150,12 @@ wasm-mt: setup-browser
 package: wasm
 	cd www/package && npx tsc -p tsconfig.json
 
+# BROWSER_SLOW=1 adds a second WebGPU page (the single-thread build streaming
+# the download to the GPU): SwiftShader compiles every pipeline again, minutes.
+BROWSER_SLOW ?= 0
 test-browser: WASM_PROFILE := browser-test
 test-browser: setup package
-	cd tests/browser && node --test package.test.mjs demo.test.mjs demo-format.test.mjs
+	cd tests/browser && HEARTH_BROWSER_SLOW=$(BROWSER_SLOW) node --test package.test.mjs demo.test.mjs demo-format.test.mjs
 
 serve-browser: package
 	node tests/browser/server.mjs --port 8080

@@ -250,7 +250,14 @@ test('webgpu page: greedy tokens equal llama.cpp on SwiftShader, weights never i
   }
 });
 
-test('webgpu without the cache: single-thread build, weights from the download stream to the GPU', { timeout: 900_000 }, async () => {
+// Each WebGPU page compiles every pipeline again on SwiftShader (minutes on 2
+// cores): this second one runs with HEARTH_BROWSER_SLOW=1 (`make
+// test-browser BROWSER_SLOW=1`); the page above covers WebGPU in `make test`.
+const slow = process.env.HEARTH_BROWSER_SLOW === '1';
+test('webgpu without the cache: single-thread build, weights from the download stream to the GPU', {
+  timeout: 900_000,
+  skip: slow ? false : 'a second SwiftShader page: set HEARTH_BROWSER_SLOW=1 (make test-browser BROWSER_SLOW=1)',
+}, async () => {
   const page = await openPage(false);
   try {
     const r = await page.evaluate(async (url) => {
