@@ -250,9 +250,10 @@ async fn stream_weights<B: Backend, S: ByteSource>(
     Ok(())
 }
 
-/// Checks up front that the backend runs every matrix's type, so a bad file
-/// fails before its data is read.
-fn check_types<B: Backend>(model: &GgufModel, backend: &B) -> Result<(), BackendError> {
+/// Checks up front that `backend` runs every matrix's type, so a bad file
+/// fails before its data is read (the loaders call it; so does a caller
+/// choosing a backend before downloading the tensors).
+pub fn check_types<B: Backend>(model: &GgufModel, backend: &B) -> Result<(), BackendError> {
     for t in &model.tensors {
         let op = Op::MatMul {
             ty: t.ty,

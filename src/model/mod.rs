@@ -14,4 +14,4 @@ pub mod tokenizer;
 pub use crate::backend::cpu::CpuModel;
 pub use config::{ConfigError, ModelConfig, SUPPORTED_ARCHITECTURES};
 pub use forward::{Batch, ForwardModel, KvCacheConfig, KvType, LogitsWanted, SeqInput};
-pub use load::{load_cpu_model, load_model, LoadError, LoadOptions, LoadProgress};
+pub use load::{check_types, load_cpu_model, load_model, LoadError, LoadOptions, LoadProgress};

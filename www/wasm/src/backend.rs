@@ -3,10 +3,9 @@
 //! every check that can fail before the tensors are downloaded.
 
 use hearth::backend::cpu::CpuBackend;
-use hearth::backend::Backend;
+use hearth::backend::BackendError;
 use hearth::gguf::GgufModel;
-use hearth::graph::Op;
-use hearth::model::{Batch, CpuModel, ForwardModel, LoadOptions, ModelConfig};
+use hearth::model::{check_types, Batch, CpuModel, ForwardModel, LoadOptions, ModelConfig};
 use serde_json::{json, Value};
 use wasm_bindgen::{JsError, JsValue};
 
@@ -50,9 +49,10 @@ impl ForwardModel for AnyModel {
 pub enum Chosen {
     /// The CPU.
     Cpu,
-    /// A WebGPU device the model was checked against.
+    /// A WebGPU device the model was checked against (boxed: the backend
+    /// holds its pipeline and buffer caches inline).
     #[cfg(feature = "webgpu")]
-    WebGpu(WebGpuBackend),
+    WebGpu(Box<WebGpuBackend>),
 }
 
 /// The decision and what the page reports of it: `backend` (`cpu` or
@@ -69,25 +69,22 @@ pub struct Decision {
 /// Checks `model` can run on the CPU backend: every weight type has a
 /// kernel. Errors have code `unsupported-model`.
 pub fn check_cpu(model: &GgufModel) -> Result<(), JsError> {
-    let backend = CpuBackend::new(1);
-    for t in &model.tensors {
-        let op = Op::MatMul {
-            ty: t.ty,
-            k: t.shape.first().copied().unwrap_or(0) as usize,
-            n: 1,
-            exact: false,
-        };
-        if t.shape.len() >= 2 && !backend.supports(&op) {
-            return Err(js_err(
-                "unsupported-model",
-                format!(
-                    "tensor '{}' is {:?}, which the CPU backend cannot run yet; pick another quantization",
-                    t.name, t.ty
-                ),
-            ));
+    check_types(model, &CpuBackend::new(1))
+        .map_err(|e| unsupported(e, "CPU", "pick another quantization"))
+}
+
+/// The `unsupported-model` error of a failed [`check_types`] on `backend`,
+/// ending with what to do (`hint`).
+pub fn unsupported(e: BackendError, backend: &str, hint: &str) -> JsError {
+    let msg = match e {
+        BackendError::UnsupportedType { tensor, ty } => {
+            format!(
+                "tensor '{tensor}' is {ty:?}, which the {backend} backend cannot run yet; {hint}"
+            )
         }
-    }
-    Ok(())
+        other => format!("{other}; {hint}"),
+    };
+    js_err("unsupported-model", msg)
 }
 
 /// Decides where `model` runs for `want`, with the K/V cache of `load`.
@@ -130,7 +127,7 @@ async fn webgpu(
         "gpu_plan_bytes": plan.total(),
     });
     Ok(Decision {
-        chosen: Chosen::WebGpu(backend),
+        chosen: Chosen::WebGpu(Box::new(backend)),
         report,
     })
 }

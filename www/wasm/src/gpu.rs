@@ -13,10 +13,10 @@ use hearth::backend::webgpu::model::PLAN_MAX_TOKENS;
 use hearth::backend::webgpu::{GpuContext, GpuOptions, WebGpuBackend};
 use hearth::backend::Backend;
 use hearth::gguf::GgufModel;
-use hearth::graph::Op;
-use hearth::model::{LoadOptions, ModelConfig};
+use hearth::model::{check_types, LoadOptions, ModelConfig};
 use wasm_bindgen::{JsError, JsValue};
 
+use crate::backend::unsupported;
 use crate::js_err;
 
 thread_local! {
@@ -79,23 +79,8 @@ pub fn check(
     load: &LoadOptions,
 ) -> Result<MemoryPlan, JsError> {
     let caps = &backend.context().caps;
-    for t in &model.tensors {
-        let op = Op::MatMul {
-            ty: t.ty,
-            k: t.shape.first().copied().unwrap_or(0) as usize,
-            n: 1,
-            exact: false,
-        };
-        if t.shape.len() >= 2 && !backend.supports(&op) {
-            return Err(js_err(
-                "unsupported-model",
-                format!(
-                    "tensor '{}' is {:?}, which the WebGPU backend cannot run yet; use backend 'cpu' or another quantization",
-                    t.name, t.ty
-                ),
-            ));
-        }
-    }
+    check_types(model, backend)
+        .map_err(|e| unsupported(e, "WebGPU", "use backend 'cpu' or another quantization"))?;
     let plan = MemoryPlan::estimate(model, mc, &load.kv, PLAN_MAX_TOKENS, |t| {
         let cols = t.shape.first().copied().unwrap_or(0) as usize;
         let rows = (t.n_elements() as usize) / cols.max(1);

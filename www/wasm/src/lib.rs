@@ -112,7 +112,7 @@ pub async fn load(
             .await
             .map(AnyModel::Cpu),
         #[cfg(feature = "webgpu")]
-        Chosen::WebGpu(backend) => load_model(backend, &model, &sources, &load_opts, &mut report)
+        Chosen::WebGpu(backend) => load_model(*backend, &model, &sources, &load_opts, &mut report)
             .await
             .map(AnyModel::WebGpu),
     }
