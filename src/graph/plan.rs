@@ -55,7 +55,7 @@ pub struct Plan {
 
 impl Plan {
     /// A new activation buffer of `bytes` (contents unspecified: write it
-    /// before reading it; see [`Backend::step_buffers`](crate::backend::Backend::step_buffers)).
+    /// before reading it; see [`crate::backend::Backend::step_buffers`]).
     pub fn act(&mut self, bytes: usize) -> BufId {
         self.acts.push(ActBuf {
             bytes: bytes as u64,

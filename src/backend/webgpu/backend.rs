@@ -1,8 +1,9 @@
 //! [`WebGpuBackend`]: the [`Backend`] trait over a wgpu device.
 //!
 //! `record` compiles (once) and queues a dispatch; `submit` encodes every
-//! queued dispatch into one compute pass and submits once (the
-//! [`Recorder`] reuses the uniform buffer and bind groups between steps);
+//! queued dispatch into one compute pass and submits once (the step
+//! recorder, `recorder.rs`, reuses the uniform buffer and bind groups
+//! between steps);
 //! `step_buffers` hands out the same activation buffers step after step;
 //! `submit_read` records the copy of the step's result into that same
 //! submission and maps a reused staging buffer, so a decode step is one
