@@ -127,11 +127,10 @@ use std::path::Path;
 
 use hearth::backend::webgpu::{load_webgpu_model, GpuModel, GpuOptions};
 use hearth::gguf::open_model;
-use hearth::kv::{BlockId, Slot};
 use hearth::model::{Batch, KvCacheConfig, KvType, LoadOptions, LogitsWanted, SeqInput};
 
-/// Tokens per K/V block in these tests.
-pub const BLOCK: usize = 16;
+/// The block size and block tables of the CPU model tests, shared.
+pub use crate::model_support::{slots, table, BLOCK};
 
 /// Loads `path` on the WebGPU backend, or `None` when there is no adapter
 /// (an error with `HEARTH_REQUIRE_GPU=1`).
@@ -162,22 +161,6 @@ pub fn load_gpu(path: &Path, dtype: KvType, num_blocks: usize) -> Option<GpuMode
         (p.bytes_total, p.tensors_total)
     );
     Some(m)
-}
-
-/// Blocks `first..` for a sequence of `n` tokens.
-pub fn table(first: u32, n: usize) -> Vec<BlockId> {
-    (0..n.div_ceil(BLOCK) as u32)
-        .map(|i| BlockId(first + i))
-        .collect()
-}
-
-pub fn slots(table: &[BlockId], start: usize, n: usize) -> Vec<Slot> {
-    (start..start + n)
-        .map(|p| Slot {
-            block: table[p / BLOCK],
-            offset: (p % BLOCK) as u32,
-        })
-        .collect()
 }
 
 /// Runs `ids` as one sequence from position 0 in blocks 1.. and returns the logits.
