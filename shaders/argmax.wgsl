@@ -1,5 +1,8 @@
-// Argmax of each `width`-wide row (ties: the lowest index, NaN never
-// wins): one workgroup per row. x: `[rows, width]` f32; out: `[rows]` u32.
+// Argmax of each `width`-wide row (ties: the lowest index): one workgroup
+// per row. A row holding a NaN or an infinity yields 0xffffffff, as the host
+// reference (`graph::argmax_row`) does: the sampler refuses such rows.
+// Non-finite values are found by their exponent bits, not by `v != v`,
+// which a shader compiler may fold away. x: `[rows, width]` f32; out: `[rows]` u32.
 
 struct Params {
     rows: u32,
@@ -14,6 +17,7 @@ struct Params {
 
 var<workgroup> best_v: array<f32, WG>;
 var<workgroup> best_i: array<u32, WG>;
+var<workgroup> non_finite: atomic<u32>;
 
 @compute @workgroup_size(WG)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
@@ -24,12 +28,18 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     }
     var bv = -3.4028234663852886e38;
     var bi = 0xffffffffu;
+    var bad = 0u;
     for (var i = lid; i < p.width; i = i + WG) {
         let v = x[row * p.width + i];
-        if v > bv || (bi == 0xffffffffu && v == v) {
+        if (bitcast<u32>(v) & 0x7f800000u) == 0x7f800000u {
+            bad = 1u;
+        } else if v > bv || bi == 0xffffffffu {
             bv = v;
             bi = i;
         }
+    }
+    if bad != 0u {
+        atomicOr(&non_finite, 1u);
     }
     best_v[lid] = bv;
     best_i[lid] = bi;
@@ -48,6 +58,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         workgroupBarrier();
     }
     if lid == 0u {
-        out[row] = select(best_i[0], 0u, best_i[0] == 0xffffffffu);
+        // An empty row keeps 0xffffffff too.
+        out[row] = select(best_i[0], 0xffffffffu, atomicLoad(&non_finite) != 0u);
     }
 }

@@ -208,6 +208,17 @@ impl Sampler {
         &self.params
     }
 
+    /// Whether [`Sampler::sample`] would return the row's argmax whatever
+    /// the history (greedy, no penalty in effect): the token can then be
+    /// picked where the logits are, without reading them back. The
+    /// log-probabilities of such a pick still need the row.
+    pub fn is_plain_greedy(&self) -> bool {
+        let p = &self.params;
+        let no_penalty = p.penalty_last_n == 0
+            || (p.repeat_penalty == 1.0 && p.presence_penalty == 0.0 && p.frequency_penalty == 0.0);
+        p.temperature <= 0.0 && no_penalty
+    }
+
     /// Picks a token from `logits` (`[vocab]`, one row), given `history`, the
     /// tokens the penalties look at (prompt and output so far; only the last
     /// `penalty_last_n` count). Ids in `history` outside the vocabulary are

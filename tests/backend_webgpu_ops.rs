@@ -197,17 +197,23 @@ fn moe_top_k_and_argmax_match_cpu() {
         rel_err(&as_f32(&gpu_out[1]), &as_f32(&cpu[1])) < 1e-5,
         "weights"
     );
-    let mut x = r.normals(3 * 1000, 1.0);
+    let mut x = r.normals(5 * 1000, 1.0);
     x[1000 + 17] = 9.0;
     x[1000 + 400] = 9.0; // a tie: the lower index wins
+    x[3000 + 999] = f32::NAN; // rows with a non-finite value are refused
+    x[4000 + 1] = f32::INFINITY;
     let case = Case {
-        bufs: vec![f32_buf(&x), zeros(12, BufKind::Activations)],
+        bufs: vec![f32_buf(&x), zeros(20, BufKind::Activations)],
         steps: vec![(Op::Argmax { width: 1000 }, vec![0], vec![1])],
         read: vec![1],
     };
     let (cpu, gpu_out) = both(&mut g, &case);
     assert_eq!(cpu[0], gpu_out[0], "argmax");
-    assert_eq!(as_f32(&gpu_out[0])[1].to_bits(), 17);
+    let ids: Vec<u32> = as_f32(&gpu_out[0]).iter().map(|v| v.to_bits()).collect();
+    let want: Vec<u32> = x.chunks(1000).map(hearth::graph::argmax_row).collect();
+    assert_eq!(ids, want, "argmax against graph::argmax_row");
+    assert_eq!(ids[1], 17);
+    assert_eq!(ids[3..], [hearth::graph::NON_FINITE_ROW; 2]);
 }
 
 #[test]

@@ -311,3 +311,34 @@ fn non_finite_logits_end_only_their_request() {
     assert_eq!(out[&good].error, None);
     assert_pool_full(&e);
 }
+
+#[test]
+fn greedy_steps_pick_on_the_model_and_match_host_sampling() {
+    // Plain greedy rows are picked by the model (a GPU reads back one u32
+    // per row); rows that want log-probabilities still read the logits.
+    // Both give the same tokens.
+    let mut e = engine(small_config(128, 64), hash_rule());
+    let p = prompt(20, 14);
+    let greedy = e.add_request(tokens_req(p.clone(), Some(6))).expect("add");
+    let out = run_all(&mut e);
+    let steps = e.model_mut().batch_seqs.len();
+    assert_eq!(
+        e.model_mut().argmax_passes,
+        steps,
+        "every step picked on the model"
+    );
+    let mut with = tokens_req(p, Some(6));
+    with.logprobs = Some(2);
+    let logprobs = e.add_request(with).expect("add");
+    let out2 = run_all(&mut e);
+    let steps2 = e.model_mut().batch_seqs.len() - steps;
+    assert!(steps2 > 0);
+    assert_eq!(
+        e.model_mut().argmax_passes,
+        steps,
+        "a request with log-probabilities reads the logits"
+    );
+    assert_eq!(out[&greedy].tokens, out2[&logprobs].tokens);
+    assert_eq!(out[&greedy].tokens.len(), 6);
+    assert_pool_full(&e);
+}

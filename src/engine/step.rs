@@ -116,6 +116,9 @@ impl<M: ForwardModel> Engine<M> {
             })
             .collect();
         let batch = Batch { seqs: &seqs };
+        if self.all_plain_greedy(out) {
+            return self.forward_greedy(out, &batch).await;
+        }
         let rows = batch.logits_rows();
         let logits = self.model.forward(&batch).await?;
         let n_vocab = self.model.config().n_vocab;
@@ -137,6 +140,45 @@ impl<M: ForwardModel> Engine<M> {
                     live.sampled = Some(s);
                 }
                 Err(e) => failed.push((r.id, e.to_string())),
+            }
+        }
+        Ok((sampled, failed))
+    }
+
+    /// Whether every row due this step is greedy without penalties or
+    /// log-probabilities: its token can be picked on the device.
+    fn all_plain_greedy(&self, out: &SchedulerOutput) -> bool {
+        out.sampling_requests().all(|r| {
+            self.live
+                .get(&r.id)
+                .is_some_and(|l| !l.logprobs && l.sampler.is_plain_greedy())
+        })
+    }
+
+    /// [`Self::forward_and_sample`] for a step of plain greedy rows: the
+    /// model picks each row's argmax where the logits are (one u32 per
+    /// row read back from a GPU), exactly what the samplers would pick.
+    async fn forward_greedy(
+        &mut self,
+        out: &SchedulerOutput,
+        batch: &Batch<'_>,
+    ) -> crate::Result<(Vec<(RequestId, u32)>, Vec<(RequestId, String)>)> {
+        let rows = batch.logits_rows();
+        let picks = self.model.forward_argmax(batch).await?;
+        let n_vocab = self.model.config().n_vocab;
+        if picks.len() != rows {
+            let got = picks.len() * n_vocab;
+            return Err(EngineError::LogitsShape { got, rows, n_vocab }.into());
+        }
+        let mut sampled = Vec::with_capacity(rows);
+        let mut failed = Vec::new();
+        for (r, &token) in out.sampling_requests().zip(&picks) {
+            if (token as usize) < n_vocab {
+                sampled.push((r.id, token));
+            } else {
+                let why = "non-finite logits (NaN or infinity) in the row: the model's weights or \
+                           the backend produced invalid values";
+                failed.push((r.id, why.to_string()));
             }
         }
         Ok((sampled, failed))

@@ -157,10 +157,31 @@ pub enum Op {
     /// `cap * tanh(x / cap)` on logits.
     LogitSoftcap(f32),
     /// Index of the largest value of each `width`-wide row (ties: the
-    /// lowest index), so a greedy step reads back one u32 per sequence.
+    /// lowest index), so a greedy step reads back one u32 per sequence;
+    /// [`NON_FINITE_ROW`] for a row holding a NaN or an infinity (the host
+    /// sampler refuses those rows, and so must the device path).
     /// in: x `[rows, width]` f32; out: `[rows]` u32.
     Argmax {
         /// Row width.
         width: usize,
     },
+}
+
+/// What [`Op::Argmax`] yields for a row holding a NaN or an infinity.
+pub const NON_FINITE_ROW: u32 = u32::MAX;
+
+/// [`Op::Argmax`] of one row on the host, the reference of every backend's
+/// kernel: the lowest index of the largest value, or [`NON_FINITE_ROW`]
+/// when a value is not finite (or the row is empty).
+pub fn argmax_row(row: &[f32]) -> u32 {
+    let mut best: Option<(usize, f32)> = None;
+    for (i, &v) in row.iter().enumerate() {
+        if !v.is_finite() {
+            return NON_FINITE_ROW;
+        }
+        if best.is_none_or(|(_, b)| v > b) {
+            best = Some((i, v));
+        }
+    }
+    best.map_or(NON_FINITE_ROW, |(i, _)| i as u32)
 }

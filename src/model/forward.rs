@@ -99,4 +99,18 @@ pub trait ForwardModel {
     /// Runs one forward pass and returns the wanted logits rows,
     /// `[batch.logits_rows()][n_vocab]` row-major, in sequence order.
     async fn forward(&mut self, batch: &Batch<'_>) -> crate::Result<Vec<f32>>;
+
+    /// A greedy forward pass: the argmax of each wanted logits row, in
+    /// sequence order, as [`crate::graph::argmax_row`] defines it
+    /// ([`crate::graph::NON_FINITE_ROW`] for a row with a NaN or an
+    /// infinity). Models on a device override this to pick on the device
+    /// and read back one u32 per row instead of the logits.
+    async fn forward_argmax(&mut self, batch: &Batch<'_>) -> crate::Result<Vec<u32>> {
+        let n_vocab = self.config().n_vocab;
+        let logits = self.forward(batch).await?;
+        Ok(logits
+            .chunks(n_vocab.max(1))
+            .map(crate::graph::argmax_row)
+            .collect())
+    }
 }

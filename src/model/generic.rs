@@ -227,4 +227,8 @@ impl<B: Backend> ForwardModel for Model<B> {
     async fn forward(&mut self, batch: &Batch<'_>) -> crate::Result<Vec<f32>> {
         self.run(batch).await
     }
+
+    async fn forward_argmax(&mut self, batch: &Batch<'_>) -> crate::Result<Vec<u32>> {
+        self.run_argmax(batch).await
+    }
 }

@@ -73,6 +73,8 @@ pub struct FakeModel {
     pub fail_next: bool,
     /// Rows whose history ends with this token come out as NaN.
     pub nan_after: Option<u32>,
+    /// Forward passes that asked for the argmax rows only.
+    pub argmax_passes: usize,
 }
 
 impl FakeModel {
@@ -87,6 +89,7 @@ impl FakeModel {
             batch_seqs: Vec::new(),
             fail_next: false,
             nan_after: None,
+            argmax_passes: 0,
         }
     }
 
@@ -160,6 +163,16 @@ impl ForwardModel for FakeModel {
             }
         }
         Ok(out)
+    }
+
+    async fn forward_argmax(&mut self, batch: &Batch<'_>) -> hearth::Result<Vec<u32>> {
+        self.argmax_passes += 1;
+        let n_vocab = self.config.n_vocab;
+        let logits = self.forward(batch).await?;
+        Ok(logits
+            .chunks(n_vocab)
+            .map(hearth::graph::argmax_row)
+            .collect())
     }
 }
 

@@ -445,7 +445,8 @@ fn rope(
     Ok(())
 }
 
-/// [`Op::Argmax`]: the index of each row's largest value (lowest on ties).
+/// [`Op::Argmax`]: the index of each row's largest value (lowest on ties;
+/// [`crate::graph::NON_FINITE_ROW`] for a row with a NaN or an infinity).
 fn argmax_rows(op: &Op, io: &OpIo<'_, CpuBuffer>, width: usize) -> Result<(), BackendError> {
     let x = nth(io.inputs, 0, op)?.f32s()?;
     if width == 0 || x.len() % width != 0 {
@@ -456,15 +457,7 @@ fn argmax_rows(op: &Op, io: &OpIo<'_, CpuBuffer>, width: usize) -> Result<(), Ba
     }
     let ids: Vec<u32> = x
         .chunks_exact(width)
-        .map(|row| {
-            let mut best = 0;
-            for (i, &v) in row.iter().enumerate() {
-                if v > row[best] || row[best].is_nan() {
-                    best = i;
-                }
-            }
-            best as u32
-        })
+        .map(crate::graph::argmax_row)
         .collect();
     nth(io.outputs, 0, op)?.set_f32s(bytemuck::cast_slice(&ids))
 }

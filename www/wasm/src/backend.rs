@@ -43,6 +43,14 @@ impl ForwardModel for AnyModel {
             AnyModel::WebGpu(m) => m.forward(batch).await,
         }
     }
+
+    async fn forward_argmax(&mut self, batch: &Batch<'_>) -> hearth::Result<Vec<u32>> {
+        match self {
+            AnyModel::Cpu(m) => m.forward_argmax(batch).await,
+            #[cfg(feature = "webgpu")]
+            AnyModel::WebGpu(m) => m.forward_argmax(batch).await,
+        }
+    }
 }
 
 /// Where a model will run: the CPU, or a WebGPU device already open.

@@ -44,6 +44,13 @@ impl ForwardModel for AnyModel {
             AnyModel::WebGpu(m) => m.forward(batch).await,
         }
     }
+
+    async fn forward_argmax(&mut self, batch: &Batch<'_>) -> hearth::Result<Vec<u32>> {
+        match self {
+            AnyModel::Cpu(m) => m.forward_argmax(batch).await,
+            AnyModel::WebGpu(m) => m.forward_argmax(batch).await,
+        }
+    }
 }
 
 impl AnyModel {
