@@ -121,6 +121,20 @@ pub enum SampleError {
         /// The value.
         value: f32,
     },
+    /// A row the device found non-finite values in
+    /// ([`crate::graph::NON_FINITE_ROW`]).
+    #[error(
+        "the logits row holds a NaN or an infinity: the forward pass produced a non-finite value"
+    )]
+    NonFiniteRow,
+    /// Candidates that are not the row's best `top_k`, best first.
+    #[error("{got} candidates given where the sampler keeps the best {want}")]
+    Candidates {
+        /// Candidates given.
+        got: usize,
+        /// The sampler's `top_k`.
+        want: usize,
+    },
 }
 
 /// PCG32 (XSH-RR, O'Neill 2014): a small, fast, statistically good generator
@@ -208,15 +222,55 @@ impl Sampler {
         &self.params
     }
 
+    /// The `k` of [`Sampler::sample_top_k`] when this sampler can work from
+    /// the row's `k` best candidates alone (a random draw keeping the
+    /// `top_k <= MAX_TOP_K` most likely tokens, no penalty in effect), so the
+    /// device need not hand over the whole row; `None` otherwise.
+    pub fn device_top_k(&self) -> Option<usize> {
+        let k = self.params.top_k;
+        let fits = (1..=crate::graph::MAX_TOP_K).contains(&k);
+        (self.params.temperature > 0.0 && fits && !self.penalties_on()).then_some(k)
+    }
+
+    /// [`Sampler::sample`] of a row given only its best candidates
+    /// (`top`: at least [`Sampler::device_top_k`] `(token, logit)` pairs of
+    /// the row, best first as [`crate::graph::top_k_row`] orders them):
+    /// the same pick, log-probabilities and random stream as `sample` on
+    /// the whole row.
+    pub fn sample_top_k(&mut self, top: &[(u32, f32)]) -> Result<Sampled, SampleError> {
+        let want = self.params.top_k;
+        let Some(k) = self.device_top_k().filter(|&k| top.len() >= k) else {
+            return Err(SampleError::Candidates {
+                got: top.len(),
+                want,
+            });
+        };
+        if top
+            .first()
+            .is_some_and(|c| c.0 == crate::graph::NON_FINITE_ROW)
+        {
+            return Err(SampleError::NonFiniteRow);
+        }
+        self.cand.clear();
+        self.cand
+            .extend(top[..k].iter().map(|&(id, logit)| Cand { id, logit }));
+        Ok(self.filter_and_draw(true))
+    }
+
+    /// Whether a penalty changes logits.
+    fn penalties_on(&self) -> bool {
+        let p = &self.params;
+        let neutral =
+            p.repeat_penalty == 1.0 && p.presence_penalty == 0.0 && p.frequency_penalty == 0.0;
+        p.penalty_last_n != 0 && !neutral
+    }
+
     /// Whether [`Sampler::sample`] would return the row's argmax whatever
     /// the history (greedy, no penalty in effect): the token can then be
     /// picked where the logits are, without reading them back. The
     /// log-probabilities of such a pick still need the row.
     pub fn is_plain_greedy(&self) -> bool {
-        let p = &self.params;
-        let no_penalty = p.penalty_last_n == 0
-            || (p.repeat_penalty == 1.0 && p.presence_penalty == 0.0 && p.frequency_penalty == 0.0);
-        p.temperature <= 0.0 && no_penalty
+        self.params.temperature <= 0.0 && !self.penalties_on()
     }
 
     /// Picks a token from `logits` (`[vocab]`, one row), given `history`, the
@@ -243,22 +297,25 @@ impl Sampler {
         if self.params.temperature <= 0.0 {
             return Ok(self.greedy());
         }
-        let mut sorted = top_k(&mut self.cand, self.params.top_k);
+        let sorted = top_k(&mut self.cand, self.params.top_k);
+        Ok(self.filter_and_draw(sorted))
+    }
+
+    /// The stages after top-k: top-p, min-p, temperature, the draw.
+    fn filter_and_draw(&mut self, mut sorted: bool) -> Sampled {
         top_p(&mut self.cand, self.params.top_p, &mut sorted);
         min_p(&mut self.cand, self.params.min_p);
         let t = self.params.temperature;
         self.cand.iter_mut().for_each(|c| c.logit /= t);
-        Ok(self.draw())
+        self.draw()
     }
 
     /// llama.cpp's penalties: `cand` is still indexed by token id here.
     fn apply_penalties(&mut self, history: &[u32]) {
-        let p = &self.params;
-        let off =
-            p.repeat_penalty == 1.0 && p.presence_penalty == 0.0 && p.frequency_penalty == 0.0;
-        if p.penalty_last_n == 0 || off {
+        if !self.penalties_on() {
             return;
         }
+        let p = &self.params;
         self.counts.clear();
         let window = &history[history.len().saturating_sub(p.penalty_last_n)..];
         for &t in window {
@@ -451,5 +508,65 @@ mod tests {
         assert!(xs.iter().all(|x| (0.0..1.0).contains(x)));
         let mean = xs.iter().sum::<f64>() / 1000.0;
         assert!((mean - 0.5).abs() < 0.05, "mean {mean}");
+    }
+
+    #[test]
+    fn sample_top_k_matches_sample_on_the_whole_row() {
+        let mut rng = Pcg32::new(0x70_9c, 3);
+        for case in 0..40u64 {
+            let n = 50 + (rng.next_u32() % 400) as usize;
+            let mut logits: Vec<f32> = (0..n)
+                .map(|_| (rng.next_f64() * 12.0 - 6.0) as f32)
+                .collect();
+            logits[n / 3] = logits[n / 2]; // a tie
+            let params = SamplingParams {
+                temperature: 0.3 + (case % 5) as f32 * 0.6,
+                top_k: 1 + (case as usize * 7) % crate::graph::MAX_TOP_K,
+                top_p: [1.0, 0.95, 0.5][case as usize % 3],
+                min_p: [0.0, 0.05][case as usize % 2],
+                seed: case,
+                top_logprobs: case as usize % 4,
+                ..SamplingParams::default()
+            };
+            let mut whole = Sampler::new(params.clone()).expect("params");
+            let mut top = Sampler::new(params.clone()).expect("params");
+            let k = top.device_top_k().expect("a top-k draw");
+            let cands = crate::graph::top_k_row(&logits, k + (case as usize % 3));
+            for _ in 0..5 {
+                let a = whole.sample(&logits, &[]).expect("sample");
+                let b = top.sample_top_k(&cands).expect("sample_top_k");
+                assert_eq!(a, b, "case {case}: {params:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn device_top_k_only_where_candidates_suffice() {
+        let greedy = Sampler::new(SamplingParams::greedy()).expect("params");
+        assert!(greedy.is_plain_greedy());
+        assert_eq!(greedy.device_top_k(), None);
+        let default = Sampler::new(SamplingParams::default()).expect("params");
+        assert_eq!(default.device_top_k(), Some(40));
+        let wide = SamplingParams {
+            top_k: crate::graph::MAX_TOP_K + 1,
+            ..SamplingParams::default()
+        };
+        assert_eq!(Sampler::new(wide).expect("params").device_top_k(), None);
+        let penalised = SamplingParams {
+            repeat_penalty: 1.1,
+            ..SamplingParams::default()
+        };
+        let mut p = Sampler::new(penalised).expect("params");
+        assert_eq!(p.device_top_k(), None);
+        assert!(matches!(
+            p.sample_top_k(&[(0, 1.0)]),
+            Err(SampleError::Candidates { .. })
+        ));
+        let mut d = Sampler::new(SamplingParams::default()).expect("params");
+        let bad = vec![(crate::graph::NON_FINITE_ROW, f32::NAN); 40];
+        assert!(matches!(
+            d.sample_top_k(&bad),
+            Err(SampleError::NonFiniteRow)
+        ));
     }
 }

@@ -217,6 +217,38 @@ fn moe_top_k_and_argmax_match_cpu() {
 }
 
 #[test]
+fn top_k_matches_the_reference() {
+    let Some(mut g) = gpu() else { return };
+    let mut r = Rng::new(SEED + 9);
+    for (width, k) in [(1000, 40), (5003, 64), (70, 1), (64, 64)] {
+        let mut x = r.normals(4 * width, 1.0);
+        x[width + 5] = x[width + width / 2]; // ties keep index order
+        x[width + 9] = x[width + width / 2];
+        x[2 * width + 3] = f32::NAN;
+        let case = Case {
+            bufs: vec![f32_buf(&x), zeros(4 * k * 8, BufKind::Activations)],
+            steps: vec![(Op::TopK { width, k }, vec![0], vec![1])],
+            read: vec![1],
+        };
+        let (cpu, gpu_out) = both(&mut g, &case);
+        let want: Vec<u32> = x
+            .chunks(width)
+            .flat_map(|row| hearth::graph::top_k_row(row, k))
+            .flat_map(|(i, v)| [i, v.to_bits()])
+            .collect();
+        let got: Vec<u32> = as_f32(&gpu_out[0]).iter().map(|v| v.to_bits()).collect();
+        assert_eq!(
+            got,
+            want,
+            "top-{k} of {width}-wide rows (seed {:#x})",
+            SEED + 9
+        );
+        assert_eq!(cpu[0], gpu_out[0], "top-{k} of {width}: CPU backend");
+        assert_eq!(got[4 * k], hearth::graph::NON_FINITE_ROW, "the NaN row");
+    }
+}
+
+#[test]
 fn dense_weight_ops_match_cpu() {
     let mut r = Rng::new(SEED + 5);
     let (k, n) = (64, 48);

@@ -342,3 +342,49 @@ fn greedy_steps_pick_on_the_model_and_match_host_sampling() {
     assert_eq!(out[&greedy].tokens.len(), 6);
     assert_pool_full(&e);
 }
+
+#[test]
+fn sampled_steps_select_on_the_model_and_match_host_sampling() {
+    // A top-k draw needs only the row's best candidates, which the model
+    // selects (a GPU reads back k pairs per row); beside a request with a
+    // penalty the step reads whole rows instead. The draws, log-probabilities
+    // and random stream are the same either way.
+    let sampled = || {
+        let mut r = tokens_req(prompt(20, 15), Some(12));
+        r.sampling = SamplingParams {
+            temperature: 4.0,
+            top_k: 10,
+            top_p: 0.9,
+            min_p: 0.01,
+            seed: 7,
+            ..SamplingParams::default()
+        };
+        r.logprobs = Some(3);
+        r
+    };
+    let mut e = engine(small_config(128, 64), hash_rule());
+    let a = e.add_request(sampled()).expect("add");
+    let alone = run_all(&mut e);
+    let steps = e.model_mut().batch_seqs.len();
+    assert_eq!(
+        e.model_mut().top_k_passes,
+        steps,
+        "every step selected on the model"
+    );
+
+    let mut e = engine(small_config(128, 64), hash_rule());
+    let b = e.add_request(sampled()).expect("add");
+    let mut penalised = tokens_req(prompt(20, 16), Some(16));
+    penalised.sampling.repeat_penalty = 1.3;
+    e.add_request(penalised).expect("add");
+    let beside = run_all(&mut e);
+    assert_eq!(e.model_mut().top_k_passes, 0, "a penalty needs whole rows");
+
+    let (x, y) = (&alone[&a], &beside[&b]);
+    assert_eq!(x.tokens.len(), 12);
+    assert_eq!(x.tokens, y.tokens);
+    assert_eq!(x.logprobs, y.logprobs);
+    assert_eq!(x.top_logprobs, y.top_logprobs);
+    let distinct: std::collections::BTreeSet<_> = x.tokens.iter().collect();
+    assert!(distinct.len() > 3, "the draws are random: {:?}", x.tokens);
+}

@@ -35,6 +35,7 @@ mod config;
 mod prompt;
 mod request;
 mod runner;
+mod select;
 mod stats;
 mod step;
 mod text;

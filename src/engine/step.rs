@@ -2,6 +2,7 @@
 
 use super::request::{EngineEvent, FinishReason};
 use super::runner::{Engine, Live};
+use super::select::Selection;
 use super::EngineError;
 use crate::kv::{KvManager, SeqId};
 use crate::model::tokenizer::Tokenizer;
@@ -116,8 +117,10 @@ impl<M: ForwardModel> Engine<M> {
             })
             .collect();
         let batch = Batch { seqs: &seqs };
-        if self.all_plain_greedy(out) {
-            return self.forward_greedy(out, &batch).await;
+        match self.selection(out) {
+            Selection::Argmax => return self.forward_argmax(out, &batch).await,
+            Selection::TopK(k) => return self.forward_top_k(out, &batch, k).await,
+            Selection::Logits => {}
         }
         let rows = batch.logits_rows();
         let logits = self.model.forward(&batch).await?;
@@ -140,45 +143,6 @@ impl<M: ForwardModel> Engine<M> {
                     live.sampled = Some(s);
                 }
                 Err(e) => failed.push((r.id, e.to_string())),
-            }
-        }
-        Ok((sampled, failed))
-    }
-
-    /// Whether every row due this step is greedy without penalties or
-    /// log-probabilities: its token can be picked on the device.
-    fn all_plain_greedy(&self, out: &SchedulerOutput) -> bool {
-        out.sampling_requests().all(|r| {
-            self.live
-                .get(&r.id)
-                .is_some_and(|l| !l.logprobs && l.sampler.is_plain_greedy())
-        })
-    }
-
-    /// [`Self::forward_and_sample`] for a step of plain greedy rows: the
-    /// model picks each row's argmax where the logits are (one u32 per
-    /// row read back from a GPU), exactly what the samplers would pick.
-    async fn forward_greedy(
-        &mut self,
-        out: &SchedulerOutput,
-        batch: &Batch<'_>,
-    ) -> crate::Result<(Vec<(RequestId, u32)>, Vec<(RequestId, String)>)> {
-        let rows = batch.logits_rows();
-        let picks = self.model.forward_argmax(batch).await?;
-        let n_vocab = self.model.config().n_vocab;
-        if picks.len() != rows {
-            let got = picks.len() * n_vocab;
-            return Err(EngineError::LogitsShape { got, rows, n_vocab }.into());
-        }
-        let mut sampled = Vec::with_capacity(rows);
-        let mut failed = Vec::new();
-        for (r, &token) in out.sampling_requests().zip(&picks) {
-            if (token as usize) < n_vocab {
-                sampled.push((r.id, token));
-            } else {
-                let why = "non-finite logits (NaN or infinity) in the row: the model's weights or \
-                           the backend produced invalid values";
-                failed.push((r.id, why.to_string()));
             }
         }
         Ok((sampled, failed))

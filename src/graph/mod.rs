@@ -165,7 +165,22 @@ pub enum Op {
         /// Row width.
         width: usize,
     },
+    /// The `k` largest values of each `width`-wide row with their indices,
+    /// best first (ties: the lower index first), as [`top_k_row`] defines
+    /// them: what a sampler keeping the `k` most likely tokens needs, so a
+    /// sampled step reads back `k` pairs per sequence instead of the logits.
+    /// A row holding a NaN or an infinity starts with [`NON_FINITE_ROW`].
+    /// in: x `[rows, width]` f32; out: `[rows, k]` pairs `(u32 index, f32 value)`.
+    TopK {
+        /// Row width.
+        width: usize,
+        /// Pairs per row (`1 ..= MAX_TOP_K`, at most `width`).
+        k: usize,
+    },
 }
+
+/// The largest `k` of [`Op::TopK`] (what its GPU kernel keeps per thread).
+pub const MAX_TOP_K: usize = 64;
 
 /// What [`Op::Argmax`] yields for a row holding a NaN or an infinity.
 pub const NON_FINITE_ROW: u32 = u32::MAX;
@@ -184,4 +199,27 @@ pub fn argmax_row(row: &[f32]) -> u32 {
         }
     }
     best.map_or(NON_FINITE_ROW, |(i, _)| i as u32)
+}
+
+/// [`Op::TopK`] of one row on the host, the reference of every backend's
+/// kernel: the `k` best `(index, value)` pairs, by value descending then
+/// index ascending (a total order: the result never depends on the sort).
+/// A row with a non-finite value gives `k` pairs `(NON_FINITE_ROW, NaN)`.
+pub fn top_k_row(row: &[f32], k: usize) -> Vec<(u32, f32)> {
+    if row.iter().any(|v| !v.is_finite()) {
+        return vec![(NON_FINITE_ROW, f32::NAN); k];
+    }
+    let by_value = |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
+    let mut pairs: Vec<(u32, f32)> = row
+        .iter()
+        .enumerate()
+        .map(|(i, &v)| (i as u32, v))
+        .collect();
+    let k = k.min(pairs.len());
+    if k < pairs.len() {
+        pairs.select_nth_unstable_by(k, by_value);
+        pairs.truncate(k);
+    }
+    pairs.sort_unstable_by(by_value);
+    pairs
 }

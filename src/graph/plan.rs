@@ -98,6 +98,22 @@ impl Plan {
         }
     }
 
+    /// Replaces the result (rows of `width` f32 logits) by the `k` best
+    /// `(index, value)` pairs of each row ([`Op::TopK`]), computed on the
+    /// device: a sampled step then reads back `8 k` bytes per row.
+    pub fn top_k_result(&mut self, width: usize, k: usize) {
+        let Some((i, n)) = self.result else {
+            return;
+        };
+        let rows = n as usize / 4 / width.max(1);
+        let bytes = rows * k * 8;
+        let out = self.act(bytes);
+        self.push(Op::TopK { width, k }, &[BufId::Act(i)], &[out]);
+        if let BufId::Act(o) = out {
+            self.result = Some((o, bytes as u64));
+        }
+    }
+
     /// Checks that every step has the buffers its op takes and that every
     /// buffer exists (`weights`, `layers`: what the model holds).
     pub fn check(&self, weights: usize, layers: usize) -> Result<(), BackendError> {
@@ -138,7 +154,8 @@ pub fn arity(op: &Op) -> (std::ops::RangeInclusive<usize>, usize) {
         Op::GetRows { .. } | Op::MatMul { .. } | Op::RmsNorm { .. } => (2..=2, 1),
         Op::Rope { .. } => (2..=3, 1),
         Op::Add | Op::Mul | Op::BiasAdd | Op::SiluMul | Op::GeluTanhMul => (2..=2, 1),
-        Op::Scale(_) | Op::Softmax { .. } | Op::LogitSoftcap(_) | Op::Argmax { .. } => (1..=1, 1),
+        Op::Scale(_) | Op::Softmax { .. } | Op::LogitSoftcap(_) => (1..=1, 1),
+        Op::Argmax { .. } | Op::TopK { .. } => (1..=1, 1),
         Op::KvWrite { .. } => (3..=3, 2),
         Op::PagedAttention { .. } => (5..=5, 1),
         Op::MoeTopK { .. } => (1..=1, 2),

@@ -113,4 +113,21 @@ pub trait ForwardModel {
             .map(crate::graph::argmax_row)
             .collect())
     }
+
+    /// A sampling forward pass: the `k` best `(token, logit)` pairs of each
+    /// wanted logits row (`1 <= k <= crate::graph::MAX_TOP_K`), as
+    /// [`crate::graph::top_k_row`] defines them. Models on a device
+    /// override this to select on the device and read back `k` pairs per row.
+    async fn forward_top_k(
+        &mut self,
+        batch: &Batch<'_>,
+        k: usize,
+    ) -> crate::Result<Vec<Vec<(u32, f32)>>> {
+        let n_vocab = self.config().n_vocab;
+        let logits = self.forward(batch).await?;
+        Ok(logits
+            .chunks(n_vocab.max(1))
+            .map(|row| crate::graph::top_k_row(row, k))
+            .collect())
+    }
 }

@@ -219,6 +219,40 @@ impl<B: Backend> Model<B> {
     }
 }
 
+impl<B: Backend> Model<B> {
+    /// A sampling forward pass: the `k` best `(token, logit)` pairs of each
+    /// wanted logits row, best first ([`crate::graph::top_k_row`]), picked
+    /// on the backend, so the step reads back `8 k` bytes per row.
+    pub async fn run_top_k(
+        &mut self,
+        batch: &Batch<'_>,
+        k: usize,
+    ) -> crate::Result<Vec<Vec<(u32, f32)>>> {
+        self.check_batch(batch)?;
+        if batch.num_tokens() == 0 {
+            return Ok(Vec::new());
+        }
+        let mut plan = build_plan(&*self, batch)?;
+        plan.top_k_result(self.cfg.n_vocab, k);
+        let held = Held {
+            weights: &self.buffers,
+            kv: &self.kv,
+        };
+        let bytes = execute(&mut self.backend, &plan, &held).await?;
+        Ok(bytes
+            .chunks_exact(8 * k.max(1))
+            .map(|row| {
+                row.chunks_exact(8)
+                    .map(|p| {
+                        let id = u32::from_le_bytes([p[0], p[1], p[2], p[3]]);
+                        (id, f32::from_le_bytes([p[4], p[5], p[6], p[7]]))
+                    })
+                    .collect()
+            })
+            .collect())
+    }
+}
+
 impl<B: Backend> ForwardModel for Model<B> {
     fn config(&self) -> &ModelConfig {
         &self.cfg
@@ -230,5 +264,13 @@ impl<B: Backend> ForwardModel for Model<B> {
 
     async fn forward_argmax(&mut self, batch: &Batch<'_>) -> crate::Result<Vec<u32>> {
         self.run_argmax(batch).await
+    }
+
+    async fn forward_top_k(
+        &mut self,
+        batch: &Batch<'_>,
+        k: usize,
+    ) -> crate::Result<Vec<Vec<(u32, f32)>>> {
+        self.run_top_k(batch, k).await
     }
 }

@@ -75,6 +75,8 @@ pub struct FakeModel {
     pub nan_after: Option<u32>,
     /// Forward passes that asked for the argmax rows only.
     pub argmax_passes: usize,
+    /// Forward passes that asked for each row's best candidates only.
+    pub top_k_passes: usize,
 }
 
 impl FakeModel {
@@ -90,6 +92,7 @@ impl FakeModel {
             fail_next: false,
             nan_after: None,
             argmax_passes: 0,
+            top_k_passes: 0,
         }
     }
 
@@ -172,6 +175,20 @@ impl ForwardModel for FakeModel {
         Ok(logits
             .chunks(n_vocab)
             .map(hearth::graph::argmax_row)
+            .collect())
+    }
+
+    async fn forward_top_k(
+        &mut self,
+        batch: &Batch<'_>,
+        k: usize,
+    ) -> hearth::Result<Vec<Vec<(u32, f32)>>> {
+        self.top_k_passes += 1;
+        let n_vocab = self.config.n_vocab;
+        let logits = self.forward(batch).await?;
+        Ok(logits
+            .chunks(n_vocab)
+            .map(|row| hearth::graph::top_k_row(row, k))
             .collect())
     }
 }

@@ -462,6 +462,29 @@ fn argmax_rows(op: &Op, io: &OpIo<'_, CpuBuffer>, width: usize) -> Result<(), Ba
     nth(io.outputs, 0, op)?.set_f32s(bytemuck::cast_slice(&ids))
 }
 
+/// [`Op::TopK`]: the `k` best `(index, value)` pairs of each row.
+fn top_k_rows(
+    op: &Op,
+    io: &OpIo<'_, CpuBuffer>,
+    width: usize,
+    k: usize,
+) -> Result<(), BackendError> {
+    let x = nth(io.inputs, 0, op)?.f32s()?;
+    if width == 0 || x.len() % width != 0 || k == 0 || k > width.min(crate::graph::MAX_TOP_K) {
+        return Err(BackendError::Shape(format!(
+            "{op:?}: {} values are not whole rows, or k is out of 1..={}",
+            x.len(),
+            width.min(crate::graph::MAX_TOP_K)
+        )));
+    }
+    let pairs: Vec<f32> = x
+        .chunks_exact(width)
+        .flat_map(|row| crate::graph::top_k_row(row, k))
+        .flat_map(|(i, v)| [f32::from_bits(i), v])
+        .collect();
+    nth(io.outputs, 0, op)?.set_f32s(&pairs)
+}
+
 impl CpuBackend {
     /// The row-op kernels of the table's ISA.
     pub(super) fn rows(&self) -> RowOps {
@@ -487,6 +510,7 @@ impl CpuBackend {
             Op::MoeTopK { .. } => self.moe_top_k(op, io),
             Op::MoeExperts { .. } => self.moe_experts(op, io),
             Op::Argmax { width } => argmax_rows(op, io, *width),
+            Op::TopK { width, k } => top_k_rows(op, io, *width, *k),
             _ if self.supports(op) => self.unary(op, io),
             _ => Err(BackendError::UnsupportedOp(format!("{op:?}"))),
         }

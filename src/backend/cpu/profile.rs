@@ -27,7 +27,7 @@ const KINDS: [&str; 15] = [
     "PagedAttention",
     "Moe",
     "LogitSoftcap",
-    "Argmax",
+    "Argmax/TopK",
     "(step overhead)",
 ];
 
@@ -47,7 +47,7 @@ fn kind(op: &Op) -> usize {
         Op::PagedAttention { .. } => 10,
         Op::MoeTopK { .. } | Op::MoeExperts { .. } => 11,
         Op::LogitSoftcap(_) => 12,
-        Op::Argmax { .. } => 13,
+        Op::Argmax { .. } | Op::TopK { .. } => 13,
     }
 }
 

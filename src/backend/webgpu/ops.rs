@@ -23,6 +23,7 @@ mod src {
     pub const ATTENTION_MERGE: &str = include_str!("../../../shaders/attention_merge.wgsl");
     pub const MOE_TOP_K: &str = include_str!("../../../shaders/moe_top_k.wgsl");
     pub const ARGMAX: &str = include_str!("../../../shaders/argmax.wgsl");
+    pub const TOP_K: &str = include_str!("../../../shaders/top_k.wgsl");
 }
 
 /// Every kernel file of this module with the constants its variants
@@ -45,6 +46,7 @@ pub fn kernel_sources() -> Vec<KernelSource> {
         ("attention_merge", src::ATTENTION_MERGE, vec![]),
         ("moe_top_k", src::MOE_TOP_K, vec![]),
         ("argmax", src::ARGMAX, vec![]),
+        ("top_k", src::TOP_K, vec![]),
     ]
 }
 
@@ -135,6 +137,7 @@ impl WebGpuBackend {
             Op::PagedAttention { .. } => self.attention(op, io),
             Op::MoeTopK { n_expert, k } => self.moe_top_k(op, io, *n_expert, *k),
             Op::Argmax { width } => self.argmax(op, io, *width),
+            Op::TopK { width, k } => self.top_k(op, io, *width, *k),
             Op::MoeExperts { .. } => Err(BackendError::UnsupportedOp(format!("{op:?}"))),
         }
     }
@@ -549,6 +552,40 @@ impl WebGpuBackend {
             &key,
             src::ARGMAX,
             vec![rows, width as u32, 0, 0],
+            &[x, out],
+            rows,
+        );
+        Ok(())
+    }
+
+    fn top_k(
+        &mut self,
+        op: &Op,
+        io: &OpIo<'_, GpuBuffer>,
+        width: usize,
+        k: usize,
+    ) -> Result<(), BackendError> {
+        let (x, out) = (nth(io.inputs, 0, op)?, nth(io.outputs, 0, op)?);
+        let n = f32s(x);
+        let most = width.min(crate::graph::MAX_TOP_K);
+        if width == 0 || !n.is_multiple_of(width as u64) || k == 0 || k > most {
+            return Err(shape(
+                op,
+                format!("{n} values are not whole rows, or k is out of 1..={most}"),
+            ));
+        }
+        let rows = (n / width as u64) as u32;
+        if out.len < u64::from(rows) * k as u64 * 8 {
+            return Err(shape(
+                op,
+                format!("output of {} bytes is too small", out.len),
+            ));
+        }
+        let key = self.key("top_k", WG_ROW).with_subgroups(false);
+        self.dispatch(
+            &key,
+            src::TOP_K,
+            vec![rows, width as u32, k as u32, 0],
             &[x, out],
             rows,
         );

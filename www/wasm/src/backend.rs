@@ -51,6 +51,18 @@ impl ForwardModel for AnyModel {
             AnyModel::WebGpu(m) => m.forward_argmax(batch).await,
         }
     }
+
+    async fn forward_top_k(
+        &mut self,
+        batch: &Batch<'_>,
+        k: usize,
+    ) -> hearth::Result<Vec<Vec<(u32, f32)>>> {
+        match self {
+            AnyModel::Cpu(m) => m.forward_top_k(batch, k).await,
+            #[cfg(feature = "webgpu")]
+            AnyModel::WebGpu(m) => m.forward_top_k(batch, k).await,
+        }
+    }
 }
 
 /// Where a model will run: the CPU, or a WebGPU device already open.

@@ -51,6 +51,17 @@ impl ForwardModel for AnyModel {
             AnyModel::WebGpu(m) => m.forward_argmax(batch).await,
         }
     }
+
+    async fn forward_top_k(
+        &mut self,
+        batch: &Batch<'_>,
+        k: usize,
+    ) -> hearth::Result<Vec<Vec<(u32, f32)>>> {
+        match self {
+            AnyModel::Cpu(m) => m.forward_top_k(batch, k).await,
+            AnyModel::WebGpu(m) => m.forward_top_k(batch, k).await,
+        }
+    }
 }
 
 impl AnyModel {
