@@ -169,6 +169,60 @@ impl Default for KernelConfig {
 }
 
 impl KernelConfig {
+    /// The default, with the overrides of `HEARTH_WEBGPU_KERNELS` (native
+    /// only; for tuning on a new adapter): comma-separated `key=value` of
+    /// `tile=MxNxT` (tile_m x tile_n x thread_m), `mv_rows`, `mv_wg`,
+    /// `mv_max_tokens`, `int8` (0/1). Unknown or malformed entries are
+    /// reported on stderr and ignored; [`KernelConfig::fit`] still applies.
+    pub fn from_env() -> Self {
+        let mut c = Self::default();
+        #[cfg(not(target_arch = "wasm32"))]
+        if let Ok(spec) = std::env::var("HEARTH_WEBGPU_KERNELS") {
+            for part in spec.split(',').filter(|p| !p.trim().is_empty()) {
+                if c.set(part.trim()).is_none() {
+                    eprintln!(
+                        "HEARTH_WEBGPU_KERNELS: ignoring `{part}` (want tile=MxNxT, mv_rows=R, \
+                         mv_wg=W, mv_max_tokens=T or int8=0|1)"
+                    );
+                }
+            }
+        }
+        c
+    }
+
+    /// Applies one `key=value` override; `None` when it is not one.
+    pub(super) fn set(&mut self, part: &str) -> Option<()> {
+        let (key, value) = part.split_once('=')?;
+        let num = |v: &str| v.parse::<u32>().ok().filter(|&n| n > 0);
+        match key {
+            "tile" => {
+                let d: Vec<u32> = value.split('x').map(num).collect::<Option<_>>()?;
+                let [m, n, t] = d[..] else { return None };
+                let valid = m % t == 0
+                    && n % 4 == 0
+                    && (m / t).is_power_of_two()
+                    && (n / 4).is_power_of_two();
+                valid.then(|| (self.tile_m, self.tile_n, self.thread_m) = (m, n, t))
+            }
+            "mv_rows" => num(value)
+                .filter(|v| v.is_power_of_two())
+                .map(|v| self.mv_rows = v),
+            "mv_wg" => num(value)
+                .filter(|v| v.is_power_of_two())
+                .map(|v| self.mv_wg = v),
+            "mv_max_tokens" => num(value).map(|v| self.mv_max_tokens = v),
+            "int8" => {
+                self.int8 = match value {
+                    "0" => false,
+                    "1" => true,
+                    _ => return None,
+                };
+                Some(())
+            }
+            _ => None,
+        }
+    }
+
     /// Invocations per tiled workgroup.
     pub fn tiled_wg(&self) -> u32 {
         (self.tile_m / self.thread_m) * (self.tile_n / 4)
