@@ -105,6 +105,8 @@ fn kernel_config_overrides_parse_and_refuse_bad_values() {
     assert_eq!(c.set("mv_rows=8"), Some(()));
     assert_eq!(c.set("mv_wg=128"), Some(()));
     assert_eq!(c.set("int8=0"), Some(()));
+    assert_eq!(c.set("tile_f16=0"), Some(()));
+    assert!(!c.tile_f16);
     assert_eq!((c.mv_rows, c.mv_wg, c.int8), (8, 128, false));
     for bad in [
         "tile=64x64",
