@@ -1,5 +1,9 @@
 // RMS norm of each `width`-wide row (per head for QK norm): one workgroup
 // per row. x, out: `[rows, width]` f32 (out may be x); w: `[width]`.
+//
+// A decode step normalises ONE row, so one workgroup does all the work:
+// each invocation keeps four loads in flight per pass (a loop of single
+// dependent loads waits out the memory latency once per element).
 
 struct Params {
     rows: u32,
@@ -22,14 +26,30 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         return;
     }
     let base = row * p.width;
-    var s = 0.0;
-    for (var i = lid; i < p.width; i = i + WG) {
-        let v = x[base + i];
+    let whole = p.width - p.width % (4u * WG);
+    var s = vec4<f32>(0.0);
+    for (var i = lid; i < whole; i = i + 4u * WG) {
+        let v = vec4<f32>(x[base + i], x[base + i + WG], x[base + i + 2u * WG],
+                          x[base + i + 3u * WG]);
         s = s + v * v;
     }
-    let total = wg_sum(s, lid);
+    for (var i = whole + lid; i < p.width; i = i + WG) {
+        let v = x[base + i];
+        s.x = s.x + v * v;
+    }
+    let total = wg_sum((s.x + s.y) + (s.z + s.w), lid);
     let scale = 1.0 / sqrt(total / f32(p.width) + p.eps);
-    for (var i = lid; i < p.width; i = i + WG) {
+    for (var i = lid; i < whole; i = i + 4u * WG) {
+        let v = vec4<f32>(x[base + i], x[base + i + WG], x[base + i + 2u * WG],
+                          x[base + i + 3u * WG]);
+        let g = vec4<f32>(w[i], w[i + WG], w[i + 2u * WG], w[i + 3u * WG]);
+        let o = (v * scale) * g;
+        out[base + i] = o.x;
+        out[base + i + WG] = o.y;
+        out[base + i + 2u * WG] = o.z;
+        out[base + i + 3u * WG] = o.w;
+    }
+    for (var i = whole + lid; i < p.width; i = i + WG) {
         out[base + i] = (x[base + i] * scale) * w[i];
     }
 }

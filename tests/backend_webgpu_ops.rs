@@ -121,7 +121,7 @@ fn in_place_ops_match_cpu() {
 #[test]
 fn row_ops_match_cpu() {
     let mut r = Rng::new(SEED + 2);
-    for width in [16, 64, 300] {
+    for width in [16, 64, 300, 1024, 2053, 4096] {
         let rows = 7;
         let case = Case {
             bufs: vec![

@@ -98,7 +98,7 @@ impl WebGpuBackend {
             f16: ctx.caps.f16,
             threads: 1,
         };
-        let quant = Arc::new(QuantKernels::new(&ctx.caps, KernelConfig::default()));
+        let quant = Arc::new(QuantKernels::new(&ctx.caps, KernelConfig::from_env()));
         Self {
             ctx,
             caps,

@@ -149,6 +149,9 @@ pub struct KernelConfig {
     pub tile_n: u32,
     /// Tokens per invocation of the tiled kernel.
     pub thread_m: u32,
+    /// Keep the tiled kernel's tiles in f16 where the adapter has it (half
+    /// the workgroup memory; each use converts back to f32).
+    pub tile_f16: bool,
     /// Invocations of the one-thread-per-item kernels.
     pub flat_wg: u32,
 }
@@ -163,12 +166,75 @@ impl Default for KernelConfig {
             tile_m: 64,
             tile_n: 64,
             thread_m: 4,
+            tile_f16: true,
             flat_wg: 256,
         }
     }
 }
 
 impl KernelConfig {
+    /// The default, with the overrides of `HEARTH_WEBGPU_KERNELS` (native
+    /// only; for tuning on a new adapter): comma-separated `key=value` of
+    /// `tile=MxNxT` (tile_m x tile_n x thread_m), `mv_rows`, `mv_wg`,
+    /// `mv_max_tokens`, `int8` and `tile_f16` (0/1). Unknown or malformed entries are
+    /// reported on stderr and ignored; [`KernelConfig::fit`] still applies.
+    pub fn from_env() -> Self {
+        let mut c = Self::default();
+        #[cfg(not(target_arch = "wasm32"))]
+        if let Ok(spec) = std::env::var("HEARTH_WEBGPU_KERNELS") {
+            for part in spec.split(',').filter(|p| !p.trim().is_empty()) {
+                if c.set(part.trim()).is_none() {
+                    eprintln!(
+                        "HEARTH_WEBGPU_KERNELS: ignoring `{part}` (want tile=MxNxT, mv_rows=R, \
+                         mv_wg=W, mv_max_tokens=T, int8=0|1 or tile_f16=0|1)"
+                    );
+                }
+            }
+        }
+        c
+    }
+
+    /// Applies one `key=value` override; `None` when it is not one.
+    pub(super) fn set(&mut self, part: &str) -> Option<()> {
+        let (key, value) = part.split_once('=')?;
+        let num = |v: &str| v.parse::<u32>().ok().filter(|&n| n > 0);
+        match key {
+            "tile" => {
+                let d: Vec<u32> = value.split('x').map(num).collect::<Option<_>>()?;
+                let [m, n, t] = d[..] else { return None };
+                let valid = m % t == 0
+                    && n % 4 == 0
+                    && (m / t).is_power_of_two()
+                    && (n / 4).is_power_of_two();
+                valid.then(|| (self.tile_m, self.tile_n, self.thread_m) = (m, n, t))
+            }
+            "mv_rows" => num(value)
+                .filter(|v| v.is_power_of_two())
+                .map(|v| self.mv_rows = v),
+            "mv_wg" => num(value)
+                .filter(|v| v.is_power_of_two())
+                .map(|v| self.mv_wg = v),
+            "mv_max_tokens" => num(value).map(|v| self.mv_max_tokens = v),
+            "tile_f16" => {
+                self.tile_f16 = match value {
+                    "0" => false,
+                    "1" => true,
+                    _ => return None,
+                };
+                Some(())
+            }
+            "int8" => {
+                self.int8 = match value {
+                    "0" => false,
+                    "1" => true,
+                    _ => return None,
+                };
+                Some(())
+            }
+            _ => None,
+        }
+    }
+
     /// Invocations per tiled workgroup.
     pub fn tiled_wg(&self) -> u32 {
         (self.tile_m / self.thread_m) * (self.tile_n / 4)
@@ -188,7 +254,7 @@ impl KernelConfig {
         while self.flat_wg > max_inv {
             self.flat_wg /= 2;
         }
-        let elem = if caps.f16 { 2 } else { 4 };
+        let elem = if self.f16_tiles(caps) { 2 } else { 4 };
         // Tiles (rows of 32 values and 4 of padding) plus room for the
         // composed reduction buffers.
         let fits =
@@ -197,6 +263,11 @@ impl KernelConfig {
             self.tile_m /= 2;
         }
         self
+    }
+
+    /// Whether the tiled kernel's tiles are f16 on `caps`.
+    pub fn f16_tiles(&self, caps: &GpuCaps) -> bool {
+        caps.f16 && self.tile_f16
     }
 
     /// Invocations of a row team in the matrix-vector kernels.
@@ -263,12 +334,16 @@ pub fn variant(
         Kernel::Tiled => {
             let key = PipelineKey::new(kernel.name(), cfg.tiled_wg(), caps)
                 .with_ty(type_label(ty))
-                .with_f16(caps.f16)
+                .with_f16(cfg.f16_tiles(caps))
                 .with_subgroups(false)
                 .with_const("TILE_M", ConstValue::U32(cfg.tile_m))
                 .with_const("TILE_N", ConstValue::U32(cfg.tile_n))
                 .with_const("THREAD_M", ConstValue::U32(cfg.thread_m));
-            let mut parts = vec![if caps.f16 { TILE_F16 } else { TILE_F32 }];
+            let mut parts = vec![if cfg.f16_tiles(caps) {
+                TILE_F16
+            } else {
+                TILE_F32
+            }];
             parts.extend(ty_parts(ty));
             parts.push(TILED_WGSL);
             Variant { key, parts }

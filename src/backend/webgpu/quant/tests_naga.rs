@@ -93,3 +93,33 @@ fn params_struct_matches_the_wgsl() {
     assert_eq!(fields, expect);
     assert_eq!(std::mem::size_of::<KernelParams>(), 4 * expect.len());
 }
+
+#[test]
+fn kernel_config_overrides_parse_and_refuse_bad_values() {
+    let mut c = KernelConfig::default();
+    assert_eq!(c.set("tile=128x64x8"), Some(()));
+    assert_eq!(
+        (c.tile_m, c.tile_n, c.thread_m, c.tiled_wg()),
+        (128, 64, 8, 256)
+    );
+    assert_eq!(c.set("mv_rows=8"), Some(()));
+    assert_eq!(c.set("mv_wg=128"), Some(()));
+    assert_eq!(c.set("int8=0"), Some(()));
+    assert_eq!(c.set("tile_f16=0"), Some(()));
+    assert!(!c.tile_f16);
+    assert_eq!((c.mv_rows, c.mv_wg, c.int8), (8, 128, false));
+    for bad in [
+        "tile=64x64",
+        "tile=60x64x4",
+        "tile=64x66x4",
+        "mv_rows=3",
+        "mv_wg=0",
+        "int8=2",
+        "x=1",
+        "mv_rows",
+    ] {
+        let before = c;
+        assert_eq!(c.set(bad), None, "{bad}");
+        assert_eq!(c, before, "{bad} changed the config");
+    }
+}
