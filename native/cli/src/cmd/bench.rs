@@ -6,6 +6,10 @@
 //!   micro-batch, so pp512 is one pass), logits of the last token only.
 //! - `tgN` (decode): N forward passes of one random token each, from an empty
 //!   context (positions 0..N), logits of that token.
+//!
+//! Every pass ends as a greedy engine step does: the last logits row of
+//! each sequence reduced to its argmax where it was computed (on a GPU, a
+//! 4-byte readback per sequence).
 //! - `tgNxS` (batched decode, `--seqs S`): N forward passes of S sequences
 //!   together, one new token each (the engine's batched decode: one pass,
 //!   one matmul per weight for all S rows); tokens/s counts all S.
@@ -383,7 +387,9 @@ fn run_test<M: ForwardModel>(
 
 /// One forward pass of `tokens.len()` sequences, sequence `i` taking
 /// `tokens[i]` at positions `start..` through blocks `1 + i * per_seq ..`
-/// (block 0 is the null block), returning each one's last logits to nobody.
+/// (block 0 is the null block). Each sequence's last row is reduced to its
+/// argmax where the logits are, as a greedy engine step does (a GPU reads
+/// back one u32 per sequence), and handed to nobody.
 fn forward<M: ForwardModel>(
     model: &mut M,
     tokens: &[&[u32]],
@@ -421,8 +427,8 @@ fn forward<M: ForwardModel>(
             logits: LogitsWanted::Last,
         })
         .collect();
-    let logits = pollster::block_on(model.forward(&Batch { seqs: &seqs }))?;
-    black_box(logits);
+    let picks = pollster::block_on(model.forward_argmax(&Batch { seqs: &seqs }))?;
+    black_box(picks);
     Ok(())
 }
 
