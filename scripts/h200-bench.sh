@@ -12,7 +12,7 @@
 #   bash scripts/h200-bench.sh device
 #       there, in ONE device call that carries `.gl` and `.h200`:
 #       run(command="bash scripts/h200-bench.sh device", carry=[".gl", ".h200"])
-#       Results land in $OUT (bench.txt, bench.json, logits.txt).
+#       Results land in $OUT (bench.txt, bench.json, profile.txt, logits.txt).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -50,6 +50,11 @@ device() {
   # (tg128x4, aggregate tokens/s) on the GPU; then the CPU path, for scale.
   "$hearth" bench -m "$model" --backend webgpu -p 512 -n 128 --seqs 1,4 -r 3 | tee "$out/bench.txt"
   "$hearth" bench -m "$model" --backend webgpu -p 512 -n 128 --seqs 1,4 -r 3 --json > "$out/bench.json"
+  # Where a step's time goes: host record / encode / wait, and GPU time per
+  # kernel kind from timestamps (HEARTH_PROFILE=gpu; the table prints when
+  # the backend drops, the per-step lines are left out).
+  HEARTH_PROFILE=gpu "$hearth" bench -m "$model" --backend webgpu -p 512 -n 32 --seqs 1,4 -r 1 \
+    2>&1 >/dev/null | grep -v '^gpu step (' | tee "$out/profile.txt"
   # Logits of a short prompt: the GPU, the CPU path (int8 activations, as
   # llama.cpp) and the CPU's exact-f32 mode, the reference of both.
   local toks=1,450,7347,315,9822,374,12366,13,578,6864,315,9635
