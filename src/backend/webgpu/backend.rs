@@ -20,6 +20,7 @@ use super::buffer::{copy_span, read_back, staging_buffer, usages, GpuBuffer, Pen
 use super::context::GpuContext;
 use super::counters::{Counters, Event, GpuCounters};
 use super::pool::ActPool;
+use super::profile::Profiler;
 use super::quant::{KernelConfig, QuantKernels};
 use super::recorder::{CopyOut, Recorder};
 use super::shader::{PipelineCache, PipelineKey};
@@ -87,6 +88,16 @@ pub struct WebGpuBackend {
     pub(super) attn_split_keys: u32,
     /// Scratch of split-context attention's partial results.
     pub(super) attn_partials: Option<GpuBuffer>,
+    /// Step timings, with `HEARTH_PROFILE=gpu` (see the `profile` module).
+    prof: Option<Arc<Mutex<Profiler>>>,
+}
+
+/// Locks `m`, whether or not a panic poisoned it.
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    match m.lock() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    }
 }
 
 impl WebGpuBackend {
@@ -99,6 +110,9 @@ impl WebGpuBackend {
             threads: 1,
         };
         let quant = Arc::new(QuantKernels::new(&ctx.caps, KernelConfig::default()));
+        let prof = ctx
+            .profile
+            .then(|| Arc::new(Mutex::new(Profiler::new(&ctx.queue, ctx.timestamps))));
         Self {
             ctx,
             caps,
@@ -107,9 +121,10 @@ impl WebGpuBackend {
             rec: Recorder::default(),
             pool: ActPool::default(),
             staging: Arc::new(Mutex::new(None)),
-            counters: Arc::new(Counters::from_env()),
+            counters: Arc::new(Counters::default()),
             attn_split_keys: DEFAULT_SPLIT_KEYS,
             attn_partials: None,
+            prof,
         }
     }
 
@@ -140,8 +155,30 @@ impl WebGpuBackend {
 
     /// The pipeline of `key` composed from `parts` (cached).
     pub fn pipeline(&mut self, key: &PipelineKey, parts: &[&str]) -> Arc<wgpu::ComputePipeline> {
-        self.pipelines
-            .get(&self.ctx.device, &self.ctx.caps, key, parts)
+        let p = self
+            .pipelines
+            .get(&self.ctx.device, &self.ctx.caps, key, parts);
+        if let Some(prof) = &self.prof {
+            lock(prof).name_kind(&p, &key.kind());
+        }
+        p
+    }
+
+    /// With `HEARTH_PROFILE=gpu`: the table of step timings and GPU time
+    /// per kernel kind so far (waits for the device); `None` when off.
+    /// It also prints when the backend drops.
+    pub fn profile_report(&self) -> Option<String> {
+        let prof = self.prof.as_ref()?;
+        let name = format!("{} ({})", self.ctx.caps.adapter_name, self.ctx.caps.api);
+        Some(lock(prof).report(&self.ctx.device, &name))
+    }
+
+    /// Notes a matrix product of `rows` token rows (profiling groups steps
+    /// by it).
+    pub(super) fn note_rows(&self, rows: u64) {
+        if let Some(prof) = &self.prof {
+            lock(prof).note_rows(rows);
+        }
     }
 
     /// A grid of `n` workgroups as (x, y) within the per-dimension limit;
@@ -154,14 +191,36 @@ impl WebGpuBackend {
 
     /// Queues a dispatch for the next [`Backend::submit`].
     pub fn enqueue(&mut self, d: Dispatch) {
+        if let Some(prof) = &self.prof {
+            lock(prof).touch();
+        }
         self.rec.push(d);
     }
 
-    /// Encodes and submits every queued dispatch, then `copy`.
+    /// Encodes and submits every queued dispatch, then `copy`: the end of
+    /// a step.
     fn flush(&mut self, copy: Option<&CopyOut>) -> Result<(), GpuError> {
-        let r = self.rec.flush(&self.ctx, &self.counters, copy);
-        self.counters.report_step();
+        let Some(prof) = self.prof.clone() else {
+            return self.rec.flush(&self.ctx, &self.counters, copy, None);
+        };
+        let mut p = lock(&prof);
+        let before = self.counters.snapshot().dispatches;
+        let t = std::time::Instant::now();
+        let r = self
+            .rec
+            .flush(&self.ctx, &self.counters, copy, Some(&mut p));
+        let n = self.counters.snapshot().dispatches - before;
+        p.submitted(t.elapsed(), n);
+        p.end_step();
         r
+    }
+
+    /// The step's readback is ready (`waited`: there was one).
+    fn step_done(prof: &Option<Arc<Mutex<Profiler>>>, counters: &Counters, waited: bool) {
+        if let Some(prof) = prof {
+            let counts = counters.step_line();
+            lock(prof).finish(waited, &counts);
+        }
     }
 
     /// Submits the step with the copy of `range` of `src` into the staging
@@ -282,10 +341,15 @@ impl Backend for WebGpuBackend {
     }
 
     fn submit(&mut self) -> Result<(), BackendError> {
-        Ok(self.flush(None)?)
+        self.flush(None)?;
+        Self::step_done(&self.prof, &self.counters, false);
+        Ok(())
     }
 
     fn step_buffers(&mut self, sizes: &[u64]) -> Result<Vec<GpuBuffer>, BackendError> {
+        if let Some(prof) = &self.prof {
+            lock(prof).touch();
+        }
         Ok(self.pool.take(&self.ctx, &self.counters, sizes)?)
     }
 
@@ -300,11 +364,14 @@ impl Backend for WebGpuBackend {
             self.submit_copy(src, range).map(Some)
         };
         let (dev, slot) = (self.ctx.device.clone(), self.staging.clone());
+        let (prof, counters) = (self.prof.clone(), self.counters.clone());
         async move {
             let Some(p) = pending? else {
+                Self::step_done(&prof, &counters, false);
                 return Ok(Vec::new());
             };
             let (bytes, staging) = p.finish(&dev).await?;
+            Self::step_done(&prof, &counters, true);
             match slot.lock() {
                 Ok(mut s) => *s = Some(staging),
                 Err(p) => *p.into_inner() = Some(staging),
@@ -333,6 +400,15 @@ impl Backend for WebGpuBackend {
                 }
             }
             Ok(read_back(&dev, &queue, &src, range).await?)
+        }
+    }
+}
+
+impl Drop for WebGpuBackend {
+    /// With `HEARTH_PROFILE=gpu`, prints the profile table.
+    fn drop(&mut self) {
+        if let Some(report) = self.profile_report() {
+            eprint!("{report}");
         }
     }
 }

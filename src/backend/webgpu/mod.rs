@@ -8,7 +8,8 @@
 //! - [`backend`]: the [`Backend`](crate::backend::Backend) implementation;
 //!   `recorder` (one submission per step, cached bind groups) and `pool`
 //!   (activation buffers reused between steps) serve it, and [`counters`]
-//!   counts its host-side work (`HEARTH_PROFILE=gpu` prints it per step);
+//!   counts its host-side work; `profile` times each step and, with
+//!   timestamp queries, each kernel kind (`HEARTH_PROFILE=gpu`);
 //! - `ops`: every non-weight op; `dense`: F32 / F16 weights;
 //! - [`quant`]: packed quantized weights, their repack and their kernels.
 
@@ -22,6 +23,7 @@ pub mod memory;
 pub mod model;
 mod ops;
 mod pool;
+mod profile;
 pub mod quant;
 mod recorder;
 pub mod shader;

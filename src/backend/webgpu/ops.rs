@@ -117,6 +117,9 @@ impl WebGpuBackend {
         if !self.supports_op(op) {
             return Err(BackendError::UnsupportedOp(format!("{op:?}")));
         }
+        if let (Op::MatMul { k, .. }, Some(x)) = (op, io.inputs.first()) {
+            self.note_rows(f32s(x) / (*k as u64).max(1));
+        }
         let written: Vec<&wgpu::Buffer> = io.outputs.iter().map(|b| &b.raw).collect();
         self.quant.forget_writes(&written);
         match op {

@@ -31,6 +31,7 @@ use super::backend::{Bind, Dispatch};
 use super::caps::ShaderTarget;
 use super::context::GpuContext;
 use super::counters::{Counters, Event};
+use super::profile::Profiler;
 use super::GpuError;
 
 /// Submissions after which an unused bind group is dropped.
@@ -108,11 +109,14 @@ impl Recorder {
 
     /// Encodes every queued dispatch, then `copy` if any, into one command
     /// buffer and submits it. Nothing queued and no copy: does nothing.
+    ///
+    /// With a profiler, its timestamps go around every dispatch.
     pub fn flush(
         &mut self,
         ctx: &GpuContext,
         counters: &Counters,
         copy: Option<&CopyOut>,
+        mut prof: Option<&mut Profiler>,
     ) -> Result<(), GpuError> {
         if self.pending.is_empty() && copy.is_none() {
             return Ok(());
@@ -130,6 +134,9 @@ impl Recorder {
             .create_command_encoder(&wgpu::CommandEncoderDescriptor {
                 label: Some("step"),
             });
+        let mut stamps = prof
+            .as_deref_mut()
+            .and_then(|p| p.begin(&ctx.device, self.pending.len()));
         // One pass, split only where a snapshot must be copied first.
         let mut i = 0;
         while i < self.pending.len() {
@@ -140,16 +147,28 @@ impl Recorder {
                 label: Some("step"),
                 timestamp_writes: None,
             });
+            if let (Some(st), 0) = (stamps.as_mut(), i) {
+                st.write(&mut pass);
+            }
             loop {
                 let d = &self.pending[i];
                 pass.set_pipeline(&d.pipeline);
                 pass.set_bind_group(0, &groups[i], &[]);
                 pass.dispatch_workgroups(d.groups.0, d.groups.1, 1);
+                if let Some(st) = stamps.as_mut() {
+                    st.write(&mut pass);
+                }
                 i += 1;
                 if i == self.pending.len() || !self.copies[i].is_empty() {
                     break;
                 }
             }
+        }
+        let written = stamps.map_or(0, |st| st.next);
+        if let Some(p) = prof {
+            let pipelines: Vec<&wgpu::ComputePipeline> =
+                self.pending.iter().map(|d| &*d.pipeline).collect();
+            p.resolve(&ctx.device, &mut enc, written, &pipelines);
         }
         counters.add(Event::Dispatches(self.pending.len() as u64));
         if let Some(c) = copy {
