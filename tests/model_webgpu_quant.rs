@@ -232,3 +232,40 @@ fn profiled_steps_report_host_and_kernel_times() {
         assert!(decode.contains(kind), "no {kind} in {decode}");
     }
 }
+
+/// A step submitted in pieces (the GPU starts while the host records the
+/// rest) computes exactly what one submission does, still with one
+/// readback per step.
+#[test]
+fn decode_in_pieces_equals_one_submission() {
+    let prompt: Vec<u32> = (0..6).map(|i| 11 + (i * 37) % 250).collect();
+    let next = [23, 140, 7];
+    let path = synthetic_model("llama-Q4_K_M");
+    let mut runs = Vec::new();
+    for every in [0, 5] {
+        let opts = GpuOptions {
+            submit_every: Some(every),
+            ..GpuOptions::from_env()
+        };
+        let Some(mut m) = load_gpu_with(&path, KvType::F16, 8, &opts) else {
+            return;
+        };
+        let before = m.backend().counters();
+        let logits = decode(&mut m, &prompt, &next);
+        let d = m.backend().counters().since(&before);
+        println!("submit every {every}: {d}");
+        // Prefill and the decode steps: one readback per decode step.
+        assert_eq!(d.readbacks, next.len() as u64, "{d}");
+        let steps = 1 + next.len() as u64;
+        if every == 0 {
+            assert_eq!(d.submits, steps, "{d}");
+        } else {
+            assert!(d.submits >= steps * 4, "{d}");
+        }
+        runs.push(logits);
+    }
+    assert_eq!(
+        runs[0], runs[1],
+        "logits differ between pieces and one submission"
+    );
+}

@@ -90,7 +90,14 @@ pub struct WebGpuBackend {
     pub(super) attn_partials: Option<GpuBuffer>,
     /// Step timings, with `HEARTH_PROFILE=gpu` (see the `profile` module).
     prof: Option<Arc<Mutex<Profiler>>>,
+    /// Dispatches per submitted piece of a step (0: whole steps).
+    submit_every: usize,
 }
+
+/// Dispatches per piece of a step, by default: about five layers of a
+/// Llama (about 21 dispatches each), so that the first piece starts the
+/// GPU early and a step of an 8B model is about six submissions.
+pub const DEFAULT_SUBMIT_EVERY: usize = 112;
 
 /// Locks `m`, whether or not a panic poisoned it.
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -110,6 +117,12 @@ impl WebGpuBackend {
             threads: 1,
         };
         let quant = Arc::new(QuantKernels::new(&ctx.caps, KernelConfig::default()));
+        let submit_every = ctx.submit_every.unwrap_or_else(|| {
+            std::env::var("HEARTH_GPU_SUBMIT_EVERY")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(DEFAULT_SUBMIT_EVERY)
+        });
         let prof = ctx
             .profile
             .then(|| Arc::new(Mutex::new(Profiler::new(&ctx.queue, ctx.timestamps))));
@@ -125,6 +138,7 @@ impl WebGpuBackend {
             attn_split_keys: DEFAULT_SPLIT_KEYS,
             attn_partials: None,
             prof,
+            submit_every,
         }
     }
 
@@ -142,10 +156,25 @@ impl WebGpuBackend {
         self.counters.snapshot()
     }
 
-    /// Submissions so far: device contents computed before the last one
-    /// may have been overwritten since (see the int8 activation cache).
+    /// Submissions so far (a step is one or more, see
+    /// [`WebGpuBackend::set_submit_every`]).
     pub fn submissions(&self) -> u64 {
         self.rec.submits()
+    }
+
+    /// Steps submitted so far: device contents computed before the last
+    /// one may have been overwritten since (see the int8 activation cache).
+    pub fn steps(&self) -> u64 {
+        self.rec.steps()
+    }
+
+    /// Submits a step in pieces of about `n` dispatches (whole ops), so
+    /// the GPU runs the first layers while the host records the rest; the
+    /// step still reads back once, after its last piece. 0: one submission
+    /// per step. Default [`DEFAULT_SUBMIT_EVERY`], or
+    /// `HEARTH_GPU_SUBMIT_EVERY`.
+    pub fn set_submit_every(&mut self, n: usize) {
+        self.submit_every = n;
     }
 
     /// The device context.
@@ -200,18 +229,28 @@ impl WebGpuBackend {
     /// Encodes and submits every queued dispatch, then `copy`: the end of
     /// a step.
     fn flush(&mut self, copy: Option<&CopyOut>) -> Result<(), GpuError> {
+        self.flush_piece(copy, true)
+    }
+
+    /// Encodes and submits every queued dispatch, then `copy`; `end_step`:
+    /// the last piece of the step.
+    fn flush_piece(&mut self, copy: Option<&CopyOut>, end_step: bool) -> Result<(), GpuError> {
         let Some(prof) = self.prof.clone() else {
-            return self.rec.flush(&self.ctx, &self.counters, copy, None);
+            return self
+                .rec
+                .flush(&self.ctx, &self.counters, copy, end_step, None);
         };
         let mut p = lock(&prof);
         let before = self.counters.snapshot().dispatches;
         let t = std::time::Instant::now();
         let r = self
             .rec
-            .flush(&self.ctx, &self.counters, copy, Some(&mut p));
+            .flush(&self.ctx, &self.counters, copy, end_step, Some(&mut p));
         let n = self.counters.snapshot().dispatches - before;
         p.submitted(t.elapsed(), n);
-        p.end_step();
+        if end_step {
+            p.end_step();
+        }
         r
     }
 
@@ -337,7 +376,11 @@ impl Backend for WebGpuBackend {
     }
 
     fn record(&mut self, op: &Op, io: &OpIo<'_, GpuBuffer>) -> Result<(), BackendError> {
-        self.record_op(op, io)
+        self.record_op(op, io)?;
+        if self.submit_every > 0 && self.rec.pending() >= self.submit_every {
+            self.flush_piece(None, false)?;
+        }
+        Ok(())
     }
 
     fn submit(&mut self) -> Result<(), BackendError> {

@@ -21,6 +21,12 @@ pub struct GpuOptions {
     ///
     /// [`WebGpuBackend::profile_report`]: super::WebGpuBackend::profile_report
     pub profile: bool,
+    /// Dispatches per submitted piece of a step (0: one submission per
+    /// step; `None`: `HEARTH_GPU_SUBMIT_EVERY` or the default, see
+    /// [`WebGpuBackend::set_submit_every`]).
+    ///
+    /// [`WebGpuBackend::set_submit_every`]: super::WebGpuBackend::set_submit_every
+    pub submit_every: Option<usize>,
 }
 
 impl GpuOptions {
@@ -34,6 +40,7 @@ impl GpuOptions {
             no_f16: on("HEARTH_GPU_NO_F16"),
             no_subgroups: on("HEARTH_GPU_NO_SUBGROUPS"),
             profile: super::profile::enabled(),
+            submit_every: None,
         }
     }
 }
@@ -81,6 +88,8 @@ pub struct GpuContext {
     /// Timestamp queries inside passes are enabled (only when profiling
     /// and the adapter has them).
     pub timestamps: bool,
+    /// Dispatches per submitted piece of a step ([`GpuOptions::submit_every`]).
+    pub submit_every: Option<usize>,
 }
 
 impl GpuContext {
@@ -134,6 +143,7 @@ impl GpuContext {
             errors,
             profile,
             timestamps,
+            submit_every: opts.submit_every,
         })
     }
 

@@ -125,7 +125,7 @@ struct Scratch {
 }
 
 /// The activations last quantized into the scratch: while nothing writes
-/// `x` and no submission intervenes, a matmul over the same `x` (q, k and v
+/// `x` and no step boundary intervenes, a matmul over the same `x` (q, k and v
 /// projections; gate and up) reuses them instead of quantizing again.
 #[derive(Debug)]
 struct QuantizedX {
@@ -133,7 +133,7 @@ struct QuantizedX {
     x_off: u32,
     k: u64,
     m: u64,
-    /// [`WebGpuBackend::submissions`] when recorded.
+    /// [`WebGpuBackend::steps`] when recorded.
     submission: u64,
     xq: Bind,
     xs: Bind,
@@ -314,7 +314,7 @@ impl QuantKernels {
                 && q.x_off == base.x_off
                 && q.k == a.k
                 && q.m == a.m
-                && q.submission == be.submissions()
+                && q.submission == be.steps()
             {
                 return Ok((q.xq.clone(), q.xs.clone()));
             }
@@ -325,7 +325,7 @@ impl QuantKernels {
             x_off: base.x_off,
             k: a.k,
             m: a.m,
-            submission: be.submissions(),
+            submission: be.steps(),
             xq: xq.clone(),
             xs: xs.clone(),
         });
