@@ -92,6 +92,10 @@ pub struct WebGpuBackend {
     prof: Option<Arc<Mutex<Profiler>>>,
     /// Dispatches per submitted piece of a step (0: whole steps).
     submit_every: usize,
+    /// An op held back for fusion with the next (the `fuse` module).
+    pub(super) held: Option<super::fuse::Held>,
+    /// A small buffer bound where a kernel uses no buffer.
+    pub(super) unused: Option<GpuBuffer>,
 }
 
 /// Dispatches per piece of a step, by default: about five layers of a
@@ -139,6 +143,8 @@ impl WebGpuBackend {
             attn_partials: None,
             prof,
             submit_every,
+            held: None,
+            unused: None,
         }
     }
 
@@ -235,6 +241,12 @@ impl WebGpuBackend {
     /// Encodes and submits every queued dispatch, then `copy`; `end_step`:
     /// the last piece of the step.
     fn flush_piece(&mut self, copy: Option<&CopyOut>, end_step: bool) -> Result<(), GpuError> {
+        if let Err(e) = self.emit_held() {
+            return Err(GpuError::Device {
+                during: "queueing a held op".into(),
+                detail: e.to_string(),
+            });
+        }
         let Some(prof) = self.prof.clone() else {
             return self
                 .rec
