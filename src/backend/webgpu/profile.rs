@@ -3,7 +3,9 @@
 //! Per step (everything recorded from the first buffer request or dispatch
 //! after the previous step, up to the submission that ends it):
 //! - host time recording the step (graph ops turned into dispatches),
-//! - host time encoding and submitting it (bind groups, passes, submit),
+//! - host time encoding and submitting it (bind groups, passes, submit;
+//!   on lavapipe, whose queue submission runs the work, it includes the
+//!   execution of the step's earlier pieces),
 //! - time from that submission to the readback being ready,
 //! - where the device has `TIMESTAMP_QUERY_INSIDE_PASSES`, GPU time per
 //!   kernel kind (`matvec_i8.q4_k`, `attention`, `rms_norm`, ...): a
@@ -360,14 +362,18 @@ fn write_group(s: &mut String, rows: u64, g: &Group) {
     let ms = |d: Duration| d.as_secs_f64() * 1e3 / n;
     let gpu_ns: f64 = g.kinds.values().map(|k| k.1).sum();
     let wait = g.wait.as_secs_f64() * 1e3 / g.waited.max(1) as f64;
+    let gpu = if g.kinds.is_empty() {
+        "n/a".to_string()
+    } else {
+        format!("{:.3} ms", gpu_ns / n / 1e6)
+    };
     let _ = writeln!(
         s,
-        "steps of {rows} rows: {} steps, {:.1} dispatches; host record {:.3} ms, encode+submit {:.3} ms, submit to ready {wait:.3} ms, GPU (timestamps) {:.3} ms",
+        "steps of {rows} rows: {} steps, {:.1} dispatches; host record {:.3} ms, encode+submit {:.3} ms, submit to ready {wait:.3} ms, GPU (timestamps) {gpu}",
         g.steps,
         g.dispatches as f64 / n,
         ms(g.record),
         ms(g.encode),
-        gpu_ns / n / 1e6,
     );
     if g.kinds.is_empty() {
         return;
