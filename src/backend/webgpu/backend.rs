@@ -42,6 +42,15 @@ pub struct Bind {
 }
 
 impl Bind {
+    /// The whole of the wgpu buffer `buf`.
+    pub fn whole_raw(buf: wgpu::Buffer) -> Self {
+        Self {
+            buf,
+            offset: 0,
+            size: None,
+        }
+    }
+
     /// The whole of `b`.
     pub fn whole(b: &GpuBuffer) -> Self {
         Self {
@@ -96,6 +105,10 @@ pub struct WebGpuBackend {
     pub(super) held: Option<super::fuse::Held>,
     /// A small buffer bound where a kernel uses no buffer.
     pub(super) unused: Option<GpuBuffer>,
+    /// A gated activation offered to the matrix product being recorded
+    /// (the `fuse` module); queued before that product's first dispatch
+    /// unless its quantizer takes it.
+    pub(super) offer: Option<super::fuse::GatedJob>,
 }
 
 /// Dispatches per piece of a step, by default: about five layers of a
@@ -145,6 +158,7 @@ impl WebGpuBackend {
             submit_every,
             held: None,
             unused: None,
+            offer: None,
         }
     }
 
@@ -228,6 +242,9 @@ impl WebGpuBackend {
     pub fn enqueue(&mut self, d: Dispatch) {
         if let Some(prof) = &self.prof {
             lock(prof).touch();
+        }
+        if let Some(g) = self.offer.take() {
+            self.emit_gated(g);
         }
         self.rec.push(d);
     }

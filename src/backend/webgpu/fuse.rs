@@ -3,7 +3,12 @@
 //! add is held back until the next op is recorded, and
 //! - the rope of k at the positions of the rope of q joins it;
 //! - an RMS norm of the add's result is done with the add
-//!   (`add_rms_norm.wgsl`, which writes both).
+//!   (`add_rms_norm.wgsl`, which writes both);
+//! - a gated activation (SwiGLU, GeGLU) is offered to the next matrix
+//!   product: when that product quantizes it to int8, the quantizer
+//!   computes the activation itself (`matmul_quantize_x_gated.wgsl`,
+//!   which also writes the op's result); otherwise the activation is
+//!   queued just before the product's first dispatch.
 //!
 //! Anything else first queues what is held, so the order of the dispatches
 //! is the order of the ops.
@@ -17,6 +22,15 @@ use crate::backend::{Backend, BackendError, BufKind};
 pub const ADD_RMS_NORM: &str = include_str!("../../../shaders/add_rms_norm.wgsl");
 /// The rope kernel (one or two tensors).
 pub const ROPE: &str = include_str!("../../../shaders/rope.wgsl");
+/// The gated activation kernel.
+pub const GATED: &str = include_str!("../../../shaders/gated.wgsl");
+/// The gated activation fused into the int8 activation quantizer (with the
+/// quantized kernels' parameter struct).
+pub const QUANTIZE_X_GATED: &str = concat!(
+    include_str!("../../../shaders/matmul_params.wgsl"),
+    "\n",
+    include_str!("../../../shaders/matmul_quantize_x_gated.wgsl")
+);
 
 /// Workgroup size of element-wise kernels (as `ops`).
 const WG_ELEM: u32 = 256;
@@ -35,6 +49,19 @@ pub enum Held {
         /// Values.
         n: u64,
     },
+    /// A gated activation.
+    Gated(GatedJob),
+}
+
+/// A gated activation `out = act(gate) * up` of `n` values.
+#[derive(Debug)]
+pub struct GatedJob {
+    /// 0: SiLU, 1: GELU-tanh (the kernels' `MODE`).
+    pub mode: u32,
+    /// gate, up, out.
+    pub bufs: [GpuBuffer; 3],
+    /// Values.
+    pub n: u64,
 }
 
 /// A rope: its kernel, parameters and buffers.
@@ -83,7 +110,59 @@ impl WebGpuBackend {
                 );
                 Ok(())
             }
+            Some(Held::Gated(job)) => {
+                self.emit_gated(job);
+                Ok(())
+            }
             None => Ok(()),
+        }
+    }
+
+    /// Queues the gated activation `job` on its own.
+    pub(super) fn emit_gated(&mut self, job: GatedJob) {
+        let key = PipelineKey::new("gated", WG_ELEM, &self.ctx.caps)
+            .with_const("MODE", ConstValue::U32(job.mode));
+        let [g, u, out] = &job.bufs;
+        let params = vec![job.n as u32, 0, 0, 0];
+        self.queue(&key, GATED, params, &[g, u, out], job.n as u32, WG_ELEM);
+    }
+
+    /// Holds `job` (after queueing what was held).
+    pub(super) fn hold_gated(&mut self, job: GatedJob) -> Result<(), BackendError> {
+        self.emit_held()?;
+        self.held = Some(Held::Gated(job));
+        Ok(())
+    }
+
+    /// Before a matrix product: offers a held gated activation to its
+    /// activation quantizer ([`Self::take_offer`]); anything else held is
+    /// queued.
+    pub(super) fn offer_held(&mut self) -> Result<(), BackendError> {
+        if let Some(Held::Gated(_)) = &self.held {
+            if let Some(Held::Gated(job)) = self.held.take() {
+                self.offer = Some(job);
+            }
+            return Ok(());
+        }
+        self.emit_held()
+    }
+
+    /// The offered gated activation, if it wrote exactly the `m x k`
+    /// activations `x` from its start.
+    pub(super) fn take_offer(
+        &mut self,
+        x: &wgpu::Buffer,
+        x_off: u64,
+        m: u64,
+        k: u64,
+    ) -> Option<GatedJob> {
+        let fits = self.offer.as_ref().is_some_and(|g| {
+            g.bufs[2].raw == *x && x_off == 0 && g.n == m * k && k.is_multiple_of(32)
+        });
+        if fits {
+            self.offer.take()
+        } else {
+            None
         }
     }
 
@@ -198,5 +277,11 @@ pub fn kernel_sources() -> Vec<super::KernelSource> {
     vec![
         ("add_rms_norm", ADD_RMS_NORM, vec![]),
         ("rope", ROPE, vec![("MODE", ConstValue::U32(0))]),
+        ("gated", GATED, vec![("MODE", ConstValue::U32(1))]),
+        (
+            "quantize_x_gated",
+            QUANTIZE_X_GATED,
+            vec![("MODE", ConstValue::U32(1))],
+        ),
     ]
 }

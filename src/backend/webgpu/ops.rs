@@ -5,7 +5,7 @@
 
 use super::backend::{Bind, Dispatch, WebGpuBackend};
 use super::buffer::GpuBuffer;
-use super::fuse::RopeJob;
+use super::fuse::{GatedJob, RopeJob};
 use super::shader::{ConstValue, PipelineKey};
 use super::KernelSource;
 use crate::backend::{BackendError, OpIo};
@@ -16,7 +16,6 @@ use crate::model::KvType;
 mod src {
     pub const BINARY_SRC: &str = include_str!("../../../shaders/binary.wgsl");
     pub const UNARY: &str = include_str!("../../../shaders/unary.wgsl");
-    pub const GATED: &str = include_str!("../../../shaders/gated.wgsl");
     pub const RMS_NORM: &str = include_str!("../../../shaders/rms_norm.wgsl");
     pub const SOFTMAX: &str = include_str!("../../../shaders/softmax.wgsl");
     pub const KV_WRITE: &str = include_str!("../../../shaders/kv_write.wgsl");
@@ -36,7 +35,6 @@ pub fn kernel_sources() -> Vec<KernelSource> {
     vec![
         ("binary", src::BINARY_SRC, mode(2)),
         ("unary", src::UNARY, mode(1)),
-        ("gated", src::GATED, mode(1)),
         ("rms_norm", src::RMS_NORM, vec![]),
         ("softmax", src::SOFTMAX, vec![]),
         ("kv_write", src::KV_WRITE, f16c(true)),
@@ -120,8 +118,10 @@ impl WebGpuBackend {
         if !self.supports_op(op) {
             return Err(BackendError::UnsupportedOp(format!("{op:?}")));
         }
-        if !matches!(op, Op::Rope { .. } | Op::RmsNorm { .. }) {
-            self.emit_held()?;
+        match op {
+            Op::Rope { .. } | Op::RmsNorm { .. } => {}
+            Op::MatMul { .. } => self.offer_held()?,
+            _ => self.emit_held()?,
         }
         if let (Op::MatMul { k, .. }, Some(x)) = (op, io.inputs.first()) {
             self.note_rows(f32s(x) / (*k as u64).max(1));
@@ -129,7 +129,15 @@ impl WebGpuBackend {
         let written: Vec<&wgpu::Buffer> = io.outputs.iter().map(|b| &b.raw).collect();
         self.quant.forget_writes(&written);
         match op {
-            Op::GetRows { .. } | Op::MatMul { .. } => self.record_weight(op, io),
+            Op::GetRows { .. } => self.record_weight(op, io),
+            Op::MatMul { .. } => {
+                let r = self.record_weight(op, io);
+                // Not taken and nothing queued (an empty product): queue it.
+                if let Some(g) = self.offer.take() {
+                    self.emit_gated(g);
+                }
+                r
+            }
             Op::Add => self.binary(op, io, 0),
             Op::Mul => self.binary(op, io, 1),
             Op::BiasAdd => self.binary(op, io, 2),
@@ -243,17 +251,12 @@ impl WebGpuBackend {
         if f32s(u) != n || f32s(out) < n {
             return Err(shape(op, format!("gate of {n} values, up of {}", f32s(u))));
         }
-        let key = self
-            .key("gated", WG_ELEM)
-            .with_const("MODE", ConstValue::U32(mode));
-        self.dispatch(
-            &key,
-            src::GATED,
-            vec![n as u32, 0, 0, 0],
-            &[g, u, out],
-            (n as u32).div_ceil(WG_ELEM),
-        );
-        Ok(())
+        // Held: the down projection's quantizer may compute it (`fuse`).
+        self.hold_gated(GatedJob {
+            mode,
+            bufs: [g, u, out].map(|b| (*b).clone()),
+            n,
+        })
     }
 
     fn rms_norm(

@@ -15,6 +15,8 @@ use bytemuck::{Pod, Zeroable};
 
 use super::super::backend::{Bind, Dispatch, WebGpuBackend};
 use super::super::caps::GpuCaps;
+use super::super::fuse::{GatedJob, QUANTIZE_X_GATED};
+use super::super::shader::{ConstValue, PipelineKey};
 use super::layout::{packed_layout, PackedLayout};
 use super::sources::{has_int8, variant, Kernel, KernelConfig};
 use crate::backend::BackendError;
@@ -319,7 +321,8 @@ impl QuantKernels {
                 return Ok((q.xq.clone(), q.xs.clone()));
             }
         }
-        let (xq, xs) = self.record_quantize_x(be, a, base)?;
+        let gated = be.take_offer(a.x.buffer, a.x.offset, a.m, a.k);
+        let (xq, xs) = self.record_quantize_x(be, a, base, gated)?;
         *last = Some(QuantizedX {
             x: a.x.buffer.clone(),
             x_off: base.x_off,
@@ -332,19 +335,36 @@ impl QuantKernels {
         Ok((xq, xs))
     }
 
-    /// Queues the activation quantizer; returns the bindings of its output.
+    /// Queues the activation quantizer (computing the gated activation
+    /// that writes `x` too, if given); returns the bindings of its output.
     fn record_quantize_x(
         &self,
         be: &mut WebGpuBackend,
         a: &MatmulArgs<'_>,
         base: KernelParams,
+        gated: Option<GatedJob>,
     ) -> Result<(Bind, Bind), BackendError> {
         let bytes = a.m * a.k;
         let (xq, xs) = self.scratch(be, bytes)?;
         let count = u32_of(a.m * a.k / 32, "activation blocks")?;
+        let params = KernelParams { count, ..base };
+        if let Some(g) = gated {
+            let key = PipelineKey::new("quantize_x_gated", self.cfg.flat_wg, &be.context().caps)
+                .with_subgroups(false)
+                .with_const("MODE", ConstValue::U32(g.mode));
+            let pipeline = be.pipeline(&key, &[QUANTIZE_X_GATED]);
+            let [gate, up, out] = g.bufs.each_ref().map(Bind::whole);
+            let (xq, xs) = (Bind::whole_raw(xq), Bind::whole_raw(xs));
+            be.enqueue(Dispatch {
+                pipeline,
+                params: bytemuck::cast_slice(&[params]).to_vec(),
+                binds: vec![gate, up, out, xq.clone(), xs.clone()],
+                groups: be.grid(count.div_ceil(self.cfg.flat_wg)),
+            });
+            return Ok((xq, xs));
+        }
         let v = self.variant(Kernel::QuantizeX, a.ty, 1)?;
         let pipeline = be.pipeline(&v.key, &v.parts);
-        let params = KernelParams { count, ..base };
         let xq = Bind {
             buf: xq,
             offset: 0,
