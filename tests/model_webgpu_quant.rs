@@ -228,7 +228,7 @@ fn profiled_steps_report_host_and_kernel_times() {
     }
     assert_eq!(calls, warm.dispatches as f64, "{decode}");
     assert!(matvec_us > 0.0, "{decode}");
-    for kind in ["rms_norm", "attention", "rope", "kv_write"] {
+    for kind in ["norm_quantize", "attention", "rope", "kv_write"] {
         assert!(decode.contains(kind), "no {kind} in {decode}");
     }
 }

@@ -108,7 +108,7 @@ pub struct WebGpuBackend {
     /// A gated activation offered to the matrix product being recorded
     /// (the `fuse` module); queued before that product's first dispatch
     /// unless its quantizer takes it.
-    pub(super) offer: Option<super::fuse::GatedJob>,
+    pub(super) offer: Option<super::fuse::Held>,
 }
 
 /// Dispatches per piece of a step, by default: about five layers of a
@@ -243,8 +243,8 @@ impl WebGpuBackend {
         if let Some(prof) = &self.prof {
             lock(prof).touch();
         }
-        if let Some(g) = self.offer.take() {
-            self.emit_gated(g);
+        if self.offer.is_some() {
+            self.emit_offer();
         }
         self.rec.push(d);
     }

@@ -4,6 +4,10 @@
 //! - the rope of k at the positions of the rope of q joins it;
 //! - an RMS norm of the add's result is done with the add
 //!   (`add_rms_norm.wgsl`, which writes both);
+//! - an RMS norm (with its add, if any) is offered to the next matrix
+//!   product: when that product quantizes its activations to int8, the
+//!   norm's workgroups quantize the rows they normed
+//!   (`norm_quantize.wgsl`), one dispatch fewer;
 //! - a gated activation (SwiGLU, GeGLU) is offered to the next matrix
 //!   product: when that product quantizes it to int8, the quantizer
 //!   computes the activation itself (`matmul_quantize_x_gated.wgsl`,
@@ -13,11 +17,13 @@
 //! Anything else first queues what is held, so the order of the dispatches
 //! is the order of the ops.
 
-use super::backend::WebGpuBackend;
+use super::backend::{Bind, Dispatch, WebGpuBackend};
 use super::buffer::GpuBuffer;
 use super::shader::{ConstValue, PipelineKey};
 use crate::backend::{Backend, BackendError, BufKind};
 
+/// An RMS norm (of an add's sum or not) fused with the int8 quantizer.
+pub const NORM_QUANTIZE: &str = include_str!("../../../shaders/norm_quantize.wgsl");
 /// The fused add and RMS norm kernel.
 pub const ADD_RMS_NORM: &str = include_str!("../../../shaders/add_rms_norm.wgsl");
 /// The rope kernel (one or two tensors).
@@ -51,6 +57,20 @@ pub enum Held {
     },
     /// A gated activation.
     Gated(GatedJob),
+    /// An RMS norm, of a residual add's sum if `add`.
+    Norm(NormJob),
+}
+
+/// An RMS norm `out = rms_norm(x) * w` of `rows` rows of `width`; with
+/// `add` = (a, b), x is the sum a + b, written to x first.
+#[derive(Debug)]
+pub struct NormJob {
+    /// The summands, when the norm is of a residual add's sum.
+    pub add: Option<[GpuBuffer; 2]>,
+    /// x (the sum's buffer with `add`), w, out.
+    pub bufs: [GpuBuffer; 3],
+    /// Rows, width, eps.
+    pub shape: (u32, u32, f32),
 }
 
 /// A gated activation `out = act(gate) * up` of `n` values.
@@ -114,8 +134,73 @@ impl WebGpuBackend {
                 self.emit_gated(job);
                 Ok(())
             }
+            Some(Held::Norm(job)) => {
+                self.emit_norm(job);
+                Ok(())
+            }
             None => Ok(()),
         }
+    }
+
+    /// Queues the norm `job` on its own (with its add, if any).
+    fn emit_norm(&mut self, job: NormJob) {
+        let (rows, width, eps) = job.shape;
+        let params = vec![rows, width, eps.to_bits(), 0];
+        let [x, w, out] = &job.bufs;
+        match &job.add {
+            Some([a, b]) => {
+                let key = PipelineKey::new("add_rms_norm", super::ops::WG_ROW, &self.ctx.caps);
+                self.queue(&key, ADD_RMS_NORM, params, &[a, b, w, x, out], rows, 1);
+            }
+            None => {
+                let key = PipelineKey::new("rms_norm", super::ops::WG_ROW, &self.ctx.caps);
+                let src = super::ops::RMS_NORM;
+                self.queue(&key, src, params, &[x, w, out], rows, 1);
+            }
+        }
+    }
+
+    /// Queues what was offered to a matrix product and not taken.
+    pub(super) fn emit_offer(&mut self) {
+        match self.offer.take() {
+            Some(Held::Gated(job)) => self.emit_gated(job),
+            Some(Held::Norm(job)) => self.emit_norm(job),
+            Some(other) => {
+                self.held = Some(other);
+                let _ = self.emit_held();
+            }
+            None => {}
+        }
+    }
+
+    /// The norm fused with the int8 quantization of its result into
+    /// `xq` / `xs` (what the product's quantizer would write).
+    pub(super) fn emit_norm_quantize(
+        &mut self,
+        job: NormJob,
+        xq: &wgpu::Buffer,
+        xs: &wgpu::Buffer,
+    ) -> Result<(), BackendError> {
+        let (rows, width, eps) = job.shape;
+        let unused = self.unused_buffer()?;
+        let [x, w, out] = &job.bufs;
+        let (a, b, sum, add) = match &job.add {
+            Some([a, b]) => (a, b, x, 1),
+            None => (x, &unused, &unused, 0),
+        };
+        let key = PipelineKey::new("norm_quantize", super::ops::WG_ROW, &self.ctx.caps);
+        let pipeline = self.pipeline(&key, &[NORM_QUANTIZE]);
+        let mut binds: Vec<Bind> = [a, b, w, sum, out].iter().map(|b| Bind::whole(b)).collect();
+        binds.push(Bind::whole_raw(xq.clone()));
+        binds.push(Bind::whole_raw(xs.clone()));
+        let d = Dispatch {
+            pipeline,
+            params: vec![rows, width, eps.to_bits(), add],
+            binds,
+            groups: self.grid(rows),
+        };
+        self.enqueue(d);
+        Ok(())
     }
 
     /// Queues the gated activation `job` on its own.
@@ -134,36 +219,66 @@ impl WebGpuBackend {
         Ok(())
     }
 
-    /// Before a matrix product: offers a held gated activation to its
-    /// activation quantizer ([`Self::take_offer`]); anything else held is
-    /// queued.
+    /// Before a matrix product: offers a held gated activation or norm
+    /// to its activation quantizer ([`Self::take_offer`]); anything else
+    /// held is queued.
     pub(super) fn offer_held(&mut self) -> Result<(), BackendError> {
-        if let Some(Held::Gated(_)) = &self.held {
-            if let Some(Held::Gated(job)) = self.held.take() {
-                self.offer = Some(job);
-            }
+        if let Some(Held::Gated(_) | Held::Norm(_)) = &self.held {
+            self.offer = self.held.take();
             return Ok(());
         }
         self.emit_held()
     }
 
-    /// The offered gated activation, if it wrote exactly the `m x k`
-    /// activations `x` from its start.
+    /// The offered gated activation or norm, if it wrote exactly the
+    /// `m x k` activations `x` from its start (a norm: rows of `k`).
     pub(super) fn take_offer(
         &mut self,
         x: &wgpu::Buffer,
         x_off: u64,
         m: u64,
         k: u64,
-    ) -> Option<GatedJob> {
-        let fits = self.offer.as_ref().is_some_and(|g| {
-            g.bufs[2].raw == *x && x_off == 0 && g.n == m * k && k.is_multiple_of(32)
-        });
+    ) -> Option<Held> {
+        let fits = x_off == 0
+            && k.is_multiple_of(32)
+            && match &self.offer {
+                Some(Held::Gated(g)) => g.bufs[2].raw == *x && g.n == m * k,
+                Some(Held::Norm(n)) => {
+                    let (rows, width, _) = n.shape;
+                    n.bufs[2].raw == *x && u64::from(rows) == m && u64::from(width) == k
+                }
+                _ => false,
+            };
         if fits {
             self.offer.take()
         } else {
             None
         }
+    }
+
+    /// Holds the RMS norm of `x` (`shape` = rows, width, eps) into `out`,
+    /// taking in the held add if that add wrote `x`.
+    pub(super) fn hold_norm(
+        &mut self,
+        bufs: [GpuBuffer; 3],
+        shape: (u32, u32, f32),
+    ) -> Result<(), BackendError> {
+        let n = u64::from(shape.0) * u64::from(shape.1);
+        let fits = matches!(&self.held, Some(Held::Add { bufs: add, n: an, .. })
+            if add[2].raw == bufs[0].raw && *an == n);
+        let add = if fits {
+            match self.held.take() {
+                Some(Held::Add {
+                    bufs: [a, b, _], ..
+                }) => Some([a, b]),
+                _ => None,
+            }
+        } else {
+            self.emit_held()?;
+            None
+        };
+        self.held = Some(Held::Norm(NormJob { add, bufs, shape }));
+        Ok(())
     }
 
     /// Holds `job`, or queues it with the held rope it joins.
@@ -192,31 +307,6 @@ impl WebGpuBackend {
         self.emit_held()?;
         self.held = Some(Held::Add { key, bufs, n });
         Ok(())
-    }
-
-    /// The RMS norm of `x` (`rows` rows of `width`) into `out`, fused with
-    /// the held add if that add wrote `x`: returns whether it was.
-    pub(super) fn add_norm(
-        &mut self,
-        x: &GpuBuffer,
-        w: &GpuBuffer,
-        out: &GpuBuffer,
-        (rows, width, eps): (u32, u32, f32),
-    ) -> Result<bool, BackendError> {
-        let fits = matches!(&self.held, Some(Held::Add { bufs, n, .. })
-            if bufs[2].raw == x.raw && *n == u64::from(rows) * u64::from(width));
-        if !fits {
-            self.emit_held()?;
-            return Ok(false);
-        }
-        let Some(Held::Add { bufs, .. }) = self.held.take() else {
-            return Ok(false);
-        };
-        let [a, b, sum] = &bufs;
-        let key = PipelineKey::new("add_rms_norm", super::ops::WG_ROW, &self.ctx.caps);
-        let params = vec![rows, width, eps.to_bits(), 0];
-        self.queue(&key, ADD_RMS_NORM, params, &[a, b, w, sum, out], rows, 1);
-        Ok(true)
     }
 
     /// Queues rope `a`, and `b` in the same dispatch if given.
@@ -276,6 +366,7 @@ impl WebGpuBackend {
 pub fn kernel_sources() -> Vec<super::KernelSource> {
     vec![
         ("add_rms_norm", ADD_RMS_NORM, vec![]),
+        ("norm_quantize", NORM_QUANTIZE, vec![]),
         ("rope", ROPE, vec![("MODE", ConstValue::U32(0))]),
         ("gated", GATED, vec![("MODE", ConstValue::U32(1))]),
         (

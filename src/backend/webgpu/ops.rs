@@ -16,7 +16,7 @@ use crate::model::KvType;
 mod src {
     pub const BINARY_SRC: &str = include_str!("../../../shaders/binary.wgsl");
     pub const UNARY: &str = include_str!("../../../shaders/unary.wgsl");
-    pub const RMS_NORM: &str = include_str!("../../../shaders/rms_norm.wgsl");
+    pub const RMS_NORM_SRC: &str = include_str!("../../../shaders/rms_norm.wgsl");
     pub const SOFTMAX: &str = include_str!("../../../shaders/softmax.wgsl");
     pub const KV_WRITE: &str = include_str!("../../../shaders/kv_write.wgsl");
     pub const ATTENTION: &str = include_str!("../../../shaders/attention.wgsl");
@@ -35,7 +35,7 @@ pub fn kernel_sources() -> Vec<KernelSource> {
     vec![
         ("binary", src::BINARY_SRC, mode(2)),
         ("unary", src::UNARY, mode(1)),
-        ("rms_norm", src::RMS_NORM, vec![]),
+        ("rms_norm", src::RMS_NORM_SRC, vec![]),
         ("softmax", src::SOFTMAX, vec![]),
         ("kv_write", src::KV_WRITE, f16c(true)),
         ("kv_write", src::KV_WRITE, f16c(false)),
@@ -48,6 +48,9 @@ pub fn kernel_sources() -> Vec<KernelSource> {
 
 /// Workgroup size of element-wise kernels.
 const WG_ELEM: u32 = 256;
+/// The RMS norm kernel.
+pub const RMS_NORM: &str = src::RMS_NORM_SRC;
+
 /// The binary kernel (add, mul, bias add).
 pub const BINARY: &str = src::BINARY_SRC;
 
@@ -133,9 +136,7 @@ impl WebGpuBackend {
             Op::MatMul { .. } => {
                 let r = self.record_weight(op, io);
                 // Not taken and nothing queued (an empty product): queue it.
-                if let Some(g) = self.offer.take() {
-                    self.emit_gated(g);
-                }
+                self.emit_offer();
                 r
             }
             Op::Add => self.binary(op, io, 0),
@@ -277,13 +278,8 @@ impl WebGpuBackend {
             return Err(shape(op, format!("{n} values, weight of {}", f32s(w))));
         }
         let rows = (n / width as u64) as u32;
-        if self.add_norm(x, w, out, (rows, width as u32, eps))? {
-            return Ok(());
-        }
-        let key = self.key("rms_norm", WG_ROW);
-        let params = vec![rows, width as u32, eps.to_bits(), 0];
-        self.dispatch(&key, src::RMS_NORM, params, &[x, w, out], rows);
-        Ok(())
+        // Held: the next matrix product's quantizer may do it (`fuse`).
+        self.hold_norm([x, w, out].map(|b| (*b).clone()), (rows, width as u32, eps))
     }
 
     fn softmax(
