@@ -111,9 +111,9 @@ pub struct WebGpuBackend {
     pub(super) offer: Option<super::fuse::Held>,
 }
 
-/// Dispatches per piece of a step, by default: about five layers of a
-/// Llama (about 21 dispatches each), so that the first piece starts the
-/// GPU early and a step of an 8B model is about six submissions.
+/// Dispatches per piece of a step, by default: about eight Llama layers
+/// (14 dispatches each in decode), so that the first piece starts the GPU
+/// early and a step of an 8B model is about four submissions.
 pub const DEFAULT_SUBMIT_EVERY: usize = 112;
 
 /// Locks `m`, whether or not a panic poisoned it.
