@@ -133,7 +133,7 @@ impl WebGpuBackend {
             f16: ctx.caps.f16,
             threads: 1,
         };
-        let quant = Arc::new(QuantKernels::new(&ctx.caps, KernelConfig::default()));
+        let quant = Arc::new(QuantKernels::new(&ctx.caps, KernelConfig::from_env()));
         let submit_every = ctx.submit_every.unwrap_or_else(|| {
             std::env::var("HEARTH_GPU_SUBMIT_EVERY")
                 .ok()

@@ -169,6 +169,31 @@ impl Default for KernelConfig {
 }
 
 impl KernelConfig {
+    /// The defaults with the matrix-vector shape from the environment, to
+    /// measure others on a device without rebuilding:
+    /// `HEARTH_GPU_MV_WG` (invocations per workgroup), `HEARTH_GPU_MV_ROWS`
+    /// (weight rows per workgroup), `HEARTH_GPU_MV_MAX_TOKENS`. Values that
+    /// are not powers of two (or rows more than invocations) are ignored.
+    pub fn from_env() -> Self {
+        let get = |k: &str| {
+            std::env::var(k)
+                .ok()
+                .and_then(|v| v.parse::<u32>().ok())
+                .filter(|v| v.is_power_of_two())
+        };
+        let mut c = Self::default();
+        if let Some(wg) = get("HEARTH_GPU_MV_WG").filter(|&v| v >= 32) {
+            c.mv_wg = wg;
+        }
+        if let Some(rows) = get("HEARTH_GPU_MV_ROWS").filter(|&v| v <= c.mv_wg) {
+            c.mv_rows = rows;
+        }
+        if let Some(t) = get("HEARTH_GPU_MV_MAX_TOKENS") {
+            c.mv_max_tokens = t;
+        }
+        c
+    }
+
     /// Invocations per tiled workgroup.
     pub fn tiled_wg(&self) -> u32 {
         (self.tile_m / self.thread_m) * (self.tile_n / 4)
