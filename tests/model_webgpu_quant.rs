@@ -14,6 +14,7 @@
 mod model_support;
 mod webgpu_support;
 
+use hearth::backend::webgpu::{GpuCounters, GpuModel, GpuOptions};
 use hearth::model::{Batch, ForwardModel, KvType, LogitsWanted, SeqInput};
 use model_support::{
     argmax, fixtures, ids, nrmse, overlap, read_f32, read_json, synthetic_model, top_k,
@@ -129,13 +130,9 @@ fn quantized_decode_logits_match_cpu_backend() {
     }
 }
 
-/// Once warm, a decode step creates no buffer and no bind group, and is one
-/// submission with one readback (`HEARTH_PROFILE=gpu` prints these counts).
-#[test]
-fn warm_decode_step_is_one_submission_creating_nothing() {
-    let Some(mut m) = load_gpu(&synthetic_model("llama-Q4_K_M"), KvType::F16, 8) else {
-        return;
-    };
+/// Runs the 5-token prompt, then 3 single-token decode steps; returns the
+/// counters of each step.
+fn prompt_then_decode(m: &mut GpuModel) -> Vec<GpuCounters> {
     let prompt: Vec<u32> = (0..5).map(|i| 7 + i * 19).collect();
     let tbl = table(1, 2);
     let mut deltas = Vec::new();
@@ -161,6 +158,18 @@ fn warm_decode_step_is_one_submission_creating_nothing() {
     for (i, d) in deltas.iter().enumerate() {
         println!("step {i}: {d}");
     }
+    deltas
+}
+
+/// Once warm, a decode step creates no buffer and no bind group, and is one
+/// submission with one readback (`HEARTH_PROFILE=gpu` prints these counts).
+#[test]
+fn warm_decode_step_is_one_submission_creating_nothing() {
+    let Some(mut m) = load_gpu(&synthetic_model("llama-Q4_K_M"), KvType::F16, 8) else {
+        return;
+    };
+    assert!(m.backend().profile_report().is_none(), "profiling is off");
+    let deltas = prompt_then_decode(&mut m);
     let warm = deltas[3];
     assert_eq!((warm.submits, warm.readbacks), (1, 1), "{warm}");
     assert_eq!(
@@ -169,4 +178,94 @@ fn warm_decode_step_is_one_submission_creating_nothing() {
         "{warm}"
     );
     assert!(warm.dispatches > 10, "{warm}");
+}
+
+/// Profiling groups the steps by token rows, times each, and (lavapipe has
+/// timestamp queries inside passes) charges GPU time to kernel kinds; a
+/// warm step is still one submission creating nothing.
+#[test]
+fn profiled_steps_report_host_and_kernel_times() {
+    let opts = GpuOptions {
+        profile: true,
+        ..GpuOptions::from_env()
+    };
+    let Some(mut m) = load_gpu_with(&synthetic_model("llama-Q4_K_M"), KvType::F16, 8, &opts) else {
+        return;
+    };
+    let deltas = prompt_then_decode(&mut m);
+    let warm = deltas[3];
+    assert_eq!((warm.submits, warm.bind_groups_created), (1, 0), "{warm}");
+    let ctx = m.backend().context();
+    let lavapipe = ctx.caps.adapter_name.contains("llvmpipe");
+    let timestamps = ctx.timestamps;
+    let report = m.backend().profile_report().expect("profiling is on");
+    println!("{report}");
+    assert!(
+        timestamps || !lavapipe,
+        "lavapipe has timestamp queries inside passes"
+    );
+    let per_step = format!("steps of 1 rows: 3 steps, {}.0 dispatches", warm.dispatches);
+    assert!(report.contains(&per_step), "wanted `{per_step}`");
+    assert!(report.contains("steps of 5 rows: 1 steps"));
+    if !timestamps {
+        return;
+    }
+    // The decode group's kernel lines: calls per step add up to the
+    // step's dispatches, and the matrix-vector products take time.
+    let decode = report
+        .split("steps of ")
+        .find(|g| g.starts_with("1 rows"))
+        .expect("decode group");
+    let mut calls = 0.0;
+    let mut matvec_us = 0.0;
+    for line in decode.lines().skip(2) {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let (c, us): (f64, f64) = (f[1].parse().expect("calls"), f[2].parse().expect("us"));
+        calls += c;
+        if f[0].starts_with("matvec") {
+            matvec_us += us;
+        }
+    }
+    assert_eq!(calls, warm.dispatches as f64, "{decode}");
+    assert!(matvec_us > 0.0, "{decode}");
+    for kind in ["norm_quantize", "attention", "rope", "kv_write"] {
+        assert!(decode.contains(kind), "no {kind} in {decode}");
+    }
+}
+
+/// A step submitted in pieces (the GPU starts while the host records the
+/// rest) computes exactly what one submission does, still with one
+/// readback per step.
+#[test]
+fn decode_in_pieces_equals_one_submission() {
+    let prompt: Vec<u32> = (0..6).map(|i| 11 + (i * 37) % 250).collect();
+    let next = [23, 140, 7];
+    let path = synthetic_model("llama-Q4_K_M");
+    let mut runs = Vec::new();
+    for every in [0, 5] {
+        let opts = GpuOptions {
+            submit_every: Some(every),
+            ..GpuOptions::from_env()
+        };
+        let Some(mut m) = load_gpu_with(&path, KvType::F16, 8, &opts) else {
+            return;
+        };
+        let before = m.backend().counters();
+        let logits = decode(&mut m, &prompt, &next);
+        let d = m.backend().counters().since(&before);
+        println!("submit every {every}: {d}");
+        // Prefill and the decode steps: one readback per decode step.
+        assert_eq!(d.readbacks, next.len() as u64, "{d}");
+        let steps = 1 + next.len() as u64;
+        if every == 0 {
+            assert_eq!(d.submits, steps, "{d}");
+        } else {
+            assert!(d.submits >= steps * 4, "{d}");
+        }
+        runs.push(logits);
+    }
+    assert_eq!(
+        runs[0], runs[1],
+        "logits differ between pieces and one submission"
+    );
 }

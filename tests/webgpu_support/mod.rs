@@ -135,6 +135,16 @@ pub use crate::model_support::{slots, table, BLOCK};
 /// Loads `path` on the WebGPU backend, or `None` when there is no adapter
 /// (an error with `HEARTH_REQUIRE_GPU=1`).
 pub fn load_gpu(path: &Path, dtype: KvType, num_blocks: usize) -> Option<GpuModel> {
+    load_gpu_with(path, dtype, num_blocks, &GpuOptions::from_env())
+}
+
+/// [`load_gpu`] with device options `gpu_opts`.
+pub fn load_gpu_with(
+    path: &Path,
+    dtype: KvType,
+    num_blocks: usize,
+    gpu_opts: &GpuOptions,
+) -> Option<GpuModel> {
     gpu()?;
     let (model, sources) = open_model(path).expect("open model");
     let opts = LoadOptions {
@@ -151,7 +161,7 @@ pub fn load_gpu(path: &Path, dtype: KvType, num_blocks: usize) -> Option<GpuMode
         &model,
         &sources,
         &opts,
-        &GpuOptions::from_env(),
+        gpu_opts,
         &mut |p| last = Some(*p),
     ))
     .unwrap_or_else(|e| panic!("load {}: {e}", path.display()));

@@ -20,6 +20,7 @@ use super::buffer::{copy_span, read_back, staging_buffer, usages, GpuBuffer, Pen
 use super::context::GpuContext;
 use super::counters::{Counters, Event, GpuCounters};
 use super::pool::ActPool;
+use super::profile::Profiler;
 use super::quant::{KernelConfig, QuantKernels};
 use super::recorder::{CopyOut, Recorder};
 use super::shader::{PipelineCache, PipelineKey};
@@ -41,6 +42,15 @@ pub struct Bind {
 }
 
 impl Bind {
+    /// The whole of the wgpu buffer `buf`.
+    pub fn whole_raw(buf: wgpu::Buffer) -> Self {
+        Self {
+            buf,
+            offset: 0,
+            size: None,
+        }
+    }
+
     /// The whole of `b`.
     pub fn whole(b: &GpuBuffer) -> Self {
         Self {
@@ -87,6 +97,31 @@ pub struct WebGpuBackend {
     pub(super) attn_split_keys: u32,
     /// Scratch of split-context attention's partial results.
     pub(super) attn_partials: Option<GpuBuffer>,
+    /// Step timings, with `HEARTH_PROFILE=gpu` (see the `profile` module).
+    prof: Option<Arc<Mutex<Profiler>>>,
+    /// Dispatches per submitted piece of a step (0: whole steps).
+    submit_every: usize,
+    /// An op held back for fusion with the next (the `fuse` module).
+    pub(super) held: Option<super::fuse::Held>,
+    /// A small buffer bound where a kernel uses no buffer.
+    pub(super) unused: Option<GpuBuffer>,
+    /// A gated activation offered to the matrix product being recorded
+    /// (the `fuse` module); queued before that product's first dispatch
+    /// unless its quantizer takes it.
+    pub(super) offer: Option<super::fuse::Held>,
+}
+
+/// Dispatches per piece of a step, by default: about eight Llama layers
+/// (14 dispatches each in decode), so that the first piece starts the GPU
+/// early and a step of an 8B model is about four submissions.
+pub const DEFAULT_SUBMIT_EVERY: usize = 112;
+
+/// Locks `m`, whether or not a panic poisoned it.
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    match m.lock() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    }
 }
 
 impl WebGpuBackend {
@@ -99,6 +134,15 @@ impl WebGpuBackend {
             threads: 1,
         };
         let quant = Arc::new(QuantKernels::new(&ctx.caps, KernelConfig::from_env()));
+        let submit_every = ctx.submit_every.unwrap_or_else(|| {
+            std::env::var("HEARTH_GPU_SUBMIT_EVERY")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(DEFAULT_SUBMIT_EVERY)
+        });
+        let prof = ctx
+            .profile
+            .then(|| Arc::new(Mutex::new(Profiler::new(&ctx.queue, ctx.timestamps))));
         Self {
             ctx,
             caps,
@@ -107,9 +151,14 @@ impl WebGpuBackend {
             rec: Recorder::default(),
             pool: ActPool::default(),
             staging: Arc::new(Mutex::new(None)),
-            counters: Arc::new(Counters::from_env()),
+            counters: Arc::new(Counters::default()),
             attn_split_keys: DEFAULT_SPLIT_KEYS,
             attn_partials: None,
+            prof,
+            submit_every,
+            held: None,
+            unused: None,
+            offer: None,
         }
     }
 
@@ -127,10 +176,25 @@ impl WebGpuBackend {
         self.counters.snapshot()
     }
 
-    /// Submissions so far: device contents computed before the last one
-    /// may have been overwritten since (see the int8 activation cache).
+    /// Submissions so far (a step is one or more, see
+    /// [`WebGpuBackend::set_submit_every`]).
     pub fn submissions(&self) -> u64 {
         self.rec.submits()
+    }
+
+    /// Steps submitted so far: device contents computed before the last
+    /// one may have been overwritten since (see the int8 activation cache).
+    pub fn steps(&self) -> u64 {
+        self.rec.steps()
+    }
+
+    /// Submits a step in pieces of about `n` dispatches (whole ops), so
+    /// the GPU runs the first layers while the host records the rest; the
+    /// step still reads back once, after its last piece. 0: one submission
+    /// per step. Default [`DEFAULT_SUBMIT_EVERY`], or
+    /// `HEARTH_GPU_SUBMIT_EVERY`.
+    pub fn set_submit_every(&mut self, n: usize) {
+        self.submit_every = n;
     }
 
     /// The device context.
@@ -140,8 +204,30 @@ impl WebGpuBackend {
 
     /// The pipeline of `key` composed from `parts` (cached).
     pub fn pipeline(&mut self, key: &PipelineKey, parts: &[&str]) -> Arc<wgpu::ComputePipeline> {
-        self.pipelines
-            .get(&self.ctx.device, &self.ctx.caps, key, parts)
+        let p = self
+            .pipelines
+            .get(&self.ctx.device, &self.ctx.caps, key, parts);
+        if let Some(prof) = &self.prof {
+            lock(prof).name_kind(&p, &key.kind());
+        }
+        p
+    }
+
+    /// With `HEARTH_PROFILE=gpu`: the table of step timings and GPU time
+    /// per kernel kind so far (waits for the device); `None` when off.
+    /// It also prints when the backend drops.
+    pub fn profile_report(&self) -> Option<String> {
+        let prof = self.prof.as_ref()?;
+        let name = format!("{} ({})", self.ctx.caps.adapter_name, self.ctx.caps.api);
+        Some(lock(prof).report(&self.ctx.device, &name))
+    }
+
+    /// Notes a matrix product of `rows` token rows (profiling groups steps
+    /// by it).
+    pub(super) fn note_rows(&self, rows: u64) {
+        if let Some(prof) = &self.prof {
+            lock(prof).note_rows(rows);
+        }
     }
 
     /// A grid of `n` workgroups as (x, y) within the per-dimension limit;
@@ -154,14 +240,55 @@ impl WebGpuBackend {
 
     /// Queues a dispatch for the next [`Backend::submit`].
     pub fn enqueue(&mut self, d: Dispatch) {
+        if let Some(prof) = &self.prof {
+            lock(prof).touch();
+        }
+        if self.offer.is_some() {
+            self.emit_offer();
+        }
         self.rec.push(d);
     }
 
-    /// Encodes and submits every queued dispatch, then `copy`.
+    /// Encodes and submits every queued dispatch, then `copy`: the end of
+    /// a step.
     fn flush(&mut self, copy: Option<&CopyOut>) -> Result<(), GpuError> {
-        let r = self.rec.flush(&self.ctx, &self.counters, copy);
-        self.counters.report_step();
+        self.flush_piece(copy, true)
+    }
+
+    /// Encodes and submits every queued dispatch, then `copy`; `end_step`:
+    /// the last piece of the step.
+    fn flush_piece(&mut self, copy: Option<&CopyOut>, end_step: bool) -> Result<(), GpuError> {
+        if let Err(e) = self.emit_held() {
+            return Err(GpuError::Device {
+                during: "queueing a held op".into(),
+                detail: e.to_string(),
+            });
+        }
+        let Some(prof) = self.prof.clone() else {
+            return self
+                .rec
+                .flush(&self.ctx, &self.counters, copy, end_step, None);
+        };
+        let mut p = lock(&prof);
+        let before = self.counters.snapshot().dispatches;
+        let t = std::time::Instant::now();
+        let r = self
+            .rec
+            .flush(&self.ctx, &self.counters, copy, end_step, Some(&mut p));
+        let n = self.counters.snapshot().dispatches - before;
+        p.submitted(t.elapsed(), n);
+        if end_step {
+            p.end_step();
+        }
         r
+    }
+
+    /// The step's readback is ready (`waited`: there was one).
+    fn step_done(prof: &Option<Arc<Mutex<Profiler>>>, counters: &Counters, waited: bool) {
+        if let Some(prof) = prof {
+            let counts = counters.step_line();
+            lock(prof).finish(waited, &counts);
+        }
     }
 
     /// Submits the step with the copy of `range` of `src` into the staging
@@ -278,14 +405,23 @@ impl Backend for WebGpuBackend {
     }
 
     fn record(&mut self, op: &Op, io: &OpIo<'_, GpuBuffer>) -> Result<(), BackendError> {
-        self.record_op(op, io)
+        self.record_op(op, io)?;
+        if self.submit_every > 0 && self.rec.pending() >= self.submit_every {
+            self.flush_piece(None, false)?;
+        }
+        Ok(())
     }
 
     fn submit(&mut self) -> Result<(), BackendError> {
-        Ok(self.flush(None)?)
+        self.flush(None)?;
+        Self::step_done(&self.prof, &self.counters, false);
+        Ok(())
     }
 
     fn step_buffers(&mut self, sizes: &[u64]) -> Result<Vec<GpuBuffer>, BackendError> {
+        if let Some(prof) = &self.prof {
+            lock(prof).touch();
+        }
         Ok(self.pool.take(&self.ctx, &self.counters, sizes)?)
     }
 
@@ -300,11 +436,14 @@ impl Backend for WebGpuBackend {
             self.submit_copy(src, range).map(Some)
         };
         let (dev, slot) = (self.ctx.device.clone(), self.staging.clone());
+        let (prof, counters) = (self.prof.clone(), self.counters.clone());
         async move {
             let Some(p) = pending? else {
+                Self::step_done(&prof, &counters, false);
                 return Ok(Vec::new());
             };
             let (bytes, staging) = p.finish(&dev).await?;
+            Self::step_done(&prof, &counters, true);
             match slot.lock() {
                 Ok(mut s) => *s = Some(staging),
                 Err(p) => *p.into_inner() = Some(staging),
@@ -333,6 +472,15 @@ impl Backend for WebGpuBackend {
                 }
             }
             Ok(read_back(&dev, &queue, &src, range).await?)
+        }
+    }
+}
+
+impl Drop for WebGpuBackend {
+    /// With `HEARTH_PROFILE=gpu`, prints the profile table.
+    fn drop(&mut self) {
+        if let Some(report) = self.profile_report() {
+            eprint!("{report}");
         }
     }
 }

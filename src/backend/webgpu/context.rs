@@ -15,17 +15,32 @@ pub struct GpuOptions {
     pub no_f16: bool,
     /// Act as if the adapter had no subgroups (test the fallbacks).
     pub no_subgroups: bool,
+    /// Time every step and, where the adapter has timestamp queries inside
+    /// passes, every kernel (see [`WebGpuBackend::profile_report`]); never
+    /// on wasm32.
+    ///
+    /// [`WebGpuBackend::profile_report`]: super::WebGpuBackend::profile_report
+    pub profile: bool,
+    /// Dispatches per submitted piece of a step (0: one submission per
+    /// step; `None`: `HEARTH_GPU_SUBMIT_EVERY` or the default, see
+    /// [`WebGpuBackend::set_submit_every`]).
+    ///
+    /// [`WebGpuBackend::set_submit_every`]: super::WebGpuBackend::set_submit_every
+    pub submit_every: Option<usize>,
 }
 
 impl GpuOptions {
     /// Options from the environment: `HEARTH_GPU_ADAPTER` (name filter),
-    /// `HEARTH_GPU_NO_F16=1`, `HEARTH_GPU_NO_SUBGROUPS=1`.
+    /// `HEARTH_GPU_NO_F16=1`, `HEARTH_GPU_NO_SUBGROUPS=1`,
+    /// `HEARTH_PROFILE=gpu`.
     pub fn from_env() -> Self {
         let on = |k: &str| std::env::var(k).is_ok_and(|v| v == "1");
         Self {
             adapter: std::env::var("HEARTH_GPU_ADAPTER").ok(),
             no_f16: on("HEARTH_GPU_NO_F16"),
             no_subgroups: on("HEARTH_GPU_NO_SUBGROUPS"),
+            profile: super::profile::enabled(),
+            submit_every: None,
         }
     }
 }
@@ -68,6 +83,13 @@ pub struct GpuContext {
     pub caps: GpuCaps,
     /// Errors wgpu reported out of band.
     pub errors: ErrorSink,
+    /// Profiling asked for ([`GpuOptions::profile`]; never on wasm32).
+    pub profile: bool,
+    /// Timestamp queries inside passes are enabled (only when profiling
+    /// and the adapter has them).
+    pub timestamps: bool,
+    /// Dispatches per submitted piece of a step ([`GpuOptions::submit_every`]).
+    pub submit_every: Option<usize>,
 }
 
 impl GpuContext {
@@ -84,9 +106,17 @@ impl GpuContext {
         if opts.no_subgroups {
             caps = caps.without_subgroups();
         }
+        let ts = super::profile::timestamp_features();
+        let profile = opts.profile && !cfg!(target_arch = "wasm32");
+        let timestamps =
+            profile && super::profile::timestamps_wanted() && adapter.features().contains(ts);
+        let mut features = caps.features();
+        if timestamps {
+            features |= ts;
+        }
         let desc = wgpu::DeviceDescriptor {
             label: Some("hearth"),
-            required_features: caps.features(),
+            required_features: features,
             required_limits: caps.limits(&adapter.limits()),
             experimental_features: wgpu::ExperimentalFeatures::disabled(),
             memory_hints: wgpu::MemoryHints::Performance,
@@ -111,6 +141,9 @@ impl GpuContext {
             queue,
             caps,
             errors,
+            profile,
+            timestamps,
+            submit_every: opts.submit_every,
         })
     }
 

@@ -2,9 +2,8 @@
 //! that per-step overhead (buffers and bind groups created, submissions,
 //! readbacks) is visible and testable without timing a GPU.
 //!
-//! With `HEARTH_PROFILE=gpu` the backend prints, after each submission, what
-//! the step did since the previous one (never on wasm32, which has no
-//! stderr worth writing to).
+//! With `HEARTH_PROFILE=gpu` the backend prints, after each step, what the
+//! step did since the previous one, with its timings (`profile` module).
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -66,7 +65,6 @@ pub struct Counters {
     readbacks: AtomicU64,
     /// The snapshot of the last profile line, when profiling.
     last: std::sync::Mutex<GpuCounters>,
-    profile: bool,
 }
 
 /// One counted event.
@@ -87,16 +85,6 @@ pub enum Event {
 }
 
 impl Counters {
-    /// Counters that print per step when `HEARTH_PROFILE=gpu`.
-    pub fn from_env() -> Self {
-        let profile = !cfg!(target_arch = "wasm32")
-            && std::env::var("HEARTH_PROFILE").is_ok_and(|v| v == "gpu");
-        Self {
-            profile,
-            ..Self::default()
-        }
-    }
-
     /// Counts `e`.
     pub fn add(&self, e: Event) {
         let (cell, n) = match e {
@@ -123,17 +111,15 @@ impl Counters {
         }
     }
 
-    /// With `HEARTH_PROFILE=gpu`, prints what happened since the last call.
-    pub fn report_step(&self) {
-        if !self.profile {
-            return;
-        }
+    /// What happened since the last call, as one line.
+    pub fn step_line(&self) -> String {
         let now = self.snapshot();
         let mut last = match self.last.lock() {
             Ok(l) => l,
             Err(p) => p.into_inner(),
         };
-        eprintln!("gpu step: {}", now.since(&last));
+        let line = now.since(&last).to_string();
         *last = now;
+        line
     }
 }

@@ -8,8 +8,10 @@
 //! - [`backend`]: the [`Backend`](crate::backend::Backend) implementation;
 //!   `recorder` (one submission per step, cached bind groups) and `pool`
 //!   (activation buffers reused between steps) serve it, and [`counters`]
-//!   counts its host-side work (`HEARTH_PROFILE=gpu` prints it per step);
-//! - `ops`: every non-weight op; `dense`: F32 / F16 weights;
+//!   counts its host-side work; `profile` times each step and, with
+//!   timestamp queries, each kernel kind (`HEARTH_PROFILE=gpu`);
+//! - `ops`: every non-weight op; `fuse`: neighbouring ops in one dispatch
+//!   (rope of q and k, residual add and RMS norm); `dense`: F32 / F16 weights;
 //! - [`quant`]: packed quantized weights, their repack and their kernels.
 
 pub mod backend;
@@ -18,10 +20,12 @@ pub mod caps;
 pub mod context;
 pub mod counters;
 mod dense;
+mod fuse;
 pub mod memory;
 pub mod model;
 mod ops;
 mod pool;
+mod profile;
 pub mod quant;
 mod recorder;
 pub mod shader;
@@ -79,6 +83,7 @@ pub type KernelSource = (&'static str, &'static str, Vec<(&'static str, ConstVal
 pub fn kernel_sources() -> Vec<KernelSource> {
     let mut v = ops::kernel_sources();
     v.extend(dense::kernel_sources());
+    v.extend(fuse::kernel_sources());
     v
 }
 

@@ -1,9 +1,11 @@
 //! Recording of every op except the weight kernels: one function per op,
 //! each checking its buffers' sizes, picking the pipeline variant and
-//! queueing one dispatch (two for a K/V write).
+//! queueing one dispatch; ropes and residual adds wait for the next op
+//! (the `fuse` module).
 
 use super::backend::{Bind, Dispatch, WebGpuBackend};
 use super::buffer::GpuBuffer;
+use super::fuse::{GatedJob, RopeJob};
 use super::shader::{ConstValue, PipelineKey};
 use super::KernelSource;
 use crate::backend::{BackendError, OpIo};
@@ -12,12 +14,10 @@ use crate::model::KvType;
 
 /// Kernel sources, one file per op.
 mod src {
-    pub const BINARY: &str = include_str!("../../../shaders/binary.wgsl");
+    pub const BINARY_SRC: &str = include_str!("../../../shaders/binary.wgsl");
     pub const UNARY: &str = include_str!("../../../shaders/unary.wgsl");
-    pub const GATED: &str = include_str!("../../../shaders/gated.wgsl");
-    pub const RMS_NORM: &str = include_str!("../../../shaders/rms_norm.wgsl");
+    pub const RMS_NORM_SRC: &str = include_str!("../../../shaders/rms_norm.wgsl");
     pub const SOFTMAX: &str = include_str!("../../../shaders/softmax.wgsl");
-    pub const ROPE: &str = include_str!("../../../shaders/rope.wgsl");
     pub const KV_WRITE: &str = include_str!("../../../shaders/kv_write.wgsl");
     pub const ATTENTION: &str = include_str!("../../../shaders/attention.wgsl");
     pub const ATTENTION_MERGE: &str = include_str!("../../../shaders/attention_merge.wgsl");
@@ -34,12 +34,10 @@ pub fn kernel_sources() -> Vec<KernelSource> {
     let mut attn = f16c(true);
     attn.push(("VPT", ConstValue::U32(2)));
     vec![
-        ("binary", src::BINARY, mode(2)),
+        ("binary", src::BINARY_SRC, mode(2)),
         ("unary", src::UNARY, mode(1)),
-        ("gated", src::GATED, mode(1)),
-        ("rms_norm", src::RMS_NORM, vec![]),
+        ("rms_norm", src::RMS_NORM_SRC, vec![]),
         ("softmax", src::SOFTMAX, vec![]),
-        ("rope", src::ROPE, mode(1)),
         ("kv_write", src::KV_WRITE, f16c(true)),
         ("kv_write", src::KV_WRITE, f16c(false)),
         ("attention", src::ATTENTION, attn),
@@ -52,13 +50,30 @@ pub fn kernel_sources() -> Vec<KernelSource> {
 
 /// Workgroup size of element-wise kernels.
 const WG_ELEM: u32 = 256;
+/// The RMS norm kernel.
+pub const RMS_NORM: &str = src::RMS_NORM_SRC;
+
+/// The binary kernel (add, mul, bias add).
+pub const BINARY: &str = src::BINARY_SRC;
+
 /// Workgroup size of row kernels (norms, softmax, argmax) and attention.
-const WG_ROW: u32 = 64;
+pub const WG_ROW: u32 = 64;
 
 /// Workgroup size of row kernels over rows of thousands of values, which a
 /// decode step runs on one workgroup: 64 invocations would leave the
 /// memory latency exposed (48 us for one 4096-wide RMS norm on an H200).
 const WG_WIDE_ROW: u32 = 256;
+
+/// Workgroup size of the norm kernels (alone or fused) over `width`-wide
+/// rows: wide rows (the hidden state, one row per decode token) take a
+/// large workgroup; per-head QK norms keep the row size.
+pub fn norm_wg(width: u32) -> u32 {
+    if width >= 1024 {
+        WG_WIDE_ROW
+    } else {
+        WG_ROW
+    }
+}
 /// Most spans of split-context attention.
 const MAX_SPLITS: u64 = 64;
 /// Most query rows for which attention splits the context (decode of a
@@ -124,10 +139,24 @@ impl WebGpuBackend {
         if !self.supports_op(op) {
             return Err(BackendError::UnsupportedOp(format!("{op:?}")));
         }
+        match op {
+            Op::Rope { .. } | Op::RmsNorm { .. } => {}
+            Op::MatMul { .. } => self.offer_held()?,
+            _ => self.emit_held()?,
+        }
+        if let (Op::MatMul { k, .. }, Some(x)) = (op, io.inputs.first()) {
+            self.note_rows(f32s(x) / (*k as u64).max(1));
+        }
         let written: Vec<&wgpu::Buffer> = io.outputs.iter().map(|b| &b.raw).collect();
         self.quant.forget_writes(&written);
         match op {
-            Op::GetRows { .. } | Op::MatMul { .. } => self.record_weight(op, io),
+            Op::GetRows { .. } => self.record_weight(op, io),
+            Op::MatMul { .. } => {
+                let r = self.record_weight(op, io);
+                // Not taken and nothing queued (an empty product): queue it.
+                self.emit_offer();
+                r
+            }
             Op::Add => self.binary(op, io, 0),
             Op::Mul => self.binary(op, io, 1),
             Op::BiasAdd => self.binary(op, io, 2),
@@ -191,10 +220,14 @@ impl WebGpuBackend {
         let key = self
             .key("binary", WG_ELEM)
             .with_const("MODE", ConstValue::U32(mode));
+        if mode == 0 {
+            // Held: an RMS norm of the sum may follow (the `fuse` module).
+            return self.hold_add(key, [x, y, out].map(|b| (*b).clone()), n);
+        }
         let params = vec![n as u32, m as u32, 0, 0];
         self.dispatch(
             &key,
-            src::BINARY,
+            src::BINARY_SRC,
             params,
             &[x, y, out],
             (n as u32).div_ceil(WG_ELEM),
@@ -238,17 +271,12 @@ impl WebGpuBackend {
         if f32s(u) != n || f32s(out) < n {
             return Err(shape(op, format!("gate of {n} values, up of {}", f32s(u))));
         }
-        let key = self
-            .key("gated", WG_ELEM)
-            .with_const("MODE", ConstValue::U32(mode));
-        self.dispatch(
-            &key,
-            src::GATED,
-            vec![n as u32, 0, 0, 0],
-            &[g, u, out],
-            (n as u32).div_ceil(WG_ELEM),
-        );
-        Ok(())
+        // Held: the down projection's quantizer may compute it (`fuse`).
+        self.hold_gated(GatedJob {
+            mode,
+            bufs: [g, u, out].map(|b| (*b).clone()),
+            n,
+        })
     }
 
     fn rms_norm(
@@ -269,13 +297,8 @@ impl WebGpuBackend {
             return Err(shape(op, format!("{n} values, weight of {}", f32s(w))));
         }
         let rows = (n / width as u64) as u32;
-        // Wide rows (the model's hidden state, one row per decode token)
-        // take a large workgroup; per-head QK norms keep the row size.
-        let wg = if width >= 1024 { WG_WIDE_ROW } else { WG_ROW };
-        let key = self.key("rms_norm", wg);
-        let params = vec![rows, width as u32, eps.to_bits(), 0];
-        self.dispatch(&key, src::RMS_NORM, params, &[x, w, out], rows);
-        Ok(())
+        // Held: the next matrix product's quantizer may do it (`fuse`).
+        self.hold_norm([x, w, out].map(|b| (*b).clone()), (rows, width as u32, eps))
     }
 
     fn softmax(
@@ -349,16 +372,14 @@ impl WebGpuBackend {
             u32::from(factors.is_some()),
             0,
         ];
-        let pairs = (rows * (width / head_dim as u64) * (head_dim / 2) as u64) as u32;
-        let f = factors.unwrap_or(pos);
-        self.dispatch(
-            &key,
-            src::ROPE,
+        let job = RopeJob {
+            key,
             params,
-            &[x, pos, f, out],
-            pairs.div_ceil(WG_ELEM),
-        );
-        Ok(())
+            bufs: [x, pos, factors.unwrap_or(pos), out].map(|b| (*b).clone()),
+            pairs: rows * (width / head_dim as u64) * (head_dim / 2) as u64,
+        };
+        // Held until the next op: the rope of k joins the rope of q.
+        self.hold_rope(job)
     }
 
     fn kv_write(&mut self, op: &Op, io: &OpIo<'_, GpuBuffer>) -> Result<(), BackendError> {
@@ -375,26 +396,30 @@ impl WebGpuBackend {
         let tokens = slots.len / 4;
         let f16 = dtype == KvType::F16;
         for (i, width) in [(0, k_width), (1, v_width)] {
-            let (src, cache) = (nth(io.inputs, i, op)?, nth(io.outputs, i, op)?);
+            let src = nth(io.inputs, i, op)?;
             if f32s(src) != tokens * width as u64 {
                 return Err(shape(
                     op,
                     format!("{} values for {tokens} rows of {width}", f32s(src)),
                 ));
             }
-            let key = self
-                .key("kv_write", WG_ELEM)
-                .with_const("F16_CACHE", ConstValue::Bool(f16));
-            let per = if f16 { width / 2 } else { width } as u64;
-            let params = vec![tokens as u32, width as u32, 0, 0];
-            self.dispatch(
-                &key,
-                src::KV_WRITE,
-                params,
-                &[src, slots, cache],
-                ((tokens * per) as u32).div_ceil(WG_ELEM),
-            );
         }
+        let (ks, vs) = (nth(io.inputs, 0, op)?, nth(io.inputs, 1, op)?);
+        let (kc, vc) = (nth(io.outputs, 0, op)?, nth(io.outputs, 1, op)?);
+        let key = self
+            .key("kv_write", WG_ELEM)
+            .with_const("F16_CACHE", ConstValue::Bool(f16));
+        let per = |w: usize| if f16 { w / 2 } else { w } as u64;
+        let words = tokens * (per(k_width) + per(v_width));
+        let params = vec![tokens as u32, k_width as u32, v_width as u32, 0];
+        // K and V in one dispatch: one fewer dependent launch per layer.
+        self.dispatch(
+            &key,
+            src::KV_WRITE,
+            params,
+            &[ks, vs, slots, kc, vc],
+            (words as u32).div_ceil(WG_ELEM),
+        );
         Ok(())
     }
 

@@ -14,7 +14,12 @@
 //!   into the same command buffer.
 //!
 //! Bind groups keep their buffers alive: entries unused for
-//! [`EVICT_AFTER`] submissions are dropped once the cache outgrows a step.
+//! [`EVICT_AFTER`] steps are dropped once the cache outgrows a step.
+//!
+//! A step may be submitted in pieces (the backend flushes every few
+//! hundred dispatches so the GPU starts while the host records the rest):
+//! a step's pieces take consecutive ranges of the uniform buffer, and only
+//! the last piece carries the copy out.
 //!
 //! Browsers reject a dispatch that binds overlapping ranges of one buffer
 //! when either is writable (an in-place op: `x` and `out` the same), which
@@ -31,9 +36,10 @@ use super::backend::{Bind, Dispatch};
 use super::caps::ShaderTarget;
 use super::context::GpuContext;
 use super::counters::{Counters, Event};
+use super::profile::Profiler;
 use super::GpuError;
 
-/// Submissions after which an unused bind group is dropped.
+/// Steps after which an unused bind group is dropped.
 const EVICT_AFTER: u64 = 8;
 /// Smallest uniform buffer (bytes).
 const MIN_UNIFORM: u64 = 64 << 10;
@@ -51,7 +57,7 @@ struct BindKey {
 #[derive(Debug)]
 struct Cached {
     group: wgpu::BindGroup,
-    /// The submission that last used it.
+    /// The step that last used it.
     used: u64,
 }
 
@@ -83,6 +89,12 @@ pub struct Recorder {
     copies: Vec<Vec<Snapshot>>,
     /// Submissions so far.
     submits: u64,
+    /// Steps ended so far (a step may be submitted in pieces).
+    steps: u64,
+    /// Where the next piece's parameters start in the uniform buffer: a
+    /// step's pieces take consecutive ranges, so that no piece overwrites
+    /// parameters an earlier one, maybe still running, reads.
+    step_base: u64,
 }
 
 /// A copy of a bound range into its snapshot buffer.
@@ -100,6 +112,16 @@ impl Recorder {
         self.pending.push(d);
     }
 
+    /// Dispatches queued since the last flush.
+    pub fn pending(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// Steps ended so far ([`Recorder::flush`] with `end_step`).
+    pub fn steps(&self) -> u64 {
+        self.steps
+    }
+
     /// Submissions so far (a step counter: results computed before the
     /// last submission can no longer be trusted to be current).
     pub fn submits(&self) -> u64 {
@@ -108,20 +130,44 @@ impl Recorder {
 
     /// Encodes every queued dispatch, then `copy` if any, into one command
     /// buffer and submits it. Nothing queued and no copy: does nothing.
+    /// `end_step`: the last piece of the step (the next flush starts a new
+    /// step, whose parameters start again at the uniform buffer's start).
+    ///
+    /// With a profiler, its timestamps go around every dispatch.
     pub fn flush(
         &mut self,
         ctx: &GpuContext,
         counters: &Counters,
         copy: Option<&CopyOut>,
+        end_step: bool,
+        prof: Option<&mut Profiler>,
     ) -> Result<(), GpuError> {
-        if self.pending.is_empty() && copy.is_none() {
-            return Ok(());
+        let r = if self.pending.is_empty() && copy.is_none() {
+            Ok(())
+        } else {
+            self.submit(ctx, counters, copy, prof)
+        };
+        if end_step {
+            self.steps += 1;
+            self.step_base = 0;
         }
+        r
+    }
+
+    /// [`Recorder::flush`]'s encoding and submission.
+    fn submit(
+        &mut self,
+        ctx: &GpuContext,
+        counters: &Counters,
+        copy: Option<&CopyOut>,
+        mut prof: Option<&mut Profiler>,
+    ) -> Result<(), GpuError> {
         self.unalias(ctx, counters);
         self.pack_params(ctx);
         let uniform = self.uniform_for(ctx, counters);
         if !self.params.is_empty() {
-            ctx.queue.write_buffer(&uniform, 0, &self.params);
+            ctx.queue
+                .write_buffer(&uniform, self.step_base, &self.params);
             counters.add(Event::Upload);
         }
         let groups = self.bind_groups(ctx, counters, &uniform);
@@ -130,6 +176,9 @@ impl Recorder {
             .create_command_encoder(&wgpu::CommandEncoderDescriptor {
                 label: Some("step"),
             });
+        let mut stamps = prof
+            .as_deref_mut()
+            .and_then(|p| p.begin(&ctx.device, self.pending.len()));
         // One pass, split only where a snapshot must be copied first.
         let mut i = 0;
         while i < self.pending.len() {
@@ -140,16 +189,28 @@ impl Recorder {
                 label: Some("step"),
                 timestamp_writes: None,
             });
+            if let (Some(st), 0) = (stamps.as_mut(), i) {
+                st.write(&mut pass);
+            }
             loop {
                 let d = &self.pending[i];
                 pass.set_pipeline(&d.pipeline);
                 pass.set_bind_group(0, &groups[i], &[]);
                 pass.dispatch_workgroups(d.groups.0, d.groups.1, 1);
+                if let Some(st) = stamps.as_mut() {
+                    st.write(&mut pass);
+                }
                 i += 1;
                 if i == self.pending.len() || !self.copies[i].is_empty() {
                     break;
                 }
             }
+        }
+        let written = stamps.map_or(0, |st| st.next);
+        if let Some(p) = prof {
+            let pipelines: Vec<&wgpu::ComputePipeline> =
+                self.pending.iter().map(|d| &*d.pipeline).collect();
+            p.resolve(&ctx.device, &mut enc, written, &pipelines);
         }
         counters.add(Event::Dispatches(self.pending.len() as u64));
         if let Some(c) = copy {
@@ -158,6 +219,7 @@ impl Recorder {
         ctx.queue.submit([enc.finish()]);
         counters.add(Event::Submit);
         self.submits += 1;
+        self.step_base += self.params.len() as u64;
         self.evict();
         self.pending.clear();
         ctx.errors.check("a submission")
@@ -217,10 +279,13 @@ impl Recorder {
         }
     }
 
-    /// Packs every pending dispatch's parameters into `self.params`, each
-    /// at an offset aligned for a uniform binding.
+    /// Packs every pending dispatch's parameters into `self.params` (bytes
+    /// from `step_base` of the uniform buffer), each at an offset aligned
+    /// for a uniform binding; `self.offsets` are uniform buffer offsets.
     fn pack_params(&mut self, ctx: &GpuContext) {
         let align = u64::from(ctx.caps.uniform_offset_alignment.max(16));
+        // Pieces end 16-byte aligned; start each at a binding alignment.
+        self.step_base = self.step_base.div_ceil(align) * align;
         self.params.clear();
         self.offsets.clear();
         for d in &self.pending {
@@ -230,14 +295,14 @@ impl Recorder {
                 .extend_from_slice(bytemuck::cast_slice(&d.params));
             let padded = self.params.len().div_ceil(16) * 16;
             self.params.resize(padded, 0);
-            self.offsets.push(at);
+            self.offsets.push(self.step_base + at);
         }
     }
 
     /// The uniform buffer, grown (and the bind groups over the old one
     /// dropped) when the step's parameters outgrow it.
     fn uniform_for(&mut self, ctx: &GpuContext, counters: &Counters) -> wgpu::Buffer {
-        let need = (self.params.len() as u64).max(16);
+        let need = (self.step_base + self.params.len() as u64).max(16);
         if let Some(u) = &self.uniform {
             if u.size() >= need {
                 return u.clone();
@@ -262,7 +327,7 @@ impl Recorder {
         counters: &Counters,
         uniform: &wgpu::Buffer,
     ) -> Vec<wgpu::BindGroup> {
-        let now = self.submits;
+        let now = self.steps;
         let mut out = Vec::with_capacity(self.pending.len());
         for (d, &at) in self.pending.iter().zip(&self.offsets) {
             let size = (d.params.len() as u64 * 4).div_ceil(16) * 16;
@@ -288,8 +353,8 @@ impl Recorder {
         out
     }
 
-    /// Drops bind groups unused for [`EVICT_AFTER`] submissions once the
-    /// cache holds more than two steps' worth.
+    /// Drops bind groups unused for [`EVICT_AFTER`] steps once the cache
+    /// holds more than two pieces' worth.
     fn evict(&mut self) {
         // Snapshots of ranges of buffers the pool no longer hands out.
         if self.snapshots.len() > 256 {
@@ -298,7 +363,7 @@ impl Recorder {
         if self.groups.len() <= 2 * self.pending.len() + 256 {
             return;
         }
-        let now = self.submits;
+        let now = self.steps;
         self.groups.retain(|_, c| c.used + EVICT_AFTER >= now);
     }
 }

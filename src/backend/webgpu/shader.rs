@@ -113,6 +113,22 @@ impl PipelineKey {
         }
     }
 
+    /// The kernel kind, for profiles: the kernel, its weight type and its
+    /// `MODE` constant if any (`matvec_i8.q4_k`, `binary.mode0`).
+    pub fn kind(&self) -> String {
+        let mut s = self.kernel.to_string();
+        if let Some(ty) = self.ty {
+            s.push('.');
+            s.push_str(ty);
+        }
+        for (name, v) in &self.consts {
+            if *name == "MODE" {
+                let _ = write!(s, ".mode{}", v.to_string().trim_end_matches('u'));
+            }
+        }
+        s
+    }
+
     /// With a weight type.
     pub fn with_ty(mut self, ty: &'static str) -> Self {
         self.ty = Some(ty);

@@ -15,6 +15,8 @@ use bytemuck::{Pod, Zeroable};
 
 use super::super::backend::{Bind, Dispatch, WebGpuBackend};
 use super::super::caps::GpuCaps;
+use super::super::fuse::{Held, QUANTIZE_X_GATED};
+use super::super::shader::{ConstValue, PipelineKey};
 use super::layout::{packed_layout, PackedLayout};
 use super::sources::{has_int8, variant, Kernel, KernelConfig};
 use crate::backend::BackendError;
@@ -125,7 +127,7 @@ struct Scratch {
 }
 
 /// The activations last quantized into the scratch: while nothing writes
-/// `x` and no submission intervenes, a matmul over the same `x` (q, k and v
+/// `x` and no step boundary intervenes, a matmul over the same `x` (q, k and v
 /// projections; gate and up) reuses them instead of quantizing again.
 #[derive(Debug)]
 struct QuantizedX {
@@ -133,7 +135,7 @@ struct QuantizedX {
     x_off: u32,
     k: u64,
     m: u64,
-    /// [`WebGpuBackend::submissions`] when recorded.
+    /// [`WebGpuBackend::steps`] when recorded.
     submission: u64,
     xq: Bind,
     xs: Bind,
@@ -314,37 +316,64 @@ impl QuantKernels {
                 && q.x_off == base.x_off
                 && q.k == a.k
                 && q.m == a.m
-                && q.submission == be.submissions()
+                && q.submission == be.steps()
             {
                 return Ok((q.xq.clone(), q.xs.clone()));
             }
         }
-        let (xq, xs) = self.record_quantize_x(be, a, base)?;
+        let fused = be.take_offer(a.x.buffer, a.x.offset, a.m, a.k);
+        let (xq, xs) = self.record_quantize_x(be, a, base, fused)?;
         *last = Some(QuantizedX {
             x: a.x.buffer.clone(),
             x_off: base.x_off,
             k: a.k,
             m: a.m,
-            submission: be.submissions(),
+            submission: be.steps(),
             xq: xq.clone(),
             xs: xs.clone(),
         });
         Ok((xq, xs))
     }
 
-    /// Queues the activation quantizer; returns the bindings of its output.
+    /// Queues the activation quantizer (fused with the gated activation
+    /// or the norm that writes `x`, if given); returns the bindings of its
+    /// output.
     fn record_quantize_x(
         &self,
         be: &mut WebGpuBackend,
         a: &MatmulArgs<'_>,
         base: KernelParams,
+        fused: Option<Held>,
     ) -> Result<(Bind, Bind), BackendError> {
         let bytes = a.m * a.k;
         let (xq, xs) = self.scratch(be, bytes)?;
         let count = u32_of(a.m * a.k / 32, "activation blocks")?;
+        let params = KernelParams { count, ..base };
+        match fused {
+            Some(Held::Gated(g)) => {
+                let key =
+                    PipelineKey::new("quantize_x_gated", self.cfg.flat_wg, &be.context().caps)
+                        .with_subgroups(false)
+                        .with_const("MODE", ConstValue::U32(g.mode));
+                let pipeline = be.pipeline(&key, &[QUANTIZE_X_GATED]);
+                let [gate, up, out] = g.bufs.each_ref().map(Bind::whole);
+                let (xq, xs) = (Bind::whole_raw(xq), Bind::whole_raw(xs));
+                be.enqueue(Dispatch {
+                    pipeline,
+                    params: bytemuck::cast_slice(&[params]).to_vec(),
+                    binds: vec![gate, up, out, xq.clone(), xs.clone()],
+                    groups: be.grid(count.div_ceil(self.cfg.flat_wg)),
+                });
+                return Ok((xq, xs));
+            }
+            Some(Held::Norm(n)) => {
+                be.emit_norm_quantize(n, &xq, &xs)?;
+                return Ok((Bind::whole_raw(xq), Bind::whole_raw(xs)));
+            }
+            _ => {}
+        }
         let v = self.variant(Kernel::QuantizeX, a.ty, 1)?;
         let pipeline = be.pipeline(&v.key, &v.parts);
-        let params = KernelParams { count, ..base };
         let xq = Bind {
             buf: xq,
             offset: 0,
