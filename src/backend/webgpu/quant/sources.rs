@@ -173,14 +173,13 @@ impl Default for KernelConfig {
 }
 
 impl KernelConfig {
-    /// The default, with the overrides of `HEARTH_WEBGPU_KERNELS` (native
-    /// only; for tuning on a new adapter): comma-separated `key=value` of
+    /// The default, with the overrides of `HEARTH_WEBGPU_KERNELS` (a
+    /// browser has no environment: natively, for tuning on a new adapter): comma-separated `key=value` of
     /// `tile=MxNxT` (tile_m x tile_n x thread_m), `mv_rows`, `mv_wg`,
     /// `mv_max_tokens`, `int8` and `tile_f16` (0/1). Unknown or malformed entries are
     /// reported on stderr and ignored; [`KernelConfig::fit`] still applies.
     pub fn from_env() -> Self {
         let mut c = Self::default();
-        #[cfg(not(target_arch = "wasm32"))]
         if let Ok(spec) = std::env::var("HEARTH_WEBGPU_KERNELS") {
             for part in spec.split(',').filter(|p| !p.trim().is_empty()) {
                 if c.set(part.trim()).is_none() {
