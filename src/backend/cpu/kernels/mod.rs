@@ -462,6 +462,11 @@ impl KernelTable {
             k.gemm = Some(gemm);
             k.gemm_one_token = x86::gemm_one_token(self.isa, ty);
         }
+        #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+        if let Some(gemm) = wasm::gemm(self.isa, ty) {
+            k.gemm = Some(gemm);
+            k.gemm_one_token = true;
+        }
         Some(k)
     }
 
