@@ -422,7 +422,6 @@ fn one_token_tiles_equal_the_per_row_dots_bit_for_bit() {
                 GgmlType::Q5_0,
                 GgmlType::Q8_0,
                 GgmlType::Q4_K,
-                GgmlType::Q6_K,
             ];
             if isa == Isa::Simd128 && tiled.contains(&ty) {
                 assert!(k.gemm.is_some(), "{isa} {ty}: no tiled kernel");

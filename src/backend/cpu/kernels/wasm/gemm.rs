@@ -15,10 +15,13 @@
 //! results do not depend on its batch, and the 32-element formats stay
 //! bit-identical to the scalar kernels.
 //!
-//! In a relaxed-SIMD build the unsigned quants (4- and 5-bit, Q6_K's six
-//! bits) are dotted with `i32x4.relaxed_dot_i8x16_i7x16_add` (exact for a
-//! 7-bit unsigned operand); offsets are taken off through the activation
-//! sums, as in the per-row kernels.
+//! Q6_K keeps the per-row dot: its four-row form measured slower (the
+//! decode of six-bit quants leaves no registers for four rows).
+//!
+//! In a relaxed-SIMD build the unsigned quants (4 and 5 bits) are dotted
+//! with `i32x4.relaxed_dot_i8x16_i7x16_add` (exact for a 7-bit unsigned
+//! operand); offsets are taken off through the activation sums, as in the
+//! per-row kernels.
 
 use core::arch::wasm32::*;
 
@@ -28,9 +31,7 @@ use half::f16;
 use super::simd128::{h2f, hi4, ld, ldi, lo4, q5_high, scaled_bsums};
 use crate::backend::cpu::kernels::kquants::scale_min_k4;
 use crate::backend::cpu::kernels::{blocks, GemmFn, Out};
-use crate::quant::blocks::{
-    BlockQ4K, BlockQ4_1, BlockQ5_0, BlockQ6K, BlockQ8K, BlockQ8_0, BlockQ8_1,
-};
+use crate::quant::blocks::{BlockQ4K, BlockQ4_1, BlockQ5_0, BlockQ8K, BlockQ8_0, BlockQ8_1};
 use crate::quant::GgmlType;
 
 /// The tiled kernel of weight type `ty`, `None` where the matmul keeps
@@ -41,7 +42,6 @@ pub(super) fn gemm(ty: GgmlType) -> Option<GemmFn> {
         GgmlType::Q5_0 => |w, rb, a, ab, o| tiles::<BlockQ5_0, BlockQ8_0>(w, rb, a, ab, o, q5_0x4),
         GgmlType::Q8_0 => |w, rb, a, ab, o| tiles::<BlockQ8_0, BlockQ8_0>(w, rb, a, ab, o, q8_0x4),
         GgmlType::Q4_K => |w, rb, a, ab, o| tiles::<BlockQ4K, BlockQ8K>(w, rb, a, ab, o, q4_kx4),
-        GgmlType::Q6_K => |w, rb, a, ab, o| tiles::<BlockQ6K, BlockQ8K>(w, rb, a, ab, o, q6_kx4),
         _ => return None,
     };
     Some(f)
@@ -209,22 +209,6 @@ fn dot32_s(w0: v128, w1: v128, a: &Act32) -> v128 {
     i32x4_add(i32x4_add(s0, s1), i32x4_add(s2, s3))
 }
 
-/// Four i32 lanes summing to `sum(w[i] * a[i])` over 16 pairs, `w` unsigned
-/// in 0..=127.
-#[inline(always)]
-fn dot16_u(w: v128, a: v128) -> v128 {
-    #[cfg(target_feature = "relaxed-simd")]
-    {
-        i32x4_relaxed_dot_i8x16_i7x16_add(a, w, i32x4_splat(0))
-    }
-    #[cfg(not(target_feature = "relaxed-simd"))]
-    {
-        let lo = i32x4_dot_i16x8(u16x8_extend_low_u8x16(w), i16x8_extend_low_i8x16(a));
-        let hi = i32x4_dot_i16x8(u16x8_extend_high_u8x16(w), i16x8_extend_high_i8x16(a));
-        i32x4_add(lo, hi)
-    }
-}
-
 // ------------------------------------------------------- 32-element formats
 
 /// Q4_1 x Q8_1, four rows: `(dx * dy) * sumi + mx * sy` per block, as the
@@ -338,43 +322,6 @@ fn q4_kx4(w: [&[BlockQ4K]; 4], a: &[BlockQ8K]) -> v128 {
             f32x4_mul(f32x4_mul(d, dy), isum),
             f32x4_mul(f32x4_mul(dmin, dy), mins),
         );
-        acc = f32x4_add(acc, t);
-    }
-    acc
-}
-
-/// Q6_K x Q8_K, four rows: the unsigned 6-bit quants dotted per group of
-/// 16 and scaled, 32 times the scaled activation sums taken off, then
-/// `d * dy * isum` per lane (the SIMD128 per-row kernel's order).
-fn q6_kx4(w: [&[BlockQ6K]; 4], a: &[BlockQ8K]) -> v128 {
-    let n = a.len().min(w.iter().map(|r| r.len()).min().unwrap_or(0));
-    let (w0, w1, w2, w3) = (&w[0][..n], &w[1][..n], &w[2][..n], &w[3][..n]);
-    let mut acc = f32x4_splat(0.0);
-    for (b, by) in a[..n].iter().enumerate() {
-        let x = [&w0[b], &w1[b], &w2[b], &w3[b]];
-        let mut s = [i32x4_splat(0); 4];
-        for (r, bx) in x.iter().enumerate() {
-            for half in 0..2 {
-                let ql: [v128; 4] = core::array::from_fn(|i| ld(&bx.ql, 64 * half + 16 * i));
-                let qh = [ld(&bx.qh, 32 * half), ld(&bx.qh, 32 * half + 16)];
-                for g in 0..8 {
-                    // As the per-row kernel: group g of the half is elements
-                    // 32 k + 16 p, from ql[k % 2 * 2 + p] and qh bits 2k.
-                    let (k, p) = (g / 2, g % 2);
-                    let l = ql[(k % 2) * 2 + p];
-                    let low = if k < 2 { lo4(l) } else { hi4(l) };
-                    let high = v128_and(u8x16_shr(qh[p], 2 * k as u32), u8x16_splat(3));
-                    let q = v128_or(low, u8x16_shl(high, 4));
-                    let j = 8 * half + g;
-                    let d = dot16_u(q, ldi(&by.qs, 16 * j));
-                    s[r] = i32x4_add(s[r], i32x4_mul(d, i32x4_splat(i32::from(bx.scales[j]))));
-                }
-            }
-        }
-        let off = x.map(|bx| 32 * scaled_bsums(by, |j| i32::from(bx.scales[j])));
-        let isum = i32x4_sub(hsum4(s), i32x4(off[0], off[1], off[2], off[3]));
-        let d = h4(x.map(|bx| bx.d));
-        let t = f32x4_mul(f32x4_mul(d, f32x4_splat(by.d)), f32x4_convert_i32x4(isum));
         acc = f32x4_add(acc, t);
     }
     acc
