@@ -20,6 +20,8 @@ pub mod kquants;
 pub mod legacy;
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
 mod wasm;
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+pub(crate) use wasm::{h2f as simd128_h2f, vec_dot_f32 as simd128_vec_dot_f32};
 #[cfg(target_arch = "x86_64")]
 mod x86;
 

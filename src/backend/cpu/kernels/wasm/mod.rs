@@ -15,6 +15,8 @@
 mod gemm;
 mod simd128;
 
+pub(crate) use simd128::{h2f, vec_dot_f32};
+
 use super::{DotFn, GemmFn, Isa, QuantizeFn};
 use crate::quant::GgmlType;
 

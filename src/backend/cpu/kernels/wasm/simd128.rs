@@ -447,7 +447,7 @@ pub fn vec_dot_f32(x: &[f32], y: &[f32]) -> f32 {
 
 /// Four fp16 (zero-extended in u32 lanes) to f32, exactly as [`fp16`].
 #[inline(always)]
-pub(super) fn h2f(h: v128) -> v128 {
+pub(crate) fn h2f(h: v128) -> v128 {
     let sign = i32x4_shl(v128_and(h, u32x4_splat(0x8000)), 16);
     let em = v128_and(h, u32x4_splat(0x7FFF));
     let bits = i32x4_shl(em, 13);
