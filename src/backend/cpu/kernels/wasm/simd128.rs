@@ -2,8 +2,8 @@
 //! i16 then `i32x4.dot_i16x8_s` (exact), or, in a relaxed-SIMD build,
 //! `i32x4.relaxed_dot_i8x16_i7x16_add` where the weights are 7-bit unsigned.
 //!
-//! Formats whose quants carry an offset (Q4_0: nibble - 8, Q5_0: - 16, Q3_K:
-//! - 4, Q6_K: - 32) dot the unsigned quants and subtract `offset * sum(a)`,
+//! Formats whose quants carry an offset (Q4_0: nibble minus 8, Q5_0: minus
+//! 16, Q3_K: minus 4, Q6_K: minus 32) dot the unsigned quants and subtract `offset * sum(a)`,
 //! so the relaxed instruction applies to them too; the sums are exact
 //! either way. Q8_0 and IQ4 weights are signed and keep the plain path.
 //!
