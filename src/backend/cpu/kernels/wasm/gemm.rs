@@ -1,6 +1,7 @@
-//! SIMD128 tiles: four weight rows against one activation row per call,
-//! for decode (one token) and prefill (each token of the batch in turn,
-//! the four rows staying in L1).
+//! SIMD128 tiles: four weight rows against one activation row per call
+//! (decode), or against two (prefill: each weight block decoded and its
+//! scales converted once for both tokens; the rows stay in L1 across the
+//! batch).
 //!
 //! Why four rows: the per-row dot spends most of a block on scalar work
 //! (the horizontal sum of the integer lanes, two fp16 conversions, the
@@ -30,38 +31,49 @@ use half::f16;
 
 use super::simd128::{h2f, hi4, ld, ldi, lo4, q5_high, scaled_bsums};
 use crate::backend::cpu::kernels::kquants::scale_min_k4;
-use crate::backend::cpu::kernels::{blocks, GemmFn, Out};
+use crate::backend::cpu::kernels::{blocks, fp16, GemmFn, Out};
 use crate::quant::blocks::{BlockQ4K, BlockQ4_1, BlockQ5_0, BlockQ8K, BlockQ8_0, BlockQ8_1};
 use crate::quant::GgmlType;
 
 /// The tiled kernel of weight type `ty`, `None` where the matmul keeps
 /// dotting row by row.
 pub(super) fn gemm(ty: GgmlType) -> Option<GemmFn> {
+    type Q41 = (BlockQ4_1, BlockQ8_1);
+    type Q50 = (BlockQ5_0, BlockQ8_0);
+    type Q80 = (BlockQ8_0, BlockQ8_0);
     let f: GemmFn = match ty {
-        GgmlType::Q4_1 => |w, rb, a, ab, o| tiles::<BlockQ4_1, BlockQ8_1>(w, rb, a, ab, o, q4_1x4),
-        GgmlType::Q5_0 => |w, rb, a, ab, o| tiles::<BlockQ5_0, BlockQ8_0>(w, rb, a, ab, o, q5_0x4),
-        GgmlType::Q8_0 => |w, rb, a, ab, o| tiles::<BlockQ8_0, BlockQ8_0>(w, rb, a, ab, o, q8_0x4),
-        GgmlType::Q4_K => |w, rb, a, ab, o| tiles::<BlockQ4K, BlockQ8K>(w, rb, a, ab, o, q4_kx4),
+        GgmlType::Q4_1 => |w, rb, a, ab, o| tiles::<Q41>(w, rb, a, ab, o, q4_1x4::<1>, q4_1x4::<2>),
+        GgmlType::Q5_0 => |w, rb, a, ab, o| tiles::<Q50>(w, rb, a, ab, o, q5_0x4::<1>, q5_0x4::<2>),
+        GgmlType::Q8_0 => |w, rb, a, ab, o| tiles::<Q80>(w, rb, a, ab, o, q8_0x4::<1>, q8_0x4::<2>),
+        GgmlType::Q4_K => |w, rb, a, ab, o| {
+            tiles::<(BlockQ4K, BlockQ8K)>(w, rb, a, ab, o, q4_kx4, |w, a| {
+                [q4_kx4(w, [a[0]])[0], q4_kx4(w, [a[1]])[0]]
+            })
+        },
         _ => return None,
     };
     Some(f)
 }
 
-/// Four weight rows (the blocks of each) dotted with one activation row:
-/// the four results as f32 lanes. Rows shorter than the activation row are
-/// dotted over their common length.
-type Kernel4<W, A> = fn(w: [&[W]; 4], a: &[A]) -> v128;
+/// Four weight rows (the blocks of each) dotted with `T` activation rows:
+/// for each activation row, the four results as f32 lanes. Rows longer
+/// than the shortest are dotted over the common length.
+type Kernel<W, A, const T: usize> = fn(w: [&[W]; 4], a: [&[A]; T]) -> [v128; T];
 
-/// Every weight row of `weights` with every activation row of `acts`, four
-/// rows at a time (a last partial group repeats its last row and drops the
-/// copies' results). Computes nothing for shapes that do not fit `out`.
-fn tiles<W: Pod, A: Pod>(
+/// Every weight row of `weights` with every activation row of `acts`: four
+/// weight rows by two activation rows per `k2` call (the weight blocks
+/// decoded once for both), `k1` for an odd last token; a last partial
+/// group of rows repeats its last row and drops the copies' results.
+/// `F` is the (weight block, activation block) pair. Computes nothing for
+/// shapes that do not fit `out`.
+fn tiles<F: Formats>(
     weights: &[u8],
     row_bytes: usize,
     acts: &[u8],
     act_bytes: usize,
     out: Out<'_>,
-    k4: Kernel4<W, A>,
+    k1: Kernel<F::W, F::A, 1>,
+    k2: Kernel<F::W, F::A, 2>,
 ) {
     if row_bytes == 0 || act_bytes == 0 {
         return;
@@ -75,18 +87,18 @@ fn tiles<W: Pod, A: Pod>(
         row_stride,
         tok_stride,
     } = out;
+    let act = |t: usize| blocks::<F::A>(&acts[t * act_bytes..(t + 1) * act_bytes]);
     let mut sink = 0u8;
     for r0 in (0..rows).step_by(4) {
         sink ^= touch_ahead(weights, r0 * row_bytes, 4 * row_bytes);
         let row = |i: usize| {
             let r = (r0 + i).min(rows - 1);
-            blocks::<W>(&weights[r * row_bytes..(r + 1) * row_bytes])
+            blocks::<F::W>(&weights[r * row_bytes..(r + 1) * row_bytes])
         };
         let ws = [row(0), row(1), row(2), row(3)];
         let wr = [&*ws[0], &*ws[1], &*ws[2], &*ws[3]];
         let live = (rows - r0).min(4);
-        for (t, arow) in acts.chunks_exact(act_bytes).enumerate() {
-            let v = k4(wr, &blocks::<A>(arow));
+        let mut put = |t: usize, v: v128| {
             let lanes = [
                 f32x4_extract_lane::<0>(v),
                 f32x4_extract_lane::<1>(v),
@@ -96,9 +108,41 @@ fn tiles<W: Pod, A: Pod>(
             for (i, &x) in lanes.iter().enumerate().take(live) {
                 out[(r0 + i) * row_stride + t * tok_stride] = x;
             }
+        };
+        for t in (0..toks).step_by(2) {
+            let a0 = act(t);
+            if t + 1 < toks {
+                let a1 = act(t + 1);
+                let [v0, v1] = k2(wr, [&a0, &a1]);
+                put(t, v0);
+                put(t + 1, v1);
+            } else {
+                let [v0] = k1(wr, [&a0]);
+                put(t, v0);
+            }
         }
     }
     core::hint::black_box(sink);
+}
+
+/// A weight block type and the activation block type it dots with.
+trait Formats {
+    /// The weight block.
+    type W: Pod;
+    /// The activation block.
+    type A: Pod;
+}
+
+impl<W: Pod, A: Pod> Formats for (W, A) {
+    type W = W;
+    type A = A;
+}
+
+/// The number of blocks every row of `w` and `a` has.
+#[inline(always)]
+fn common<W, A, const T: usize>(w: &[&[W]; 4], a: &[&[A]; T]) -> usize {
+    let nw = w.iter().map(|r| r.len()).min().unwrap_or(0);
+    a.iter().map(|r| r.len()).min().unwrap_or(0).min(nw)
 }
 
 /// How far ahead of the tile [`touch_ahead`] reads: past the next 4 KiB
@@ -211,77 +255,90 @@ fn dot32_s(w0: v128, w1: v128, a: &Act32) -> v128 {
 
 // ------------------------------------------------------- 32-element formats
 
-/// Q4_1 x Q8_1, four rows: `(dx * dy) * sumi + mx * sy` per block, as the
-/// scalar kernel.
-fn q4_1x4(w: [&[BlockQ4_1]; 4], a: &[BlockQ8_1]) -> v128 {
-    let n = a.len().min(w.iter().map(|r| r.len()).min().unwrap_or(0));
-    let (w0, w1, w2, w3) = (&w[0][..n], &w[1][..n], &w[2][..n], &w[3][..n]);
-    let mut acc = f32x4_splat(0.0);
-    for (b, by) in a[..n].iter().enumerate() {
-        let act = act32(&by.qs, 0);
-        let dot = |q: &[u8; 16]| {
-            let q = ld(q, 0);
-            dot32_u(lo4(q), hi4(q), &act)
-        };
-        let sumi = hsum4([
-            dot(&w0[b].qs),
-            dot(&w1[b].qs),
-            dot(&w2[b].qs),
-            dot(&w3[b].qs),
-        ]);
-        let dx = h4([w0[b].d, w1[b].d, w2[b].d, w3[b].d]);
-        let mx = h4([w0[b].m, w1[b].m, w2[b].m, w3[b].m]);
-        let dy = f32x4_splat(by.d.to_f32());
-        let sy = f32x4_splat(by.s.to_f32());
-        let t = f32x4_add(
-            f32x4_mul(f32x4_mul(dx, dy), f32x4_convert_i32x4(sumi)),
-            f32x4_mul(mx, sy),
-        );
-        acc = f32x4_add(acc, t);
+/// Q4_1 x Q8_1, four rows by `T` activation rows: `(dx * dy) * sumi + mx *
+/// sy` per block, as the scalar kernel.
+fn q4_1x4<const T: usize>(w: [&[BlockQ4_1]; 4], a: [&[BlockQ8_1]; T]) -> [v128; T] {
+    let n = common(&w, &a);
+    let w = w.map(|r| &r[..n]);
+    let a = a.map(|r| &r[..n]);
+    let mut acc = [f32x4_splat(0.0); T];
+    for b in 0..n {
+        let x = [&w[0][b], &w[1][b], &w[2][b], &w[3][b]];
+        let q = x.map(|bx| ld(&bx.qs, 0));
+        let (lo, hi) = (q.map(lo4), q.map(hi4));
+        let dx = h4(x.map(|bx| bx.d));
+        let mx = h4(x.map(|bx| bx.m));
+        for t in 0..T {
+            let by = &a[t][b];
+            let act = act32(&by.qs, 0);
+            let sumi = hsum4([
+                dot32_u(lo[0], hi[0], &act),
+                dot32_u(lo[1], hi[1], &act),
+                dot32_u(lo[2], hi[2], &act),
+                dot32_u(lo[3], hi[3], &act),
+            ]);
+            let dy = f32x4_splat(fp16(by.d));
+            let sy = f32x4_splat(fp16(by.s));
+            let v = f32x4_add(
+                f32x4_mul(f32x4_mul(dx, dy), f32x4_convert_i32x4(sumi)),
+                f32x4_mul(mx, sy),
+            );
+            acc[t] = f32x4_add(acc[t], v);
+        }
     }
     acc
 }
 
-/// Q5_0 x Q8_0, four rows: the unsigned quants (0..32) dotted, then 16
-/// times the activation sum taken off; `(dx * dy) * sumi` per block.
-fn q5_0x4(w: [&[BlockQ5_0]; 4], a: &[BlockQ8_0]) -> v128 {
-    let n = a.len().min(w.iter().map(|r| r.len()).min().unwrap_or(0));
-    let (w0, w1, w2, w3) = (&w[0][..n], &w[1][..n], &w[2][..n], &w[3][..n]);
-    let mut acc = f32x4_splat(0.0);
+/// Q5_0 x Q8_0, four rows by `T` activation rows: the unsigned quants
+/// (0..32) dotted, then 16 times the activation sum taken off; `(dx * dy)
+/// * sumi` per block.
+fn q5_0x4<const T: usize>(w: [&[BlockQ5_0]; 4], a: [&[BlockQ8_0]; T]) -> [v128; T] {
+    let n = common(&w, &a);
+    let w = w.map(|r| &r[..n]);
+    let a = a.map(|r| &r[..n]);
+    let mut acc = [f32x4_splat(0.0); T];
     let sixteen = u8x16_splat(16);
-    for (b, by) in a[..n].iter().enumerate() {
-        let act = act32(&by.qs, 0);
-        let off = dot32_u(sixteen, sixteen, &act);
-        let dot = |x: &BlockQ5_0| {
-            let q = ld(&x.qs, 0);
-            let (h0, h1) = q5_high(x.qh);
-            i32x4_sub(dot32_u(v128_or(lo4(q), h0), v128_or(hi4(q), h1), &act), off)
-        };
-        let sumi = hsum4([dot(&w0[b]), dot(&w1[b]), dot(&w2[b]), dot(&w3[b])]);
-        let dx = h4([w0[b].d, w1[b].d, w2[b].d, w3[b].d]);
-        let dy = f32x4_splat(by.d.to_f32());
-        acc = f32x4_add(acc, f32x4_mul(f32x4_mul(dx, dy), f32x4_convert_i32x4(sumi)));
+    for b in 0..n {
+        let x = [&w[0][b], &w[1][b], &w[2][b], &w[3][b]];
+        let q = x.map(|bx| {
+            let q = ld(&bx.qs, 0);
+            let (h0, h1) = q5_high(bx.qh);
+            (v128_or(lo4(q), h0), v128_or(hi4(q), h1))
+        });
+        let dx = h4(x.map(|bx| bx.d));
+        for t in 0..T {
+            let by = &a[t][b];
+            let act = act32(&by.qs, 0);
+            let off = dot32_u(sixteen, sixteen, &act);
+            let dot = |(w0, w1): (v128, v128)| i32x4_sub(dot32_u(w0, w1, &act), off);
+            let sumi = hsum4([dot(q[0]), dot(q[1]), dot(q[2]), dot(q[3])]);
+            let dy = f32x4_splat(fp16(by.d));
+            let v = f32x4_mul(f32x4_mul(dx, dy), f32x4_convert_i32x4(sumi));
+            acc[t] = f32x4_add(acc[t], v);
+        }
     }
     acc
 }
 
-/// Q8_0 x Q8_0, four rows: `sumi * (dx * dy)` per block, as the scalar kernel.
-fn q8_0x4(w: [&[BlockQ8_0]; 4], a: &[BlockQ8_0]) -> v128 {
-    let n = a.len().min(w.iter().map(|r| r.len()).min().unwrap_or(0));
-    let (w0, w1, w2, w3) = (&w[0][..n], &w[1][..n], &w[2][..n], &w[3][..n]);
-    let mut acc = f32x4_splat(0.0);
-    for (b, by) in a[..n].iter().enumerate() {
-        let act = act32(&by.qs, 0);
-        let dot = |q: &[i8; 32]| dot32_s(ldi(q, 0), ldi(q, 16), &act);
-        let sumi = hsum4([
-            dot(&w0[b].qs),
-            dot(&w1[b].qs),
-            dot(&w2[b].qs),
-            dot(&w3[b].qs),
-        ]);
-        let dx = h4([w0[b].d, w1[b].d, w2[b].d, w3[b].d]);
-        let dy = f32x4_splat(by.d.to_f32());
-        acc = f32x4_add(acc, f32x4_mul(f32x4_convert_i32x4(sumi), f32x4_mul(dx, dy)));
+/// Q8_0 x Q8_0, four rows by `T` activation rows: `sumi * (dx * dy)` per
+/// block, as the scalar kernel.
+fn q8_0x4<const T: usize>(w: [&[BlockQ8_0]; 4], a: [&[BlockQ8_0]; T]) -> [v128; T] {
+    let n = common(&w, &a);
+    let w = w.map(|r| &r[..n]);
+    let a = a.map(|r| &r[..n]);
+    let mut acc = [f32x4_splat(0.0); T];
+    for b in 0..n {
+        let x = [&w[0][b], &w[1][b], &w[2][b], &w[3][b]];
+        let dx = h4(x.map(|bx| bx.d));
+        for t in 0..T {
+            let by = &a[t][b];
+            let act = act32(&by.qs, 0);
+            let dot = |q: &[i8; 32]| dot32_s(ldi(q, 0), ldi(q, 16), &act);
+            let sumi = hsum4([dot(&x[0].qs), dot(&x[1].qs), dot(&x[2].qs), dot(&x[3].qs)]);
+            let dy = f32x4_splat(fp16(by.d));
+            let v = f32x4_mul(f32x4_convert_i32x4(sumi), f32x4_mul(dx, dy));
+            acc[t] = f32x4_add(acc[t], v);
+        }
     }
     acc
 }
@@ -291,8 +348,9 @@ fn q8_0x4(w: [&[BlockQ8_0]; 4], a: &[BlockQ8_0]) -> v128 {
 /// Q4_K x Q8_K, four rows: each block's exact `sum_j sc_j * dot_j` and
 /// `sum_j min_j * bsum_j`, then `d * dy * isum - dmin * dy * mins` per lane
 /// (the SIMD128 per-row kernel's order).
-fn q4_kx4(w: [&[BlockQ4K]; 4], a: &[BlockQ8K]) -> v128 {
-    let n = a.len().min(w.iter().map(|r| r.len()).min().unwrap_or(0));
+fn q4_kx4(w: [&[BlockQ4K]; 4], a: [&[BlockQ8K]; 1]) -> [v128; 1] {
+    let n = common(&w, &a);
+    let a = a[0];
     let (w0, w1, w2, w3) = (&w[0][..n], &w[1][..n], &w[2][..n], &w[3][..n]);
     let mut acc = f32x4_splat(0.0);
     for (b, by) in a[..n].iter().enumerate() {
@@ -324,5 +382,5 @@ fn q4_kx4(w: [&[BlockQ4K]; 4], a: &[BlockQ8K]) -> v128 {
         );
         acc = f32x4_add(acc, t);
     }
-    acc
+    [acc]
 }
