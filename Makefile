@@ -77,8 +77,8 @@ bench-webgpu: setup
 	python3 scripts/bench.py webgpu
 
 # --- CPU kernels on other ISAs ---
-# The kernel tests (tests/backend_kernels_isa.rs) built for wasm32-wasip1
-# with SIMD128, run in Node's WASI (.cargo/config.toml names the runner).
+# The kernel tests (tests/backend_kernels_isa.rs, and the attention kernels
+# of tests/cpu_attention.rs) built for wasm32-wasip1 with SIMD128, run in Node's WASI (.cargo/config.toml names the runner).
 # Part of `make test`. test-wasm-relaxed: the relaxed-SIMD build (its own
 # target dir, Node's relaxed-SIMD flag); not yet in `make test`.
 WASM_RELAXED_FLAGS := -C target-feature=+simd128,+relaxed-simd
@@ -88,7 +88,7 @@ setup-neon:
 	bash scripts/setup-neon.sh
 
 test-wasm-kernels:
-	$(CARGO) test -p hearth --target wasm32-wasip1 --test backend_kernels_isa
+	$(CARGO) test -p hearth --target wasm32-wasip1 --test backend_kernels_isa --test cpu_attention
 
 test-wasm-relaxed:
 	CARGO_TARGET_WASM32_WASIP1_RUSTFLAGS="$(WASM_RELAXED_FLAGS)" \

@@ -401,3 +401,72 @@ fn isa_gemm_integer_tiles_are_exact() {
         }
     }
 }
+
+#[test]
+fn one_token_tiles_equal_the_per_row_dots_bit_for_bit() {
+    // Where a one-token matmul runs the tiles, a token's results must not
+    // depend on its batch, nor differ from the table's own per-row dot: the
+    // SIMD128 tiles keep the per-row float order lane by lane. On x86 the
+    // tiles run for one token only where the format's tile decodes faster,
+    // and may sum in another order, so only wasm32 is held to this.
+    if !cfg!(target_arch = "wasm32") {
+        return;
+    }
+    let scalar = KernelTable::scalar();
+    for isa in fast_isas() {
+        let table = KernelTable::with_isa(isa).expect("available ISA");
+        for (i, &ty) in WEIGHT_TYPES.iter().enumerate() {
+            let k = table.weight(ty).expect("kernel");
+            let tiled = [
+                GgmlType::Q4_1,
+                GgmlType::Q5_0,
+                GgmlType::Q8_0,
+                GgmlType::Q4_K,
+            ];
+            if isa == Isa::Simd128 && tiled.contains(&ty) {
+                assert!(k.gemm.is_some(), "{isa} {ty}: no tiled kernel");
+            }
+            let Some(gemm) = k.gemm else { continue };
+            assert!(k.gemm_one_token, "{isa} {ty}: tiles not used for one token");
+            let ks = scalar.weight(ty).expect("scalar kernel");
+            let seed = 12_000 + 100 * isa as u64 + i as u64;
+            let mut rng = Rng::new(seed);
+            let be = ty.block_elems().max(32);
+            for (rows, toks, blocks) in [(1, 1, 1), (7, 3, 2), (4, 1, 18), (9, 2, 20)] {
+                let n = blocks * be;
+                let (_, wq) = quantized_rows(&mut rng, ty, rows, n);
+                let (_, aq) = quantized_rows(&mut rng, k.vec_dot_type, toks, n);
+                let (rb, ab) = (wq.len() / rows, aq.len() / toks);
+                let mut out = vec![0.0f32; rows * toks];
+                let o = hearth::backend::cpu::kernels::Out {
+                    out: &mut out,
+                    row_stride: toks,
+                    tok_stride: 1,
+                };
+                gemm(&wq, rb, &aq, ab, o);
+                for r in 0..rows {
+                    for t in 0..toks {
+                        let (wrow, arow) = (&wq[r * rb..(r + 1) * rb], &aq[t * ab..(t + 1) * ab]);
+                        let got = out[r * toks + t];
+                        let ctx =
+                            format!("{isa} {ty} seed {seed} {rows}x{toks}x{blocks} r {r} t {t}");
+                        let own = (k.vec_dot)(wrow, arow);
+                        assert_eq!(
+                            got.to_bits(),
+                            own.to_bits(),
+                            "{ctx}: {got} vs own dot {own}"
+                        );
+                        if bit_identical(ty) {
+                            let want = (ks.vec_dot)(wrow, arow);
+                            assert_eq!(
+                                got.to_bits(),
+                                want.to_bits(),
+                                "{ctx}: {got} vs scalar {want}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,6 +1,6 @@
 //! The row kernels of the fast attention (`attn_fast`): a table of
 //! function pointers filled once for the ISA the CPU has (AVX-512, AVX2 with
-//! F16C, or portable scalar), each working on a whole tile of keys so one
+//! F16C, wasm SIMD128, or portable scalar), each working on a whole tile of keys so one
 //! indirect call covers tens of rows.
 
 use super::attention::KvRef;
@@ -68,7 +68,14 @@ impl AttnKernels {
         {
             super::attn_x86::kernels(isa).or_else(|| Some(Self::scalar()))
         }
-        #[cfg(not(target_arch = "x86_64"))]
+        #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+        {
+            super::attn_wasm::kernels(isa).or_else(|| Some(Self::scalar()))
+        }
+        #[cfg(not(any(
+            target_arch = "x86_64",
+            all(target_arch = "wasm32", target_feature = "simd128")
+        )))]
         {
             Some(Self::scalar())
         }

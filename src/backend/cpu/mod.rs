@@ -6,6 +6,8 @@
 pub mod attention;
 mod attn_fast;
 pub mod attn_kernels;
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+mod attn_wasm;
 #[cfg(target_arch = "x86_64")]
 mod attn_x86;
 pub mod backend;

@@ -5,8 +5,10 @@
 //! Every recorded op is timed; at each `submit` (the end of one forward
 //! pass) the pass's times go to the decode bucket (one token) or the prefill
 //! bucket (more), and when the backend is dropped both buckets are printed
-//! to stderr as milliseconds per token per op kind. Off (and free) on wasm32,
-//! which has no clock the core crate may use.
+//! to stderr as milliseconds per token per op kind. On wasm32 only under
+//! WASI (`wasm32-wasip1`, e.g. the decode_speed example in Node), whose
+//! clock `std::time::Instant` reads; off (and free) in browsers, where the
+//! core crate has no clock.
 
 use std::cell::RefCell;
 
@@ -82,7 +84,7 @@ struct State {
 /// Seconds on the profile's clock, from an arbitrary origin.
 type Clock = f64;
 
-#[cfg(not(target_arch = "wasm32"))]
+#[cfg(any(not(target_arch = "wasm32"), target_os = "wasi"))]
 fn now(cpu: bool) -> Clock {
     #[cfg(target_os = "linux")]
     if cpu {
@@ -102,7 +104,7 @@ fn now(cpu: bool) -> Clock {
     }
     ORIGIN.with(|o| o.elapsed().as_secs_f64())
 }
-#[cfg(target_arch = "wasm32")]
+#[cfg(all(target_arch = "wasm32", not(target_os = "wasi")))]
 fn now(_: bool) -> Clock {
     0.0
 }
@@ -112,10 +114,12 @@ fn secs_between(a: Clock, b: Clock) -> f64 {
 }
 
 impl Profile {
-    /// On when the environment says `HEARTH_PROFILE=1` (never on wasm32).
+    /// On when the environment says `HEARTH_PROFILE=1` (never on wasm32
+    /// outside WASI).
     pub(super) fn from_env() -> Self {
         let var = std::env::var("HEARTH_PROFILE").unwrap_or_default();
-        let on = cfg!(not(target_arch = "wasm32")) && (var == "1" || var == "cpu");
+        let clock = cfg!(any(not(target_arch = "wasm32"), target_os = "wasi"));
+        let on = clock && (var == "1" || var == "cpu");
         Self {
             inner: on.then(|| RefCell::new(State::default())),
             cpu: var == "cpu",

@@ -20,6 +20,8 @@ pub mod kquants;
 pub mod legacy;
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
 mod wasm;
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+pub(crate) use wasm::{h2f as simd128_h2f, vec_dot_f32 as simd128_vec_dot_f32};
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
@@ -461,6 +463,11 @@ impl KernelTable {
         if let Some(gemm) = x86::gemm(self.isa, ty) {
             k.gemm = Some(gemm);
             k.gemm_one_token = x86::gemm_one_token(self.isa, ty);
+        }
+        #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+        if let Some(gemm) = wasm::gemm(self.isa, ty) {
+            k.gemm = Some(gemm);
+            k.gemm_one_token = true;
         }
         Some(k)
     }

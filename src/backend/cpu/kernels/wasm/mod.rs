@@ -12,9 +12,12 @@
 //! formats, Q2_K, IQ4_XS and the float dots are bit-identical; Q3_K .. Q6_K
 //! scale each block's exact integer sum once and differ by f32 rounding only.
 
+mod gemm;
 mod simd128;
 
-use super::{DotFn, Isa, QuantizeFn};
+pub(crate) use simd128::{h2f, vec_dot_f32};
+
+use super::{DotFn, GemmFn, Isa, QuantizeFn};
 use crate::quant::GgmlType;
 
 /// Whether this build runs `isa`'s kernels (SIMD128 is fixed at compile time).
@@ -36,6 +39,16 @@ pub(super) fn vec_dot(isa: Isa, ty: GgmlType) -> Option<DotFn> {
 pub(super) fn quantizer(isa: Isa, ty: GgmlType) -> Option<QuantizeFn> {
     match isa {
         Isa::Simd128 => simd128::quantizer(ty),
+        _ => None,
+    }
+}
+
+/// The SIMD128 tiled kernel of weight type `ty` under `isa`, `None` where
+/// the matmul dots row by row. Its results equal the per-row dot's bit for
+/// bit, so the matmul runs it for one token too.
+pub(super) fn gemm(isa: Isa, ty: GgmlType) -> Option<GemmFn> {
+    match isa {
+        Isa::Simd128 => gemm::gemm(ty),
         _ => None,
     }
 }

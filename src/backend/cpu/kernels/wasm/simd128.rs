@@ -2,8 +2,8 @@
 //! i16 then `i32x4.dot_i16x8_s` (exact), or, in a relaxed-SIMD build,
 //! `i32x4.relaxed_dot_i8x16_i7x16_add` where the weights are 7-bit unsigned.
 //!
-//! Formats whose quants carry an offset (Q4_0: nibble - 8, Q5_0: - 16, Q3_K:
-//! - 4, Q6_K: - 32) dot the unsigned quants and subtract `offset * sum(a)`,
+//! Formats whose quants carry an offset (Q4_0: nibble minus 8, Q5_0: minus
+//! 16, Q3_K: minus 4, Q6_K: minus 32) dot the unsigned quants and subtract `offset * sum(a)`,
 //! so the relaxed instruction applies to them too; the sums are exact
 //! either way. Q8_0 and IQ4 weights are signed and keep the plain path.
 //!
@@ -63,7 +63,7 @@ pub(super) fn quantizer(ty: GgmlType) -> Option<QuantizeFn> {
 /// The 16 bytes at `p[at..at + 16]`; zeros if `p` is shorter (the callers'
 /// fixed-size block fields rule that out, and the check folds away).
 #[inline(always)]
-fn ld(p: &[u8], at: usize) -> v128 {
+pub(super) fn ld(p: &[u8], at: usize) -> v128 {
     match p.get(at..at + 16) {
         // SAFETY: the slice holds 16 readable bytes; `v128.load` has no
         // alignment requirement.
@@ -74,7 +74,7 @@ fn ld(p: &[u8], at: usize) -> v128 {
 
 /// [`ld`] for int8 quants.
 #[inline(always)]
-fn ldi(p: &[i8], at: usize) -> v128 {
+pub(super) fn ldi(p: &[i8], at: usize) -> v128 {
     ld(bytemuck::cast_slice(p), at)
 }
 
@@ -100,7 +100,7 @@ fn st(p: &mut [i8], at: usize, v: v128) {
 
 /// Sum of four i32 lanes (wrapping, as the scalar sums are exact anyway).
 #[inline(always)]
-fn hsum(v: v128) -> i32 {
+pub(super) fn hsum(v: v128) -> i32 {
     i32x4_extract_lane::<0>(v)
         .wrapping_add(i32x4_extract_lane::<1>(v))
         .wrapping_add(i32x4_extract_lane::<2>(v))
@@ -153,19 +153,19 @@ fn dot32_offset(w0: v128, w1: v128, a0: v128, a1: v128, off: i8) -> i32 {
 
 /// Low nibbles of the 16 bytes of `v`.
 #[inline(always)]
-fn lo4(v: v128) -> v128 {
+pub(super) fn lo4(v: v128) -> v128 {
     v128_and(v, u8x16_splat(0x0F))
 }
 
 /// High nibbles of the 16 bytes of `v`.
 #[inline(always)]
-fn hi4(v: v128) -> v128 {
+pub(super) fn hi4(v: v128) -> v128 {
     u8x16_shr(v, 4)
 }
 
 /// The fifth bits of a Q5 block as bytes `0x10` / `0`: elements 0..16, 16..32.
 #[inline(always)]
-fn q5_high(qh: [u8; 4]) -> (v128, v128) {
+pub(super) fn q5_high(qh: [u8; 4]) -> (v128, v128) {
     let h = u32x4_splat(u32::from_le_bytes(qh));
     let bits = u8x16(1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128);
     let spread = |i: u8, j: u8| {
@@ -306,7 +306,7 @@ pub fn vec_dot_q2_k_q8_k(x: &[BlockQ2K], y: &[BlockQ8K]) -> f32 {
 
 /// `sum_j scale[j] * bsums[j]` over a block's sixteen 16-element groups.
 #[inline(always)]
-fn scaled_bsums(by: &BlockQ8K, scale: impl Fn(usize) -> i32) -> i32 {
+pub(super) fn scaled_bsums(by: &BlockQ8K, scale: impl Fn(usize) -> i32) -> i32 {
     (0..16).map(|j| i32::from(by.bsums[j]) * scale(j)).sum()
 }
 
@@ -447,7 +447,7 @@ pub fn vec_dot_f32(x: &[f32], y: &[f32]) -> f32 {
 
 /// Four fp16 (zero-extended in u32 lanes) to f32, exactly as [`fp16`].
 #[inline(always)]
-fn h2f(h: v128) -> v128 {
+pub(crate) fn h2f(h: v128) -> v128 {
     let sign = i32x4_shl(v128_and(h, u32x4_splat(0x8000)), 16);
     let em = v128_and(h, u32x4_splat(0x7FFF));
     let bits = i32x4_shl(em, 13);

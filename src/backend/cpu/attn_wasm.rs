@@ -1,0 +1,68 @@
+//! SIMD128 attention kernels (wasm32 builds with `+simd128`).
+//!
+//! Decode attention in wasm spent most of its time widening the f16 cache
+//! to f32 one value at a time (a branchy conversion per element): the
+//! gather here widens eight per step with the exact conversion of the
+//! matmul kernels, and the key scores use the SIMD128 f32 dot, whose lane
+//! order is the scalar one. Both are bit-identical to the scalar kernels;
+//! the exponentials, weighted sums and scaling stay scalar (LLVM
+//! vectorizes the last two).
+
+use core::arch::wasm32::*;
+
+use super::attention::KvRef;
+use super::attn_kernels::{gather_scalar, AttnKernels};
+use super::kernels::{fp16, simd128_h2f, simd128_vec_dot_f32, Isa};
+
+/// The kernels of `isa`: SIMD128's, `None` for the others.
+pub(super) fn kernels(isa: Isa) -> Option<AttnKernels> {
+    match isa {
+        Isa::Simd128 => Some(AttnKernels {
+            isa,
+            gather,
+            scores,
+            ..AttnKernels::scalar()
+        }),
+        _ => None,
+    }
+}
+
+/// [`super::attn_kernels::GatherFn`]: f16 rows widened eight values at a
+/// time (f32 rows are plain copies, as in the scalar kernel).
+fn gather(src: KvRef<'_>, slots: &[usize], stride: usize, off: usize, dst: &mut [f32]) {
+    let KvRef::F16(v) = src else {
+        return gather_scalar(src, slots, stride, off, dst);
+    };
+    let width = dst.len() / slots.len().max(1);
+    for (d, &s) in dst.chunks_exact_mut(width.max(1)).zip(slots) {
+        let at = s * stride + off;
+        let Some(row) = v.get(at..at + d.len()) else {
+            // The caller bounds-checks every row; keep the scalar behaviour.
+            return gather_scalar(src, slots, stride, off, dst);
+        };
+        let n = d.len() / 8 * 8;
+        let (bytes, out) = (bytemuck::cast_slice::<_, u8>(&row[..n]), &mut d[..n]);
+        for (h, o) in bytes.chunks_exact(16).zip(out.chunks_exact_mut(8)) {
+            // SAFETY: `h` holds 16 readable bytes and `o` 8 writable f32
+            // (32 bytes); `v128` loads and stores need no alignment.
+            unsafe {
+                let x = v128_load(h.as_ptr().cast());
+                let lo = simd128_h2f(u32x4_extend_low_u16x8(x));
+                let hi = simd128_h2f(u32x4_extend_high_u16x8(x));
+                v128_store(o.as_mut_ptr().cast(), lo);
+                v128_store(o.as_mut_ptr().add(4).cast(), hi);
+            }
+        }
+        for (o, &h) in d[n..].iter_mut().zip(&row[n..]) {
+            *o = fp16(h);
+        }
+    }
+}
+
+/// [`super::attn_kernels::ScoresFn`] with the SIMD128 f32 dot.
+fn scores(q: &[f32], tile: &[f32], out: &mut [f32]) {
+    let w = q.len().max(1);
+    for (o, k) in out.iter_mut().zip(tile.chunks_exact(w)) {
+        *o = simd128_vec_dot_f32(k, q);
+    }
+}

@@ -1,0 +1,386 @@
+//! SIMD128 tiles: four weight rows against one activation row per call
+//! (decode), or against two (prefill: each weight block decoded and its
+//! scales converted once for both tokens; the rows stay in L1 across the
+//! batch).
+//!
+//! Why four rows: the per-row dot spends most of a block on scalar work
+//! (the horizontal sum of the integer lanes, two fp16 conversions, the
+//! float update). Four rows share the activation block's loads and
+//! widening, reduce their four integer sums with one transpose, convert
+//! their scales in one vector, and keep one f32 accumulator lane per row.
+//!
+//! Lane `r` performs exactly the scalar kernel's float operations for row
+//! `r`, in the same order (blocks one after another, no fused multiply-add
+//! in SIMD128), on integer sums that are exact: every tile result is
+//! bit-identical to the SIMD128 per-row dot of the same pair, so a token's
+//! results do not depend on its batch, and the 32-element formats stay
+//! bit-identical to the scalar kernels.
+//!
+//! Q6_K keeps the per-row dot: its four-row form measured slower (the
+//! decode of six-bit quants leaves no registers for four rows).
+//!
+//! In a relaxed-SIMD build the unsigned quants (4 and 5 bits) are dotted
+//! with `i32x4.relaxed_dot_i8x16_i7x16_add` (exact for a 7-bit unsigned
+//! operand); offsets are taken off through the activation sums, as in the
+//! per-row kernels.
+
+use core::arch::wasm32::*;
+
+use bytemuck::Pod;
+use half::f16;
+
+use super::simd128::{h2f, hi4, ld, ldi, lo4, q5_high, scaled_bsums};
+use crate::backend::cpu::kernels::kquants::scale_min_k4;
+use crate::backend::cpu::kernels::{blocks, fp16, GemmFn, Out};
+use crate::quant::blocks::{BlockQ4K, BlockQ4_1, BlockQ5_0, BlockQ8K, BlockQ8_0, BlockQ8_1};
+use crate::quant::GgmlType;
+
+/// The tiled kernel of weight type `ty`, `None` where the matmul keeps
+/// dotting row by row.
+pub(super) fn gemm(ty: GgmlType) -> Option<GemmFn> {
+    type Q41 = (BlockQ4_1, BlockQ8_1);
+    type Q50 = (BlockQ5_0, BlockQ8_0);
+    type Q80 = (BlockQ8_0, BlockQ8_0);
+    let f: GemmFn = match ty {
+        GgmlType::Q4_1 => |w, rb, a, ab, o| tiles::<Q41>(w, rb, a, ab, o, q4_1x4::<1>, q4_1x4::<2>),
+        GgmlType::Q5_0 => |w, rb, a, ab, o| tiles::<Q50>(w, rb, a, ab, o, q5_0x4::<1>, q5_0x4::<2>),
+        GgmlType::Q8_0 => |w, rb, a, ab, o| tiles::<Q80>(w, rb, a, ab, o, q8_0x4::<1>, q8_0x4::<2>),
+        GgmlType::Q4_K => |w, rb, a, ab, o| {
+            tiles::<(BlockQ4K, BlockQ8K)>(w, rb, a, ab, o, q4_kx4, |w, a| {
+                [q4_kx4(w, [a[0]])[0], q4_kx4(w, [a[1]])[0]]
+            })
+        },
+        _ => return None,
+    };
+    Some(f)
+}
+
+/// Four weight rows (the blocks of each) dotted with `T` activation rows:
+/// for each activation row, the four results as f32 lanes. Rows longer
+/// than the shortest are dotted over the common length.
+type Kernel<W, A, const T: usize> = fn(w: [&[W]; 4], a: [&[A]; T]) -> [v128; T];
+
+/// Every weight row of `weights` with every activation row of `acts`: four
+/// weight rows by two activation rows per `k2` call (the weight blocks
+/// decoded once for both), `k1` for an odd last token; a last partial
+/// group of rows repeats its last row and drops the copies' results.
+/// `F` is the (weight block, activation block) pair. Computes nothing for
+/// shapes that do not fit `out`.
+fn tiles<F: Formats>(
+    weights: &[u8],
+    row_bytes: usize,
+    acts: &[u8],
+    act_bytes: usize,
+    out: Out<'_>,
+    k1: Kernel<F::W, F::A, 1>,
+    k2: Kernel<F::W, F::A, 2>,
+) {
+    if row_bytes == 0 || act_bytes == 0 {
+        return;
+    }
+    let (rows, toks) = (weights.len() / row_bytes, acts.len() / act_bytes);
+    if rows == 0 || toks == 0 || !out.fits(rows, toks) {
+        return;
+    }
+    let Out {
+        out,
+        row_stride,
+        tok_stride,
+    } = out;
+    let act = |t: usize| blocks::<F::A>(&acts[t * act_bytes..(t + 1) * act_bytes]);
+    let mut sink = 0u8;
+    for r0 in (0..rows).step_by(4) {
+        sink ^= touch_ahead(weights, r0 * row_bytes, 4 * row_bytes);
+        let row = |i: usize| {
+            let r = (r0 + i).min(rows - 1);
+            blocks::<F::W>(&weights[r * row_bytes..(r + 1) * row_bytes])
+        };
+        let ws = [row(0), row(1), row(2), row(3)];
+        let wr = [&*ws[0], &*ws[1], &*ws[2], &*ws[3]];
+        let live = (rows - r0).min(4);
+        let mut put = |t: usize, v: v128| {
+            let lanes = [
+                f32x4_extract_lane::<0>(v),
+                f32x4_extract_lane::<1>(v),
+                f32x4_extract_lane::<2>(v),
+                f32x4_extract_lane::<3>(v),
+            ];
+            for (i, &x) in lanes.iter().enumerate().take(live) {
+                out[(r0 + i) * row_stride + t * tok_stride] = x;
+            }
+        };
+        for t in (0..toks).step_by(2) {
+            let a0 = act(t);
+            if t + 1 < toks {
+                let a1 = act(t + 1);
+                let [v0, v1] = k2(wr, [&a0, &a1]);
+                put(t, v0);
+                put(t + 1, v1);
+            } else {
+                let [v0] = k1(wr, [&a0]);
+                put(t, v0);
+            }
+        }
+    }
+    core::hint::black_box(sink);
+}
+
+/// A weight block type and the activation block type it dots with.
+trait Formats {
+    /// The weight block.
+    type W: Pod;
+    /// The activation block.
+    type A: Pod;
+}
+
+impl<W: Pod, A: Pod> Formats for (W, A) {
+    type W = W;
+    type A = A;
+}
+
+/// The number of blocks every row of `w` and `a` has.
+#[inline(always)]
+fn common<W, A, const T: usize>(w: &[&[W]; 4], a: &[&[A]; T]) -> usize {
+    let nw = w.iter().map(|r| r.len()).min().unwrap_or(0);
+    a.iter().map(|r| r.len()).min().unwrap_or(0).min(nw)
+}
+
+/// How far ahead of the tile [`touch_ahead`] reads: past the next 4 KiB
+/// page, whose first lines the hardware prefetcher does not fetch.
+const AHEAD: usize = 4096 + 2048;
+
+/// Reads one byte of every 64-byte line of `weights[at + AHEAD..][..len]`
+/// (what exists of it), so the page walk and the memory reads of the rows
+/// a few tiles on start while this tile computes: wasm has no prefetch
+/// instruction, and a wasm heap lies on 4 KiB pages.
+#[inline(always)]
+fn touch_ahead(weights: &[u8], at: usize, len: usize) -> u8 {
+    let end = (at + AHEAD + len).min(weights.len());
+    let mut x = 0u8;
+    let mut i = at + AHEAD;
+    while i < end {
+        x ^= weights[i];
+        i += 64;
+    }
+    x
+}
+
+// ---------------------------------------------------------------- helpers
+
+/// Lane `r` = the sum of the four lanes of `s[r]` (exact i32 sums).
+#[inline(always)]
+fn hsum4(s: [v128; 4]) -> v128 {
+    let t0 = i32x4_add(
+        i32x4_shuffle::<0, 4, 1, 5>(s[0], s[1]),
+        i32x4_shuffle::<2, 6, 3, 7>(s[0], s[1]),
+    );
+    let t1 = i32x4_add(
+        i32x4_shuffle::<0, 4, 1, 5>(s[2], s[3]),
+        i32x4_shuffle::<2, 6, 3, 7>(s[2], s[3]),
+    );
+    i32x4_add(
+        i32x4_shuffle::<0, 1, 4, 5>(t0, t1),
+        i32x4_shuffle::<2, 3, 6, 7>(t0, t1),
+    )
+}
+
+/// Four fp16 as f32 lanes, exactly as `fp16` converts each.
+#[inline(always)]
+fn h4(h: [f16; 4]) -> v128 {
+    h2f(u32x4(
+        u32::from(h[0].to_bits()),
+        u32::from(h[1].to_bits()),
+        u32::from(h[2].to_bits()),
+        u32::from(h[3].to_bits()),
+    ))
+}
+
+/// 32 int8 activations, raw (elements 0..16, 16..32) and widened to i16
+/// (0..8, 8..16, 16..24, 24..32). Each kernel uses the form its dot wants;
+/// the other folds away.
+#[derive(Clone, Copy)]
+struct Act32 {
+    raw: [v128; 2],
+    wide: [v128; 4],
+}
+
+/// The activation block `qs[at..at + 32]`.
+#[inline(always)]
+fn act32(qs: &[i8], at: usize) -> Act32 {
+    let (a0, a1) = (ldi(qs, at), ldi(qs, at + 16));
+    Act32 {
+        raw: [a0, a1],
+        wide: [
+            i16x8_extend_low_i8x16(a0),
+            i16x8_extend_high_i8x16(a0),
+            i16x8_extend_low_i8x16(a1),
+            i16x8_extend_high_i8x16(a1),
+        ],
+    }
+}
+
+/// Four i32 lanes summing to `sum(w[i] * a[i])` over 32 pairs, for unsigned
+/// quants `w0` (elements 0..16) and `w1` (16..32) in 0..=127.
+#[inline(always)]
+fn dot32_u(w0: v128, w1: v128, a: &Act32) -> v128 {
+    #[cfg(target_feature = "relaxed-simd")]
+    {
+        let z = i32x4_splat(0);
+        i32x4_relaxed_dot_i8x16_i7x16_add(
+            a.raw[0],
+            w0,
+            i32x4_relaxed_dot_i8x16_i7x16_add(a.raw[1], w1, z),
+        )
+    }
+    #[cfg(not(target_feature = "relaxed-simd"))]
+    {
+        let _ = a.raw;
+        let s0 = i32x4_dot_i16x8(u16x8_extend_low_u8x16(w0), a.wide[0]);
+        let s1 = i32x4_dot_i16x8(u16x8_extend_high_u8x16(w0), a.wide[1]);
+        let s2 = i32x4_dot_i16x8(u16x8_extend_low_u8x16(w1), a.wide[2]);
+        let s3 = i32x4_dot_i16x8(u16x8_extend_high_u8x16(w1), a.wide[3]);
+        i32x4_add(i32x4_add(s0, s1), i32x4_add(s2, s3))
+    }
+}
+
+/// [`dot32_u`] for signed int8 quants.
+#[inline(always)]
+fn dot32_s(w0: v128, w1: v128, a: &Act32) -> v128 {
+    let s0 = i32x4_dot_i16x8(i16x8_extend_low_i8x16(w0), a.wide[0]);
+    let s1 = i32x4_dot_i16x8(i16x8_extend_high_i8x16(w0), a.wide[1]);
+    let s2 = i32x4_dot_i16x8(i16x8_extend_low_i8x16(w1), a.wide[2]);
+    let s3 = i32x4_dot_i16x8(i16x8_extend_high_i8x16(w1), a.wide[3]);
+    i32x4_add(i32x4_add(s0, s1), i32x4_add(s2, s3))
+}
+
+// ------------------------------------------------------- 32-element formats
+
+/// Q4_1 x Q8_1, four rows by `T` activation rows: `(dx * dy) * sumi + mx *
+/// sy` per block, as the scalar kernel.
+fn q4_1x4<const T: usize>(w: [&[BlockQ4_1]; 4], a: [&[BlockQ8_1]; T]) -> [v128; T] {
+    let n = common(&w, &a);
+    let w = w.map(|r| &r[..n]);
+    let a = a.map(|r| &r[..n]);
+    let mut acc = [f32x4_splat(0.0); T];
+    for b in 0..n {
+        let x = [&w[0][b], &w[1][b], &w[2][b], &w[3][b]];
+        let q = x.map(|bx| ld(&bx.qs, 0));
+        let (lo, hi) = (q.map(lo4), q.map(hi4));
+        let dx = h4(x.map(|bx| bx.d));
+        let mx = h4(x.map(|bx| bx.m));
+        for t in 0..T {
+            let by = &a[t][b];
+            let act = act32(&by.qs, 0);
+            let sumi = hsum4([
+                dot32_u(lo[0], hi[0], &act),
+                dot32_u(lo[1], hi[1], &act),
+                dot32_u(lo[2], hi[2], &act),
+                dot32_u(lo[3], hi[3], &act),
+            ]);
+            let dy = f32x4_splat(fp16(by.d));
+            let sy = f32x4_splat(fp16(by.s));
+            let v = f32x4_add(
+                f32x4_mul(f32x4_mul(dx, dy), f32x4_convert_i32x4(sumi)),
+                f32x4_mul(mx, sy),
+            );
+            acc[t] = f32x4_add(acc[t], v);
+        }
+    }
+    acc
+}
+
+/// Q5_0 x Q8_0, four rows by `T` activation rows: the unsigned quants
+/// (0..32) dotted, then 16 times the activation sum taken off; `(dx * dy)
+/// * sumi` per block.
+fn q5_0x4<const T: usize>(w: [&[BlockQ5_0]; 4], a: [&[BlockQ8_0]; T]) -> [v128; T] {
+    let n = common(&w, &a);
+    let w = w.map(|r| &r[..n]);
+    let a = a.map(|r| &r[..n]);
+    let mut acc = [f32x4_splat(0.0); T];
+    let sixteen = u8x16_splat(16);
+    for b in 0..n {
+        let x = [&w[0][b], &w[1][b], &w[2][b], &w[3][b]];
+        let q = x.map(|bx| {
+            let q = ld(&bx.qs, 0);
+            let (h0, h1) = q5_high(bx.qh);
+            (v128_or(lo4(q), h0), v128_or(hi4(q), h1))
+        });
+        let dx = h4(x.map(|bx| bx.d));
+        for t in 0..T {
+            let by = &a[t][b];
+            let act = act32(&by.qs, 0);
+            let off = dot32_u(sixteen, sixteen, &act);
+            let dot = |(w0, w1): (v128, v128)| i32x4_sub(dot32_u(w0, w1, &act), off);
+            let sumi = hsum4([dot(q[0]), dot(q[1]), dot(q[2]), dot(q[3])]);
+            let dy = f32x4_splat(fp16(by.d));
+            let v = f32x4_mul(f32x4_mul(dx, dy), f32x4_convert_i32x4(sumi));
+            acc[t] = f32x4_add(acc[t], v);
+        }
+    }
+    acc
+}
+
+/// Q8_0 x Q8_0, four rows by `T` activation rows: `sumi * (dx * dy)` per
+/// block, as the scalar kernel.
+fn q8_0x4<const T: usize>(w: [&[BlockQ8_0]; 4], a: [&[BlockQ8_0]; T]) -> [v128; T] {
+    let n = common(&w, &a);
+    let w = w.map(|r| &r[..n]);
+    let a = a.map(|r| &r[..n]);
+    let mut acc = [f32x4_splat(0.0); T];
+    for b in 0..n {
+        let x = [&w[0][b], &w[1][b], &w[2][b], &w[3][b]];
+        let dx = h4(x.map(|bx| bx.d));
+        for t in 0..T {
+            let by = &a[t][b];
+            let act = act32(&by.qs, 0);
+            let dot = |q: &[i8; 32]| dot32_s(ldi(q, 0), ldi(q, 16), &act);
+            let sumi = hsum4([dot(&x[0].qs), dot(&x[1].qs), dot(&x[2].qs), dot(&x[3].qs)]);
+            let dy = f32x4_splat(fp16(by.d));
+            let v = f32x4_mul(f32x4_convert_i32x4(sumi), f32x4_mul(dx, dy));
+            acc[t] = f32x4_add(acc[t], v);
+        }
+    }
+    acc
+}
+
+// ------------------------------------------------------ 256-element formats
+
+/// Q4_K x Q8_K, four rows: each block's exact `sum_j sc_j * dot_j` and
+/// `sum_j min_j * bsum_j`, then `d * dy * isum - dmin * dy * mins` per lane
+/// (the SIMD128 per-row kernel's order).
+fn q4_kx4(w: [&[BlockQ4K]; 4], a: [&[BlockQ8K]; 1]) -> [v128; 1] {
+    let n = common(&w, &a);
+    let a = a[0];
+    let (w0, w1, w2, w3) = (&w[0][..n], &w[1][..n], &w[2][..n], &w[3][..n]);
+    let mut acc = f32x4_splat(0.0);
+    for (b, by) in a[..n].iter().enumerate() {
+        let x = [&w0[b], &w1[b], &w2[b], &w3[b]];
+        let mut s = [i32x4_splat(0); 4];
+        for c in 0..4 {
+            let (lo, hi) = (act32(&by.qs, 64 * c), act32(&by.qs, 64 * c + 32));
+            for (r, bx) in x.iter().enumerate() {
+                let (q0, q1) = (ld(&bx.qs, 32 * c), ld(&bx.qs, 32 * c + 16));
+                let dl = dot32_u(lo4(q0), lo4(q1), &lo);
+                let dh = dot32_u(hi4(q0), hi4(q1), &hi);
+                let (s0, s1) = (
+                    scale_min_k4(2 * c, &bx.scales).0,
+                    scale_min_k4(2 * c + 1, &bx.scales).0,
+                );
+                s[r] = i32x4_add(s[r], i32x4_mul(dl, i32x4_splat(i32::from(s0))));
+                s[r] = i32x4_add(s[r], i32x4_mul(dh, i32x4_splat(i32::from(s1))));
+            }
+        }
+        let isum = f32x4_convert_i32x4(hsum4(s));
+        let mins = x.map(|bx| scaled_bsums(by, |j| i32::from(scale_min_k4(j / 2, &bx.scales).1)));
+        let mins = f32x4_convert_i32x4(i32x4(mins[0], mins[1], mins[2], mins[3]));
+        let d = h4(x.map(|bx| bx.d));
+        let dmin = h4(x.map(|bx| bx.dmin));
+        let dy = f32x4_splat(by.d);
+        let t = f32x4_sub(
+            f32x4_mul(f32x4_mul(d, dy), isum),
+            f32x4_mul(f32x4_mul(dmin, dy), mins),
+        );
+        acc = f32x4_add(acc, t);
+    }
+    [acc]
+}
