@@ -23,6 +23,7 @@ mod avx2;
 mod avx512;
 mod gemm;
 mod gemm16;
+mod gemm16_legacy;
 mod gemm_k;
 
 use super::{DotFn, GemmFn, Isa, QuantizeFn};
@@ -73,7 +74,9 @@ pub(super) fn quantizer(isa: Isa, ty: GgmlType) -> Option<QuantizeFn> {
 pub(super) fn gemm(isa: Isa, ty: GgmlType) -> Option<GemmFn> {
     match isa {
         Isa::Avx2 => gemm::avx2::gemm(ty),
-        Isa::Avx512 => gemm16::gemm(ty).or_else(|| gemm::avx512::gemm(ty)),
+        Isa::Avx512 => gemm16::gemm(ty)
+            .or_else(|| gemm16_legacy::gemm(ty))
+            .or_else(|| gemm::avx512::gemm(ty)),
         _ => None,
     }
 }
