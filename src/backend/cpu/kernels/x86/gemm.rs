@@ -1,6 +1,7 @@
 //! Tiled dots of the 32-element formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
-//! IQ4_NL; Q4_K and Q6_K in `gemm_k.rs`): `R` weight rows by `T`
-//! activation rows per pass.
+//! IQ4_NL; the 256-element formats in `gemm_k.rs`): `R` weight rows by `T`
+//! activation rows per pass. The AVX2 table runs these; AVX-512 runs the
+//! 16-token kernels of `gemm16.rs` and `gemm16_legacy.rs` ahead of them.
 //!
 //! Each weight block is decoded once into a register and used for `T`
 //! activation rows; each activation block is loaded once and used for `R`
