@@ -17,7 +17,7 @@ the ratios, then ONE JSON line:
 Environment:
     BENCH_QUICK=1     smoke test: -p 64 -n 16, 1 repetition, two models
     BENCH_REPS=N      repetitions per test (default 3; quick: 1)
-    BENCH_P, BENCH_N  prompt and decode lengths (default 512 and 128)
+    BENCH_P, BENCH_N  prompt and decode lengths (default 512 and 128; 0 skips that test)
     BENCH_THREADS     thread counts, comma separated (default 1,2)
     BENCH_MODELS      only the models whose names contain one of these, comma separated
 
@@ -276,12 +276,18 @@ def measure_pair(subject, anchor, flip):
     return s, anchor()
 
 
+def tests(cfg):
+    """The (name, (prompt, decode)) tests to run: pp and tg, without one set to 0."""
+    both = ((f"pp{cfg['p']}", (cfg["p"], 0)), (f"tg{cfg['n']}", (0, cfg["n"])))
+    return [(name, pn) for name, pn in both if max(pn) > 0]
+
+
 def bench_cpu(hearth, cfg, model_paths):
     llama = llama_bench_path()
     llama_flags = LLAMA_BENCH_FLAGS + shlex.split(os.environ.get("BENCH_LLAMA_FLAGS", ""))
     rows, k = [], 0
     for path in model_paths:
-        for test, (p, n) in ((f"pp{cfg['p']}", (cfg["p"], 0)), (f"tg{cfg['n']}", (0, cfg["n"]))):
+        for test, (p, n) in tests(cfg):
             for t in cfg["threads"]:
                 common = ["-m", path, "-p", p, "-n", n, "-t", t, "-r", cfg["reps"]]
                 h, a = measure_pair(
@@ -299,7 +305,7 @@ def bench_cpu(hearth, cfg, model_paths):
 def bench_webgpu(hearth, cfg, model_paths):
     rows, k = [], 0
     for path in model_paths:
-        for test, (p, n) in ((f"pp{cfg['p']}", (cfg["p"], 0)), (f"tg{cfg['n']}", (0, cfg["n"]))):
+        for test, (p, n) in tests(cfg):
             for t in cfg["threads"]:
                 common = [hearth, "bench", "-m", path, "-p", p, "-n", n, "-t", t, "-r", cfg["reps"], "--json"]
                 g, c = measure_pair(

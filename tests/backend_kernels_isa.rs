@@ -301,6 +301,7 @@ fn isa_gemm_tiles_match_the_per_row_dots() {
                 (13, 5, 9),
                 (8, 9, 1),
                 (6, 16, 18),
+                (17, 70, 2),
             ] {
                 let n = blocks * be;
                 let (w, wq) = quantized_rows(&mut rng, ty, rows, n);
@@ -337,6 +338,51 @@ fn isa_gemm_tiles_match_the_per_row_dots() {
                     }
                     let untouched = out.iter().filter(|v| v.is_nan()).count();
                     assert_eq!(untouched, out.len() - written, "{ctx}: gaps were written");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn isa_gemm_results_do_not_depend_on_the_batch() {
+    // A token's results alone (one activation row) equal its results in a
+    // batch bit for bit: batched requests give the tokens they give alone.
+    for isa in fast_isas() {
+        let table = KernelTable::with_isa(isa).expect("available ISA");
+        for (i, &ty) in WEIGHT_TYPES.iter().enumerate() {
+            let k = table.weight(ty).expect("kernel");
+            let Some(gemm) = k.gemm else { continue };
+            let seed = 9500 + 100 * isa as u64 + i as u64;
+            let mut rng = Rng::new(seed);
+            let be = ty.block_elems().max(32);
+            let (rows, toks, n) = (19, 37, 3 * be);
+            let (_, wq) = quantized_rows(&mut rng, ty, rows, n);
+            let (_, aq) = quantized_rows(&mut rng, k.vec_dot_type, toks, n);
+            let (rb, ab) = (wq.len() / rows, aq.len() / toks);
+            let mut all = vec![0.0f32; rows * toks];
+            let o = hearth::backend::cpu::kernels::Out {
+                out: &mut all,
+                row_stride: 1,
+                tok_stride: rows,
+            };
+            gemm(&wq, rb, &aq, ab, o);
+            for t in [0, 5, 16, 36] {
+                let mut one = vec![0.0f32; rows];
+                let o = hearth::backend::cpu::kernels::Out {
+                    out: &mut one,
+                    row_stride: 1,
+                    tok_stride: rows,
+                };
+                gemm(&wq, rb, &aq[t * ab..(t + 1) * ab], ab, o);
+                for r in 0..rows {
+                    assert_eq!(
+                        one[r].to_bits(),
+                        all[t * rows + r].to_bits(),
+                        "{isa} {ty} seed {seed} r {r} t {t}: {} alone, {} in the batch",
+                        one[r],
+                        all[t * rows + r]
+                    );
                 }
             }
         }

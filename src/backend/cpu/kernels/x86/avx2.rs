@@ -299,7 +299,7 @@ unsafe fn vec_dot_iq4_nl_q8_0(x: &[BlockIQ4NL], y: &[BlockQ8_0]) -> f32 {
 /// Lanes of the 32-element sub-block `ib` of an IQ4_XS block.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn lanes_iq4_xs(bx: &BlockIQ4XS, by: &BlockQ8K, ib: usize) -> __m256i {
+pub(super) unsafe fn lanes_iq4_xs(bx: &BlockIQ4XS, by: &BlockQ8K, ib: usize) -> __m256i {
     let qs: &[u8; 16] = bx.qs[16 * ib..16 * ib + 16].try_into().unwrap_or(&[0; 16]);
     dot_i8(iq4_levels(qs), load32(by.qs.as_ptr().add(32 * ib)))
 }
@@ -360,7 +360,12 @@ pub(super) unsafe fn k4_min_sum(sm: &[u8; 16], by: &BlockQ8K) -> i32 {
 /// Exact `sum scale * q * q8` of a Q4_K (`qh = None`) or Q5_K block.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn k45_isum(qs: &[u8; 128], qh: Option<&[u8; 32]>, sm: &[u8; 16], by: &BlockQ8K) -> i32 {
+pub(super) unsafe fn k45_isum(
+    qs: &[u8; 128],
+    qh: Option<&[u8; 32]>,
+    sm: &[u8; 16],
+    by: &BlockQ8K,
+) -> i32 {
     let m4 = _mm256_set1_epi8(0x0F);
     let mut acc = _mm256_setzero_si256();
     for j in 0..4 {
@@ -415,7 +420,7 @@ unsafe fn vec_dot_q5_k_q8_k(x: &[BlockQ5K], y: &[BlockQ8K]) -> f32 {
 /// Exact `sum scale * (q - 32) * q8` of a Q6_K block.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q6_k_isum(bx: &BlockQ6K, by: &BlockQ8K) -> i32 {
+pub(super) unsafe fn q6_k_isum(bx: &BlockQ6K, by: &BlockQ8K) -> i32 {
     let m4 = _mm256_set1_epi8(0x0F);
     let m32 = _mm256_set1_epi8(32);
     let mut acc = _mm256_setzero_si256();

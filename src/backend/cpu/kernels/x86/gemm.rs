@@ -1,6 +1,7 @@
 //! Tiled dots of the 32-element formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
-//! IQ4_NL; Q4_K and Q6_K in `gemm_k.rs`): `R` weight rows by `T`
-//! activation rows per pass.
+//! IQ4_NL; the 256-element formats in `gemm_k.rs`): `R` weight rows by `T`
+//! activation rows per pass. The AVX2 table runs these; AVX-512 runs the
+//! 16-token kernels of `gemm16.rs` and `gemm16_legacy.rs` ahead of them.
 //!
 //! Each weight block is decoded once into a register and used for `T`
 //! activation rows; each activation block is loaded once and used for `R`
@@ -242,14 +243,17 @@ macro_rules! gemm_formats {
             /// A table entry running `$tile` through `drive`.
             macro_rules! entry {
                 ($W:ty, $A:ty, $tile:ident) => {
+                    entry!($W, $A, $tile, $t)
+                };
+                ($W:ty, $A:ty, $tile:ident, $tt:expr) => {
                     |w: &[u8], rb: usize, a: &[u8], ab: usize, out: Out<'_>| {
                         let k = Tiles::<$W, $A> {
-                            rt: $tile::<4, $t>,
+                            rt: $tile::<4, { $tt }>,
                             r1: $tile::<4, 1>,
-                            one_t: $tile::<1, $t>,
+                            one_t: $tile::<1, { $tt }>,
                             one: $tile::<1, 1>,
                             r: 4,
-                            t: $t,
+                            t: $tt,
                         };
                         // SAFETY: entries are handed out only by
                         // `x86::gemm`, which the kernel table calls only
@@ -267,7 +271,9 @@ macro_rules! gemm_formats {
                 T::Q8_0 => entry!(BlockQ8_0, BlockQ8_0, tile_q8_0),
                 T::IQ4_NL => entry!(BlockIQ4NL, BlockQ8_0, tile_iq4_nl),
                 T::Q4_K => entry!(BlockQ4K, BlockQ8K, tile_q4_k),
+                T::Q5_K => entry!(BlockQ5K, BlockQ8K, tile_q5_k),
                 T::Q6_K => entry!(BlockQ6K, BlockQ8K, tile_q6_k),
+                T::IQ4_XS => entry!(BlockIQ4XS, BlockQ8K, tile_iq4_xs),
                 _ => return None,
             };
             Some(f)
@@ -281,12 +287,12 @@ macro_rules! gemm_imports {
         use std::arch::x86_64::*;
 
         use super::super::avx2::{h2f, iq4_levels, k4_scales_mins, load32, nibbles, q5_quants};
-        use super::super::gemm_k::kquant_tiles;
+        use super::super::gemm_k::{iq4_xs_tile, kquant_tiles, q45_tile};
         use super::{drive, hsum_ps, Tiles};
         use crate::backend::cpu::kernels::{GemmFn, Out};
         use crate::quant::blocks::{
-            BlockIQ4NL, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8K,
-            BlockQ8_0, BlockQ8_1,
+            BlockIQ4NL, BlockIQ4XS, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K, BlockQ5_0, BlockQ5_1,
+            BlockQ6K, BlockQ8K, BlockQ8_0, BlockQ8_1,
         };
         use crate::quant::GgmlType;
     };

@@ -1,4 +1,4 @@
-//! Tiled dots of Q4_K and Q6_K (256-element blocks with 16- or 32-element
+//! Tiled dots of Q4_K, Q5_K, Q6_K and IQ4_XS (256-element blocks with 16- or 32-element
 //! sub-block scales) against Q8_K activations, in the scheme of `gemm.rs`:
 //! `R` weight rows by `T` activation rows per pass, each weight block
 //! decoded once per pass and each activation block loaded once per pass.
@@ -11,14 +11,15 @@
 //! into f32 lanes, summed at the end of the row: equal to the per-pair dot
 //! within f32 rounding.
 
-/// The k-quant tile kernels `tile_q4_k::<R, T>` and `tile_q6_k::<R, T>`
-/// for `$features`, over the `dpwssd` in scope.
-macro_rules! kquant_tiles {
-    ($features:literal) => {
+/// The tile kernel `$name::<R, T>` of Q4_K (no `qh`) or Q5_K (`qh: qh`,
+/// the fifth bits): 6-bit sub-block scales and mins, unsigned quants (at
+/// most 31: `maddubs` is exact).
+macro_rules! q45_tile {
+    ($features:literal, $name:ident, $W:ty $(, qh: $qh:ident)?) => {
         #[allow(clippy::too_many_arguments)]
         #[target_feature(enable = $features)]
-        unsafe fn tile_q4_k<const R: usize, const T: usize>(
-            w: *const BlockQ4K,
+        unsafe fn $name<const R: usize, const T: usize>(
+            w: *const $W,
             ws: usize,
             a: *const BlockQ8K,
             as_: usize,
@@ -52,6 +53,18 @@ macro_rules! kquant_tiles {
                         let q4 = load32(bx.qs.as_ptr().add(32 * j));
                         lo[r] = _mm256_and_si256(q4, m4);
                         hi[r] = _mm256_and_si256(_mm256_srli_epi16::<4>(q4), m4);
+                        $(
+                            // Q5_K: bit 2j of qh[l] is the fifth bit of
+                            // element 64j + l, bit 2j + 1 of 64j + 32 + l.
+                            let bits = load32(bx.$qh.as_ptr());
+                            let fifth = |m: u8| {
+                                let mask = _mm256_set1_epi8(m as i8);
+                                let set = _mm256_cmpeq_epi8(_mm256_and_si256(bits, mask), mask);
+                                _mm256_and_si256(set, _mm256_set1_epi8(0x10))
+                            };
+                            lo[r] = _mm256_or_si256(lo[r], fifth(1 << (2 * j)));
+                            hi[r] = _mm256_or_si256(hi[r], fifth(1 << (2 * j + 1)));
+                        )?
                         sl[r] = _mm256_set1_epi16(i16::from(sm[r][2 * j]));
                         sh[r] = _mm256_set1_epi16(i16::from(sm[r][2 * j + 1]));
                     }
@@ -89,6 +102,91 @@ macro_rules! kquant_tiles {
                 }
             }
         }
+
+    };
+}
+pub(super) use q45_tile;
+
+/// The tile kernel `tile_iq4_xs::<R, T>`: per 32-element sub-block, the
+/// signed levels' magnitudes times the activations carrying the levels'
+/// signs (`maddubs`, exact: |level| <= 127, |q8| <= 127, pairs within i16),
+/// then `dpwssd` with the sub-block's signed 6-bit scale (exact in i32).
+macro_rules! iq4_xs_tile {
+    ($features:literal) => {
+        #[allow(clippy::too_many_arguments)]
+        #[target_feature(enable = $features)]
+        unsafe fn tile_iq4_xs<const R: usize, const T: usize>(
+            w: *const BlockIQ4XS,
+            ws: usize,
+            a: *const BlockQ8K,
+            as_: usize,
+            nb: usize,
+            out: *mut f32,
+            rs: usize,
+            ts: usize,
+        ) {
+            let mut acc = [[_mm256_setzero_ps(); T]; R];
+            for b in 0..nb {
+                let mut sc = [[0i16; 8]; R];
+                let mut d = [0.0f32; R];
+                for r in 0..R {
+                    let bx = &*w.add(r * ws + b);
+                    for (ib, s) in sc[r].iter_mut().enumerate() {
+                        let low = (bx.scales_l[ib / 2] >> (4 * (ib % 2))) & 0xF;
+                        let high = ((bx.scales_h >> (2 * ib)) & 3) as u8;
+                        *s = i16::from(low | (high << 4)) - 32;
+                    }
+                    d[r] = h2f(bx.d);
+                }
+                let mut isum = [[_mm256_setzero_si256(); T]; R];
+                for ib in 0..8 {
+                    let mut lv = [_mm256_setzero_si256(); R];
+                    let mut mag = [_mm256_setzero_si256(); R];
+                    let mut s16 = [_mm256_setzero_si256(); R];
+                    for r in 0..R {
+                        let bx = &*w.add(r * ws + b);
+                        let qs = &*bx.qs.as_ptr().add(16 * ib).cast::<[u8; 16]>();
+                        lv[r] = iq4_levels(qs);
+                        mag[r] = _mm256_sign_epi8(lv[r], lv[r]);
+                        s16[r] = _mm256_set1_epi16(sc[r][ib]);
+                    }
+                    for t in 0..T {
+                        let by = &*a.add(t * as_ + b);
+                        let q8 = load32(by.qs.as_ptr().add(32 * ib));
+                        for r in 0..R {
+                            let p = _mm256_maddubs_epi16(mag[r], _mm256_sign_epi8(q8, lv[r]));
+                            isum[r][t] = dpwssd(isum[r][t], p, s16[r]);
+                        }
+                    }
+                }
+                for t in 0..T {
+                    let by = &*a.add(t * as_ + b);
+                    for r in 0..R {
+                        acc[r][t] = _mm256_fmadd_ps(
+                            _mm256_cvtepi32_ps(isum[r][t]),
+                            _mm256_set1_ps(d[r] * by.d),
+                            acc[r][t],
+                        );
+                    }
+                }
+            }
+            for r in 0..R {
+                for t in 0..T {
+                    *out.add(r * rs + t * ts) = hsum_ps(acc[r][t]);
+                }
+            }
+        }
+    };
+}
+pub(super) use iq4_xs_tile;
+
+/// The k-quant tile kernels `tile_q4_k`, `tile_q5_k`, `tile_q6_k` and
+/// `tile_iq4_xs` (`::<R, T>`) for `$features`, over the `dpwssd` in scope.
+macro_rules! kquant_tiles {
+    ($features:literal) => {
+        q45_tile!($features, tile_q4_k, BlockQ4K);
+        q45_tile!($features, tile_q5_k, BlockQ5K, qh: qh);
+        iq4_xs_tile!($features);
 
         #[allow(clippy::too_many_arguments)]
         #[target_feature(enable = $features)]

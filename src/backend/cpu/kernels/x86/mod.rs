@@ -22,6 +22,8 @@
 mod avx2;
 mod avx512;
 mod gemm;
+mod gemm16;
+mod gemm16_legacy;
 mod gemm_k;
 
 use super::{DotFn, GemmFn, Isa, QuantizeFn};
@@ -68,11 +70,15 @@ pub(super) fn quantizer(isa: Isa, ty: GgmlType) -> Option<QuantizeFn> {
 
 /// The tiled kernel (several rows by several activation rows) of weight
 /// type `ty` under `isa`, `None` where the matmul dots pair by pair.
+/// AVX-512 runs the 16-token kernels (`gemm16.rs`, `gemm16_legacy.rs`:
+/// every format with a tile); `gemm.rs`'s VNNI tiles stay behind them.
 /// Callers must have checked [`available`]`(isa)`.
 pub(super) fn gemm(isa: Isa, ty: GgmlType) -> Option<GemmFn> {
     match isa {
         Isa::Avx2 => gemm::avx2::gemm(ty),
-        Isa::Avx512 => gemm::avx512::gemm(ty),
+        Isa::Avx512 => gemm16::gemm(ty)
+            .or_else(|| gemm16_legacy::gemm(ty))
+            .or_else(|| gemm::avx512::gemm(ty)),
         _ => None,
     }
 }
@@ -80,9 +86,7 @@ pub(super) fn gemm(isa: Isa, ty: GgmlType) -> Option<GemmFn> {
 /// Whether a one-token matmul of weight type `ty` under `isa` runs the tile
 /// (see [`gemm`]) rather than the per-row dot: always where there is a tile.
 ///
-/// The per-row dot decodes Q4_1, Q4_K and Q6_K up to 10-30% faster on
-/// L2-sized matrices (`matmul_speed`), but sums in another order, and the
-/// engine's guarantee that a request batched gives the tokens it gives alone
+/// The per-row dot sums in another order than the tiles, and the engine's guarantee that a request batched gives the tokens it gives alone
 /// (`tests/engine_cpu.rs`) needs a token's results bit for bit independent
 /// of the batch: that holds only while one token runs the batches' tiles.
 pub(super) fn gemm_one_token(isa: Isa, ty: GgmlType) -> bool {

@@ -1,0 +1,455 @@
+//! Prefill of the 256-element formats (Q4_K, Q5_K, Q6_K, IQ4_XS) on
+//! AVX-512 VNNI with 16 activation rows per register.
+//!
+//! The tiles of `gemm_k.rs` multiply one weight row by one activation row
+//! per `vpdpbusd` (8 lanes of 4 products, summed horizontally at the end).
+//! Here the activations of 16 tokens are transposed once per call so that a
+//! zmm register holds the same four values of 16 tokens; four weight bytes
+//! broadcast to all lanes then make one `vpdpbusd` worth 64 products, each
+//! lane a different token, with no horizontal sums. A band of 8 weight rows
+//! is decoded once per block to unsigned bytes `u = q + bias` ([`Format`])
+//! and shared by every group of 16 tokens.
+//!
+//! Per (row, token) pair and block the arithmetic is fixed: the exact
+//! integers `s1 = sum scale_j * sum(q * q8)` (over sub-blocks `j`, with
+//! `sum(q * q8) = sum(u * q8) - bias * sum(q8)`) and, for the formats with
+//! mins, `s2 = sum min_j * sum(q8)`; then `(s1 * d - s2 * dmin) * d8` is
+//! added to the pair's f32 sum, block by block. The one-row path ([`row_dot`]: one token, or the rows and tokens
+//! a band does not cover) does the same operations in the same order, so a
+//! token's results are bit for bit independent of the batch it is in.
+
+use std::arch::x86_64::*;
+use std::cell::Cell;
+
+use bytemuck::Pod;
+
+use super::avx2::{
+    h2f, hsum, iq4_levels, k45_isum, k4_min_sum, k4_scales_mins, lanes_iq4_xs, q6_k_isum,
+};
+use crate::backend::cpu::kernels::{blocks, GemmFn, Out};
+use crate::quant::blocks::{BlockIQ4XS, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K};
+use crate::quant::GgmlType;
+
+/// Tokens per zmm register.
+const GROUP: usize = 16;
+/// Weight rows per band.
+const BAND: usize = 8;
+/// Groups of tokens per pass over a band's weights (64 tokens).
+const GROUPS: usize = 4;
+/// 4-byte groups per 256-element block.
+const WORDS: usize = 64;
+
+/// Transposed activations of up to `GROUPS * GROUP` tokens.
+#[derive(Default)]
+struct Packed {
+    /// `[g][b][word][16 tokens]`: four quants of each token per u32.
+    codes: Vec<u32>,
+    /// `[g][b][16 tokens]`: block scales (0 for padding tokens).
+    d: Vec<f32>,
+    /// `[g][b][j][16 tokens]`: sums of the 16-element groups `j`.
+    sums: Vec<i32>,
+}
+
+thread_local! {
+    /// Transposed activations, reused across calls on each thread.
+    static PACKED: Cell<Packed> = Cell::new(Packed::default());
+}
+
+/// The 16-token kernel of weight type `ty`, `None` where there is none.
+pub(super) fn gemm(ty: GgmlType) -> Option<GemmFn> {
+    /// An entry running [`run`] for block type `$W`.
+    macro_rules! entry {
+        ($W:ty) => {
+            |w: &[u8], rb: usize, a: &[u8], ab: usize, out: Out<'_>| {
+                // SAFETY: `x86::gemm` hands this entry out only after
+                // detecting AVX-512 F/BW/VL + VNNI (and AVX2, FMA, F16C).
+                unsafe { run::<$W>(w, rb, a, ab, out) }
+            }
+        };
+    }
+    let f: GemmFn = match ty {
+        GgmlType::Q4_K => entry!(BlockQ4K),
+        GgmlType::Q5_K => entry!(BlockQ5K),
+        GgmlType::Q6_K => entry!(BlockQ6K),
+        GgmlType::IQ4_XS => entry!(BlockIQ4XS),
+        _ => return None,
+    };
+    Some(f)
+}
+
+/// Decoded weight block: unsigned bytes `u = q + BIAS` (as 64 words),
+/// sub-block scales and mins, `d` and `dmin`.
+struct Decoded {
+    q: [u32; WORDS],
+    sc: [i32; 16],
+    mn: [i32; 8],
+    d: f32,
+    dmin: f32,
+}
+
+/// A weight format of the banded kernel.
+trait Format: Pod {
+    /// Words (4 values) per sub-block: 8 (32 values) or 4 (16 values).
+    const SUB: usize;
+    /// What decoding adds to each quant so that it is unsigned.
+    const BIAS: i32;
+    /// Whether the format has mins (`s2`, `dmin`).
+    const MIN: bool;
+    /// Decodes the block into `out`.
+    ///
+    /// # Safety
+    /// The CPU features of [`run`].
+    unsafe fn decode(&self, out: &mut Decoded);
+    /// The exact `(s1, s2)` of this block and `a` (`s2 = 0` without mins),
+    /// and `(d, dmin)`.
+    ///
+    /// # Safety
+    /// The CPU features of [`run`].
+    unsafe fn ints(&self, a: &BlockQ8K) -> ((i32, i32), (f32, f32));
+}
+
+/// Unsigned nibbles of a Q4_K / Q5_K block in value order (values 64j..
+/// are the low nibbles of qs[32j..], 64j + 32.. the high ones), with the
+/// fifth bits of `qh` where given.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn k45_bytes(qs: &[u8; 128], qh: Option<&[u8; 32]>, q: &mut [u32; WORDS]) {
+    let m4 = _mm256_set1_epi8(0x0F);
+    for j in 0..4 {
+        let v = _mm256_loadu_si256(qs.as_ptr().add(32 * j).cast());
+        let mut lo = _mm256_and_si256(v, m4);
+        let mut hi = _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4);
+        if let Some(qh) = qh {
+            let bits = _mm256_loadu_si256(qh.as_ptr().cast());
+            let fifth = |m: u8| {
+                let mask = _mm256_set1_epi8(m as i8);
+                let set = _mm256_cmpeq_epi8(_mm256_and_si256(bits, mask), mask);
+                _mm256_and_si256(set, _mm256_set1_epi8(0x10))
+            };
+            lo = _mm256_or_si256(lo, fifth(1 << (2 * j)));
+            hi = _mm256_or_si256(hi, fifth(1 << (2 * j + 1)));
+        }
+        let dst = q.as_mut_ptr().add(16 * j).cast::<__m256i>();
+        _mm256_storeu_si256(dst, lo);
+        _mm256_storeu_si256(dst.add(1), hi);
+    }
+}
+
+/// Scales and mins of a Q4_K / Q5_K block into `out`.
+#[inline]
+fn k45_scales(packed: &[u8; 12], out: &mut Decoded) {
+    let sm = k4_scales_mins(packed);
+    for s in 0..8 {
+        out.sc[s] = i32::from(sm[s]);
+        out.mn[s] = i32::from(sm[8 + s]);
+    }
+}
+
+impl Format for BlockQ4K {
+    const SUB: usize = 8;
+    const BIAS: i32 = 0;
+    const MIN: bool = true;
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+    unsafe fn decode(&self, out: &mut Decoded) {
+        k45_scales(&self.scales, out);
+        (out.d, out.dmin) = (h2f(self.d), h2f(self.dmin));
+        k45_bytes(&self.qs, None, &mut out.q);
+    }
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+    unsafe fn ints(&self, a: &BlockQ8K) -> ((i32, i32), (f32, f32)) {
+        let sm = k4_scales_mins(&self.scales);
+        let s = (k45_isum(&self.qs, None, &sm, a), k4_min_sum(&sm, a));
+        (s, (h2f(self.d), h2f(self.dmin)))
+    }
+}
+
+impl Format for BlockQ5K {
+    const SUB: usize = 8;
+    const BIAS: i32 = 0;
+    const MIN: bool = true;
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+    unsafe fn decode(&self, out: &mut Decoded) {
+        k45_scales(&self.scales, out);
+        (out.d, out.dmin) = (h2f(self.d), h2f(self.dmin));
+        k45_bytes(&self.qs, Some(&self.qh), &mut out.q);
+    }
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+    unsafe fn ints(&self, a: &BlockQ8K) -> ((i32, i32), (f32, f32)) {
+        let sm = k4_scales_mins(&self.scales);
+        let s = (
+            k45_isum(&self.qs, Some(&self.qh), &sm, a),
+            k4_min_sum(&sm, a),
+        );
+        (s, (h2f(self.d), h2f(self.dmin)))
+    }
+}
+
+impl Format for BlockQ6K {
+    const SUB: usize = 4;
+    const BIAS: i32 = 32;
+    const MIN: bool = false;
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+    unsafe fn decode(&self, out: &mut Decoded) {
+        for (s, &v) in out.sc.iter_mut().zip(&self.scales) {
+            *s = i32::from(v);
+        }
+        out.d = h2f(self.d);
+        let m4 = _mm256_set1_epi8(0x0F);
+        for h in 0..2 {
+            let qh = _mm256_loadu_si256(self.qh.as_ptr().add(32 * h).cast());
+            for c in 0..4 {
+                // Values 128h + 32c..: low 4 bits from ql, high 2 from qh.
+                let ql = _mm256_loadu_si256(self.ql.as_ptr().add(64 * h + 32 * (c % 2)).cast());
+                let ql = if c < 2 {
+                    _mm256_and_si256(ql, m4)
+                } else {
+                    _mm256_and_si256(_mm256_srli_epi16::<4>(ql), m4)
+                };
+                let hb = match c {
+                    0 => _mm256_slli_epi16::<4>(qh),
+                    1 => _mm256_slli_epi16::<2>(qh),
+                    2 => qh,
+                    _ => _mm256_srli_epi16::<2>(qh),
+                };
+                let hb = _mm256_and_si256(hb, _mm256_set1_epi8(0x30));
+                let dst = out.q.as_mut_ptr().add(32 * h + 8 * c).cast::<__m256i>();
+                _mm256_storeu_si256(dst, _mm256_or_si256(ql, hb));
+            }
+        }
+    }
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+    unsafe fn ints(&self, a: &BlockQ8K) -> ((i32, i32), (f32, f32)) {
+        ((q6_k_isum(self, a), 0), (h2f(self.d), 0.0))
+    }
+}
+
+impl Format for BlockIQ4XS {
+    const SUB: usize = 8;
+    const BIAS: i32 = 128;
+    const MIN: bool = false;
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+    unsafe fn decode(&self, out: &mut Decoded) {
+        for ib in 0..8 {
+            out.sc[ib] = xs_scale(self, ib);
+            let qs = &*self.qs.as_ptr().add(16 * ib).cast::<[u8; 16]>();
+            // Signed levels + 128: the sign bit flipped.
+            let u = _mm256_xor_si256(iq4_levels(qs), _mm256_set1_epi8(i8::MIN));
+            _mm256_storeu_si256(out.q.as_mut_ptr().add(8 * ib).cast(), u);
+        }
+        out.d = h2f(self.d);
+    }
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+    unsafe fn ints(&self, a: &BlockQ8K) -> ((i32, i32), (f32, f32)) {
+        let mut s1 = 0;
+        for ib in 0..8 {
+            s1 += xs_scale(self, ib) * hsum(lanes_iq4_xs(self, a, ib));
+        }
+        ((s1, 0), (h2f(self.d), 0.0))
+    }
+}
+
+/// The signed 6-bit scale of sub-block `ib` of an IQ4_XS block.
+#[inline]
+fn xs_scale(b: &BlockIQ4XS, ib: usize) -> i32 {
+    let low = (b.scales_l[ib / 2] >> (4 * (ib % 2))) & 0xF;
+    let high = ((b.scales_h >> (2 * ib)) & 3) as u8;
+    i32::from(low | (high << 4)) - 32
+}
+
+/// Transposes tokens `t0..t0 + tn` (`tn <= GROUPS * GROUP`) of `a` (rows of
+/// `nb` blocks) into `p`, padding the last group with zero tokens.
+fn pack(a: &[BlockQ8K], nb: usize, t0: usize, tn: usize, p: &mut Packed) {
+    let ng = tn.div_ceil(GROUP);
+    p.codes.clear();
+    p.codes.resize(ng * nb * WORDS * GROUP, 0);
+    p.d.clear();
+    p.d.resize(ng * nb * GROUP, 0.0);
+    p.sums.clear();
+    p.sums.resize(ng * nb * 16 * GROUP, 0);
+    for t in 0..tn {
+        let (g, j) = (t / GROUP, t % GROUP);
+        let row = &a[(t0 + t) * nb..(t0 + t + 1) * nb];
+        for (b, by) in row.iter().enumerate() {
+            let gb = g * nb + b;
+            p.d[gb * GROUP + j] = by.d;
+            for (s, &sum) in by.bsums.iter().enumerate() {
+                p.sums[(gb * 16 + s) * GROUP + j] = i32::from(sum);
+            }
+            for (k, q) in by.qs.chunks_exact(4).enumerate() {
+                let word = u32::from_le_bytes([q[0] as u8, q[1] as u8, q[2] as u8, q[3] as u8]);
+                p.codes[(gb * WORDS + k) * GROUP + j] = word;
+            }
+        }
+    }
+}
+
+/// The [`GemmFn`] of format `W`: bands of 8 rows by groups of 16 tokens,
+/// the rest (and one token) through [`row_dot`].
+///
+/// # Safety
+/// The CPU must have AVX-512 F/BW/VL + VNNI, AVX2, FMA and F16C.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn run<W: Format>(w: &[u8], row_bytes: usize, a: &[u8], act_bytes: usize, out: Out<'_>) {
+    let (sw, sa) = (size_of::<W>(), size_of::<BlockQ8K>());
+    if row_bytes == 0
+        || act_bytes == 0
+        || !row_bytes.is_multiple_of(sw)
+        || !act_bytes.is_multiple_of(sa)
+    {
+        return;
+    }
+    let nb = row_bytes / sw;
+    let (rows, toks) = (w.len() / row_bytes, a.len() / act_bytes);
+    if act_bytes / sa != nb || !out.fits(rows, toks) {
+        return;
+    }
+    let wb = blocks::<W>(&w[..rows * row_bytes]);
+    let ab = blocks::<BlockQ8K>(&a[..toks * act_bytes]);
+    let (rs, ts, op) = (out.row_stride, out.tok_stride, out.out.as_mut_ptr());
+    let banded = if toks >= 2 { rows / BAND * BAND } else { 0 };
+    if banded > 0 {
+        let mut p = PACKED.take();
+        for t0 in (0..toks).step_by(GROUPS * GROUP) {
+            let tn = (toks - t0).min(GROUPS * GROUP);
+            pack(&ab, nb, t0, tn, &mut p);
+            for r0 in (0..banded).step_by(BAND) {
+                // SAFETY: rows r0..r0 + 8 and tokens t0..t0 + tn exist;
+                // `out.fits(rows, toks)` bounds every index written.
+                unsafe {
+                    band(
+                        &wb[r0 * nb..(r0 + BAND) * nb],
+                        nb,
+                        &p,
+                        tn,
+                        op.add(r0 * rs + t0 * ts),
+                        rs,
+                        ts,
+                    )
+                };
+            }
+        }
+        PACKED.set(p);
+    }
+    for r in banded..rows {
+        for t in 0..toks {
+            let wr = &wb[r * nb..(r + 1) * nb];
+            let ar = &ab[t * nb..(t + 1) * nb];
+            // SAFETY: `out.fits(rows, toks)` bounds the index.
+            unsafe { *op.add(r * rs + t * ts) = row_dot(wr, ar) };
+        }
+    }
+}
+
+/// One weight row by one activation row, in the banded kernel's arithmetic.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn row_dot<W: Format>(w: &[W], a: &[BlockQ8K]) -> f32 {
+    let mut acc = 0.0f32;
+    for (bx, by) in w.iter().zip(a) {
+        let ((s1, s2), (d, dmin)) = bx.ints(by);
+        let m = if W::MIN {
+            (-(s2 as f32)).mul_add(dmin, s1 as f32 * d)
+        } else {
+            s1 as f32 * d
+        };
+        acc += m * by.d;
+    }
+    acc
+}
+
+/// Eight weight rows (`w`, 8 rows of `nb` blocks) by the `tn` packed tokens
+/// of `p`, results at `out[r * rs + t * ts]`.
+///
+/// # Safety
+/// AVX-512 VNNI as in [`run`]; `out` is valid for every index written.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn band<W: Format>(
+    w: &[W],
+    nb: usize,
+    p: &Packed,
+    tn: usize,
+    out: *mut f32,
+    rs: usize,
+    ts: usize,
+) {
+    let ng = tn.div_ceil(GROUP);
+    let ns = WORDS / W::SUB;
+    let mut acc = [[_mm512_setzero_ps(); BAND]; GROUPS];
+    let mut dec: [Decoded; BAND] = std::array::from_fn(|_| Decoded {
+        q: [0; WORDS],
+        sc: [0; 16],
+        mn: [0; 8],
+        d: 0.0,
+        dmin: 0.0,
+    });
+    for b in 0..nb {
+        for (r, dr) in dec.iter_mut().enumerate() {
+            w[r * nb + b].decode(dr);
+        }
+        for g in 0..ng {
+            let gb = g * nb + b;
+            let codes = p.codes.as_ptr().add(gb * WORDS * GROUP);
+            let sums = p.sums.as_ptr().add(gb * 16 * GROUP);
+            let mut s1 = [_mm512_setzero_si512(); BAND];
+            for s in 0..ns {
+                let mut lanes = [_mm512_setzero_si512(); BAND];
+                for k in W::SUB * s..W::SUB * (s + 1) {
+                    let c = _mm512_loadu_si512(codes.add(k * GROUP).cast());
+                    for r in 0..BAND {
+                        let u = _mm512_set1_epi32(dec[r].q[k] as i32);
+                        lanes[r] = _mm512_dpbusd_epi32(lanes[r], u, c);
+                    }
+                }
+                if W::BIAS != 0 {
+                    // Sub-block sums of the activations (16 or 32 values).
+                    let per = W::SUB / 4;
+                    let mut sum = _mm512_loadu_si512(sums.add(per * s * GROUP).cast());
+                    if per == 2 {
+                        let hi = _mm512_loadu_si512(sums.add((2 * s + 1) * GROUP).cast());
+                        sum = _mm512_add_epi32(sum, hi);
+                    }
+                    let bias = _mm512_mullo_epi32(sum, _mm512_set1_epi32(W::BIAS));
+                    for l in lanes.iter_mut() {
+                        *l = _mm512_sub_epi32(*l, bias);
+                    }
+                }
+                for r in 0..BAND {
+                    let sc = _mm512_set1_epi32(dec[r].sc[s]);
+                    s1[r] = _mm512_add_epi32(s1[r], _mm512_mullo_epi32(lanes[r], sc));
+                }
+            }
+            let d8 = _mm512_loadu_ps(p.d.as_ptr().add(gb * GROUP));
+            for r in 0..BAND {
+                let mut m = _mm512_mul_ps(_mm512_cvtepi32_ps(s1[r]), _mm512_set1_ps(dec[r].d));
+                if W::MIN {
+                    let mut s2 = _mm512_setzero_si512();
+                    for s in 0..8 {
+                        let lo = _mm512_loadu_si512(sums.add(2 * s * GROUP).cast());
+                        let hi = _mm512_loadu_si512(sums.add((2 * s + 1) * GROUP).cast());
+                        let mn = _mm512_set1_epi32(dec[r].mn[s]);
+                        s2 = _mm512_add_epi32(s2, _mm512_mullo_epi32(_mm512_add_epi32(lo, hi), mn));
+                    }
+                    m = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(s2), _mm512_set1_ps(dec[r].dmin), m);
+                }
+                acc[g][r] = _mm512_add_ps(acc[g][r], _mm512_mul_ps(m, d8));
+            }
+        }
+    }
+    for (g, accg) in acc.iter().enumerate().take(ng) {
+        for (r, v) in accg.iter().enumerate() {
+            let mut lanes = [0.0f32; GROUP];
+            _mm512_storeu_ps(lanes.as_mut_ptr(), *v);
+            for (j, &x) in lanes.iter().enumerate().take(tn - g * GROUP) {
+                *out.add(r * rs + (g * GROUP + j) * ts) = x;
+            }
+        }
+    }
+}

@@ -1,0 +1,402 @@
+//! Prefill of the 32-element formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
+//! IQ4_NL) on AVX-512 VNNI with 16 activation rows per register: the scheme
+//! of `gemm16.rs` (activations of 16 tokens transposed once per call, four
+//! broadcast weight bytes times 16 tokens per `vpdpbusd`, bands of 8 weight
+//! rows decoded once per block to unsigned bytes `u = q + bias`).
+//!
+//! Per (row, token) pair and block the arithmetic is fixed: the exact
+//! `isum = sum(u * q8) - bias * sum(q8)`, then `acc = fma(isum, d * d8, acc)`
+//! and, for Q4_1 / Q5_1, `acc = fma(m, s8, acc)`, block by block. The
+//! one-row path ([`row_dot`]) does the same operations in the same order, so
+//! a token's results are bit for bit independent of the batch it is in.
+
+use std::arch::x86_64::*;
+use std::cell::Cell;
+
+use bytemuck::Pod;
+
+use super::avx2::{h2f, iq4_levels, nibbles, q5_quants};
+use crate::backend::cpu::kernels::{blocks, GemmFn, Out};
+use crate::quant::blocks::{
+    BlockIQ4NL, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, BlockQ8_1,
+};
+use crate::quant::GgmlType;
+
+/// Tokens per zmm register.
+const GROUP: usize = 16;
+/// Weight rows per band.
+const BAND: usize = 8;
+/// Groups of tokens per pass over a band's weights (64 tokens).
+const GROUPS: usize = 4;
+/// 4-byte groups per 32-element block.
+const WORDS: usize = 8;
+
+/// Transposed activations of up to `GROUPS * GROUP` tokens.
+#[derive(Default)]
+struct Packed {
+    /// `[g][b][word][16 tokens]`: four quants of each token per u32.
+    codes: Vec<u32>,
+    /// `[g][b][16 tokens]`: block scales (0 for padding tokens).
+    d: Vec<f32>,
+    /// `[g][b][16 tokens]`: Q8_1's `s` (0 for Q8_0).
+    s: Vec<f32>,
+    /// `[g][b][16 tokens]`: sums of the quants.
+    sums: Vec<i32>,
+}
+
+thread_local! {
+    /// Transposed activations, reused across calls on each thread.
+    static PACKED: Cell<Packed> = Cell::new(Packed::default());
+}
+
+/// An activation block (Q8_0 or Q8_1).
+trait Act: Pod {
+    fn d(&self) -> f32;
+    fn s(&self) -> f32;
+    fn qs(&self) -> &[i8; 32];
+}
+
+impl Act for BlockQ8_0 {
+    fn d(&self) -> f32 {
+        self.d.to_f32()
+    }
+    fn s(&self) -> f32 {
+        0.0
+    }
+    fn qs(&self) -> &[i8; 32] {
+        &self.qs
+    }
+}
+
+impl Act for BlockQ8_1 {
+    fn d(&self) -> f32 {
+        self.d.to_f32()
+    }
+    fn s(&self) -> f32 {
+        self.s.to_f32()
+    }
+    fn qs(&self) -> &[i8; 32] {
+        &self.qs
+    }
+}
+
+/// A 32-element weight format of the banded kernel.
+trait Format: Pod {
+    /// Its activation blocks.
+    type A: Act;
+    /// What decoding adds to each quant so that it is unsigned.
+    const BIAS: i32;
+    /// Whether the format has a min (`m * s8`).
+    const MIN: bool;
+    /// The 32 unsigned bytes `q + BIAS`, `d` and `m` (0 without min).
+    ///
+    /// # Safety
+    /// The CPU features of [`run`].
+    unsafe fn decode(&self) -> (__m256i, f32, f32);
+}
+
+/// `impl Format` for `$W`: decoded by `$u`, with `$bias` and `$min`.
+macro_rules! format {
+    ($W:ty, $A:ty, $bias:expr, $min:expr, |$b:ident| $u:expr, $m:expr) => {
+        impl Format for $W {
+            type A = $A;
+            const BIAS: i32 = $bias;
+            const MIN: bool = $min;
+            #[inline]
+            #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+            unsafe fn decode(&self) -> (__m256i, f32, f32) {
+                let $b = self;
+                ($u, h2f($b.d), $m)
+            }
+        }
+    };
+}
+
+format!(BlockQ4_0, BlockQ8_0, 8, false, |b| nibbles(&b.qs), 0.0);
+format!(BlockQ4_1, BlockQ8_1, 0, true, |b| nibbles(&b.qs), h2f(b.m));
+format!(
+    BlockQ5_0,
+    BlockQ8_0,
+    16,
+    false,
+    |b| q5_quants(&b.qs, b.qh),
+    0.0
+);
+format!(
+    BlockQ5_1,
+    BlockQ8_1,
+    0,
+    true,
+    |b| q5_quants(&b.qs, b.qh),
+    h2f(b.m)
+);
+format!(
+    BlockQ8_0,
+    BlockQ8_0,
+    128,
+    false,
+    |b| _mm256_xor_si256(
+        _mm256_loadu_si256(b.qs.as_ptr().cast()),
+        _mm256_set1_epi8(i8::MIN)
+    ),
+    0.0
+);
+format!(
+    BlockIQ4NL,
+    BlockQ8_0,
+    128,
+    false,
+    |b| _mm256_xor_si256(iq4_levels(&b.qs), _mm256_set1_epi8(i8::MIN)),
+    0.0
+);
+
+/// The 16-token kernel of weight type `ty`, `None` where there is none.
+pub(super) fn gemm(ty: GgmlType) -> Option<GemmFn> {
+    /// An entry running [`run`] for block type `$W`.
+    macro_rules! entry {
+        ($W:ty) => {
+            |w: &[u8], rb: usize, a: &[u8], ab: usize, out: Out<'_>| {
+                // SAFETY: `x86::gemm` hands this entry out only after
+                // detecting AVX-512 F/BW/VL + VNNI (and AVX2, FMA, F16C).
+                unsafe { run::<$W>(w, rb, a, ab, out) }
+            }
+        };
+    }
+    // Q5_0 and Q5_1 stay on `gemm.rs`'s tiles: through this kernel,
+    // Gemma 3's greedy tokens (Q5_0) and a Q5_1 Mixtral's logits drifted
+    // from llama.cpp's beyond the model tests' bounds.
+    let f: GemmFn = match ty {
+        GgmlType::Q4_0 => entry!(BlockQ4_0),
+        GgmlType::Q4_1 => entry!(BlockQ4_1),
+        GgmlType::Q8_0 => entry!(BlockQ8_0),
+        GgmlType::IQ4_NL => entry!(BlockIQ4NL),
+        _ => return None,
+    };
+    Some(f)
+}
+
+/// Transposes tokens `t0..t0 + tn` (`tn <= GROUPS * GROUP`) of `a` (rows of
+/// `nb` blocks) into `p`, padding the last group with zero tokens.
+fn pack<A: Act>(a: &[A], nb: usize, t0: usize, tn: usize, p: &mut Packed) {
+    let ng = tn.div_ceil(GROUP);
+    for v in [&mut p.d, &mut p.s] {
+        v.clear();
+        v.resize(ng * nb * GROUP, 0.0);
+    }
+    p.sums.clear();
+    p.sums.resize(ng * nb * GROUP, 0);
+    p.codes.clear();
+    p.codes.resize(ng * nb * WORDS * GROUP, 0);
+    for t in 0..tn {
+        let (g, j) = (t / GROUP, t % GROUP);
+        let row = &a[(t0 + t) * nb..(t0 + t + 1) * nb];
+        for (b, by) in row.iter().enumerate() {
+            let gb = g * nb + b;
+            p.d[gb * GROUP + j] = by.d();
+            p.s[gb * GROUP + j] = by.s();
+            p.sums[gb * GROUP + j] = by.qs().iter().map(|&q| i32::from(q)).sum();
+            for (k, q) in by.qs().chunks_exact(4).enumerate() {
+                let word = u32::from_le_bytes([q[0] as u8, q[1] as u8, q[2] as u8, q[3] as u8]);
+                p.codes[(gb * WORDS + k) * GROUP + j] = word;
+            }
+        }
+    }
+}
+
+/// The [`GemmFn`] of format `W`: bands of 8 rows by groups of 16 tokens,
+/// the rest (and one token) through [`row_dot`].
+///
+/// # Safety
+/// The CPU must have AVX-512 F/BW/VL + VNNI, AVX2, FMA and F16C.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn run<W: Format>(w: &[u8], row_bytes: usize, a: &[u8], act_bytes: usize, out: Out<'_>) {
+    let (sw, sa) = (size_of::<W>(), size_of::<W::A>());
+    if row_bytes == 0
+        || act_bytes == 0
+        || !row_bytes.is_multiple_of(sw)
+        || !act_bytes.is_multiple_of(sa)
+    {
+        return;
+    }
+    let nb = row_bytes / sw;
+    let (rows, toks) = (w.len() / row_bytes, a.len() / act_bytes);
+    if act_bytes / sa != nb || !out.fits(rows, toks) {
+        return;
+    }
+    let wb = blocks::<W>(&w[..rows * row_bytes]);
+    let ab = blocks::<W::A>(&a[..toks * act_bytes]);
+    let (rs, ts, op) = (out.row_stride, out.tok_stride, out.out.as_mut_ptr());
+    let banded = rows / BAND * BAND;
+    if toks == 1 {
+        for r0 in (0..banded).step_by(BAND) {
+            let band_w = &wb[r0 * nb..(r0 + BAND) * nb];
+            // SAFETY: rows r0..r0 + 8 exist; `out.fits(rows, 1)` bounds
+            // every index written.
+            unsafe { one_token(band_w, nb, &ab, op.add(r0 * rs), rs) };
+        }
+    } else if banded > 0 {
+        let mut p = PACKED.take();
+        for t0 in (0..toks).step_by(GROUPS * GROUP) {
+            let tn = (toks - t0).min(GROUPS * GROUP);
+            pack(&ab, nb, t0, tn, &mut p);
+            for r0 in (0..banded).step_by(BAND) {
+                let band_w = &wb[r0 * nb..(r0 + BAND) * nb];
+                // SAFETY: rows r0..r0 + 8 and tokens t0..t0 + tn exist;
+                // `out.fits(rows, toks)` bounds every index written.
+                unsafe { band(band_w, nb, &p, tn, op.add(r0 * rs + t0 * ts), rs, ts) };
+            }
+        }
+        PACKED.set(p);
+    }
+    for r in banded..rows {
+        for t in 0..toks {
+            let wr = &wb[r * nb..(r + 1) * nb];
+            let ar = &ab[t * nb..(t + 1) * nb];
+            // SAFETY: `out.fits(rows, toks)` bounds the index.
+            unsafe { *op.add(r * rs + t * ts) = row_dot(wr, ar) };
+        }
+    }
+}
+
+/// Sum of the eight i32 lanes of `v`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn hsum(v: __m256i) -> i32 {
+    let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256::<1>(v));
+    let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b01_00_11_10>(s));
+    _mm_cvtsi128_si32(_mm_add_epi32(s, _mm_shuffle_epi32::<0b10_11_00_01>(s)))
+}
+
+/// One weight row by one activation row, in the banded kernel's arithmetic.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn row_dot<W: Format>(w: &[W], a: &[W::A]) -> f32 {
+    let mut acc = 0.0f32;
+    let ones = _mm256_set1_epi8(1);
+    for (bx, by) in w.iter().zip(a) {
+        let (u, d, m) = bx.decode();
+        let q8 = _mm256_loadu_si256(by.qs().as_ptr().cast());
+        let z = _mm256_setzero_si256();
+        let mut isum = hsum(_mm256_dpbusd_epi32(z, u, q8));
+        if W::BIAS != 0 {
+            isum -= W::BIAS * hsum(_mm256_dpbusd_epi32(z, ones, q8));
+        }
+        acc = (isum as f32).mul_add(d * by.d(), acc);
+        if W::MIN {
+            acc = m.mul_add(by.s(), acc);
+        }
+    }
+    acc
+}
+
+/// Eight weight rows (`w`, 8 rows of `nb` blocks) by one activation row
+/// `a` (decode), results at `out[r * rs]`: each block's eight exact row
+/// sums gathered into one register, then [`row_dot`]'s float operations
+/// lane by lane.
+///
+/// # Safety
+/// AVX-512 VNNI as in [`run`]; `out` is valid for every index written.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn one_token<W: Format>(w: &[W], nb: usize, a: &[W::A], out: *mut f32, rs: usize) {
+    let mut acc = _mm256_setzero_ps();
+    let (z, ones) = (_mm256_setzero_si256(), _mm256_set1_epi8(1));
+    for (b, by) in a.iter().enumerate().take(nb) {
+        let q8 = _mm256_loadu_si256(by.qs().as_ptr().cast());
+        let mut lanes = [z; BAND];
+        let mut dw = [0.0f32; BAND];
+        let mut mw = [0.0f32; BAND];
+        for r in 0..BAND {
+            let (u, d, m) = w[r * nb + b].decode();
+            lanes[r] = _mm256_dpbusd_epi32(z, u, q8);
+            (dw[r], mw[r]) = (d, m);
+        }
+        // Eight rows' lane sums to one register, row r in lane r.
+        let h = |i: usize| _mm256_hadd_epi32(lanes[i], lanes[i + 1]);
+        let x0 = _mm256_hadd_epi32(h(0), h(2));
+        let x1 = _mm256_hadd_epi32(h(4), h(6));
+        let mut isum = _mm256_add_epi32(
+            _mm256_permute2x128_si256::<0x20>(x0, x1),
+            _mm256_permute2x128_si256::<0x31>(x0, x1),
+        );
+        if W::BIAS != 0 {
+            let sum = hsum(_mm256_dpbusd_epi32(z, ones, q8));
+            isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(W::BIAS * sum));
+        }
+        let scale = _mm256_mul_ps(_mm256_loadu_ps(dw.as_ptr()), _mm256_set1_ps(by.d()));
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), scale, acc);
+        if W::MIN {
+            acc = _mm256_fmadd_ps(_mm256_loadu_ps(mw.as_ptr()), _mm256_set1_ps(by.s()), acc);
+        }
+    }
+    let mut v = [0.0f32; BAND];
+    _mm256_storeu_ps(v.as_mut_ptr(), acc);
+    for (r, &x) in v.iter().enumerate() {
+        *out.add(r * rs) = x;
+    }
+}
+
+/// Eight weight rows (`w`, 8 rows of `nb` blocks) by the `tn` packed tokens
+/// of `p`, results at `out[r * rs + t * ts]`.
+///
+/// # Safety
+/// AVX-512 VNNI as in [`run`]; `out` is valid for every index written.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn band<W: Format>(
+    w: &[W],
+    nb: usize,
+    p: &Packed,
+    tn: usize,
+    out: *mut f32,
+    rs: usize,
+    ts: usize,
+) {
+    let ng = tn.div_ceil(GROUP);
+    let mut acc = [[_mm512_setzero_ps(); BAND]; GROUPS];
+    let mut q = [[0u32; WORDS]; BAND];
+    let mut dw = [0.0f32; BAND];
+    let mut mw = [0.0f32; BAND];
+    for b in 0..nb {
+        for r in 0..BAND {
+            let (u, d, m) = w[r * nb + b].decode();
+            _mm256_storeu_si256(q[r].as_mut_ptr().cast(), u);
+            (dw[r], mw[r]) = (d, m);
+        }
+        for g in 0..ng {
+            let gb = g * nb + b;
+            let codes = p.codes.as_ptr().add(gb * WORDS * GROUP);
+            let mut lanes = [_mm512_setzero_si512(); BAND];
+            for k in 0..WORDS {
+                let c = _mm512_loadu_si512(codes.add(k * GROUP).cast());
+                for r in 0..BAND {
+                    let u = _mm512_set1_epi32(q[r][k] as i32);
+                    lanes[r] = _mm512_dpbusd_epi32(lanes[r], u, c);
+                }
+            }
+            if W::BIAS != 0 {
+                let sum = _mm512_loadu_si512(p.sums.as_ptr().add(gb * GROUP).cast());
+                let bias = _mm512_mullo_epi32(sum, _mm512_set1_epi32(W::BIAS));
+                for l in lanes.iter_mut() {
+                    *l = _mm512_sub_epi32(*l, bias);
+                }
+            }
+            let d8 = _mm512_loadu_ps(p.d.as_ptr().add(gb * GROUP));
+            let s8 = _mm512_loadu_ps(p.s.as_ptr().add(gb * GROUP));
+            for r in 0..BAND {
+                let scale = _mm512_mul_ps(_mm512_set1_ps(dw[r]), d8);
+                acc[g][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(lanes[r]), scale, acc[g][r]);
+                if W::MIN {
+                    acc[g][r] = _mm512_fmadd_ps(_mm512_set1_ps(mw[r]), s8, acc[g][r]);
+                }
+            }
+        }
+    }
+    for (g, accg) in acc.iter().enumerate().take(ng) {
+        for (r, v) in accg.iter().enumerate() {
+            let mut lanes = [0.0f32; GROUP];
+            _mm512_storeu_ps(lanes.as_mut_ptr(), *v);
+            for (j, &x) in lanes.iter().enumerate().take(tn - g * GROUP) {
+                *out.add(r * rs + (g * GROUP + j) * ts) = x;
+            }
+        }
+    }
+}
