@@ -63,13 +63,13 @@ fn a_panicking_chunk_reaches_the_caller_and_the_pool_survives() {
             });
         }));
         let msg = r.expect_err("the panic reaches the caller");
-        let text = msg
-            .downcast_ref::<String>()
-            .cloned()
-            .unwrap_or_default();
+        let text = msg.downcast_ref::<String>().cloned().unwrap_or_default();
         assert!(text.contains(&format!("chunk {bad} fails")), "{text}");
         pool.for_chunks(&mut data, 4, |i, c| c.fill(i as u32 + 1));
-        assert!(data.iter().enumerate().all(|(j, &v)| v as usize == j / 4 + 1));
+        assert!(data
+            .iter()
+            .enumerate()
+            .all(|(j, &v)| v as usize == j / 4 + 1));
     }
 }
 
@@ -157,7 +157,10 @@ fn a_nested_region_runs_on_its_thread() {
         c.fill(inner.iter().sum::<u64>() + i as u64);
     });
     // inner: 3 chunks of 3 (1, 2, 3) and one of 1 (4): 3 + 6 + 9 + 4.
-    assert!(outer.iter().enumerate().all(|(j, &v)| v == 22 + j as u64 / 2));
+    assert!(outer
+        .iter()
+        .enumerate()
+        .all(|(j, &v)| v == 22 + j as u64 / 2));
 }
 
 #[test]

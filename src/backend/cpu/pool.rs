@@ -14,6 +14,16 @@
 //! descheduled in the middle of a chunk, which chunk sizes of several per
 //! thread keep short (the callers size them so).
 //!
+//! Graceful on a crowded machine: where no worker joined a region (they
+//! are parked or have lost their core), or the caller kept waiting on one
+//! that lost its core in mid-chunk (a wait longer than its own work), the
+//! pool runs the next regions on the caller alone, twice as
+//! many after each such stall (up to `MAX_BACKOFF`), then tries the
+//! workers again; so 2 threads degrade towards one thread's speed instead
+//! of below it: waking a worker that then competes for the same share of
+//! the machine as the caller costs more than it brings. (On wasm, with no
+//! clock, only the first signal counts.)
+//!
 //! Natively the workers are threads of their own; in the threaded wasm
 //! build (`+atomics`) they are long-lived jobs on rayon's global pool,
 //! whose threads the page made from Web Workers (where blocking on a
@@ -21,22 +31,34 @@
 
 use std::any::Any;
 use std::cell::UnsafeCell;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
-/// Polls of the region counter before a waiting worker parks. Natively a
-/// `pause` takes 10-140 cycles, so this is some tens to hundreds of
-/// microseconds: longer than the gaps between the regions of one token,
-/// far shorter than a scheduler time slice.
+/// How long a waiting worker polls the region counter before it parks:
+/// longer than the gaps between the regions of one token, far shorter
+/// than a scheduler time slice (a spinning worker on a crowded machine
+/// burns the share its own next chunk would need).
 #[cfg(not(target_arch = "wasm32"))]
-const SPIN: u32 = 1 << 13;
-/// wasm has no `pause`: a poll is one atomic load (a few ns).
+const WORKER_SPIN: std::time::Duration = std::time::Duration::from_micros(200);
+/// wasm has no clock: rounds of 64 polls (a poll is one atomic load, a few
+/// ns; there is no `pause` either).
 #[cfg(target_arch = "wasm32")]
-const SPIN: u32 = 1 << 16;
+const WORKER_SPIN_ROUNDS: u32 = 1 << 10;
 
-/// Polls while the caller waits for joined workers before it yields its
-/// core (a worker that joined and lost its core needs that core back).
+/// Polls while the caller waits for joined workers before it parks (a
+/// worker that joined and lost its core needs a core back, and a caller
+/// spinning on it only burns its own share).
 const CALLER_SPIN: u32 = 1 << 10;
+
+/// After a stalled region, the pool runs up to `1 << MAX_BACKOFF` regions
+/// (some four decode steps of a small model) on the caller alone.
+const MAX_BACKOFF: u32 = 10;
+/// Parallel regions without a stall after which the backoff halves.
+const CLEAN_DECAY: u32 = 64;
+/// A caller's wait for workers is a stall past this (and past twice its
+/// own work in the region): well over a healthy chunk of decode.
+#[cfg(not(target_arch = "wasm32"))]
+const STALL_MIN: std::time::Duration = std::time::Duration::from_micros(100);
 
 /// `state` layout: the region number in the high 32 bits, then the closed
 /// flag, then the number of workers inside the region.
@@ -63,9 +85,16 @@ struct Shared {
     job: UnsafeCell<Option<Job>>,
     /// Next chunk index to claim.
     next: AtomicUsize,
+    /// Joins so far, all regions (tells the caller whether any worker
+    /// joined its region).
+    joins: AtomicUsize,
     /// Parked workers wait here (the mutex guards nothing but the wait).
     lock: Mutex<()>,
     wake: Condvar,
+    /// The caller parks here waiting for the last worker to leave.
+    left: Condvar,
+    /// The caller is parked or about to park on `left`.
+    caller_parked: AtomicBool,
     /// Workers parked or about to park on `wake`.
     sleeping: AtomicUsize,
     /// A panic payload of a worker, re-raised on the caller.
@@ -87,6 +116,8 @@ pub(super) struct Pool {
     /// One region at a time: a nested or concurrent call runs inline.
     region: Mutex<()>,
     workers: usize,
+    /// The stall backoff (only the region holder touches it).
+    backoff: Backoff,
     #[cfg(not(target_arch = "wasm32"))]
     handles: Vec<std::thread::JoinHandle<()>>,
 }
@@ -105,8 +136,11 @@ impl Pool {
             state: AtomicU64::new(CLOSED),
             job: UnsafeCell::new(None),
             next: AtomicUsize::new(0),
+            joins: AtomicUsize::new(0),
             lock: Mutex::new(()),
             wake: Condvar::new(),
+            left: Condvar::new(),
+            caller_parked: AtomicBool::new(false),
             sleeping: AtomicUsize::new(0),
             panic: Mutex::new(None),
             stop: AtomicBool::new(false),
@@ -115,6 +149,7 @@ impl Pool {
             shared,
             region: Mutex::new(()),
             workers: 0,
+            backoff: Backoff::default(),
             #[cfg(not(target_arch = "wasm32"))]
             handles: Vec::new(),
         };
@@ -174,9 +209,10 @@ impl Pool {
     /// ran. A panic in any chunk is re-raised here once the region is over.
     pub(super) fn run(&self, chunks: usize, f: &(dyn Fn(usize) + Sync)) {
         let guard = match self.region.try_lock() {
-            Ok(g) if chunks > 1 => g,
-            // One chunk, or a region already running (a nested call from a
-            // chunk, or another thread sharing the pool): the caller alone.
+            Ok(g) if chunks > 1 && !self.backoff.solo() => g,
+            // One chunk, a region already running (a nested call from a
+            // chunk, or another thread sharing the pool), or a backoff
+            // after stalls: the caller alone.
             _ => return (0..chunks).for_each(f),
         };
         let s = &*self.shared;
@@ -184,6 +220,8 @@ impl Pool {
         // return before every worker that joined the region has left it.
         let run: *const (dyn Fn(usize) + Sync) = unsafe { std::mem::transmute(f) };
         s.next.store(0, Ordering::Relaxed);
+        // Before the region opens: no worker of this region counted yet.
+        let joins = s.joins.load(Ordering::Relaxed);
         // SAFETY: the previous region is closed and no worker is inside
         // (the last `close_and_wait`), so no one reads `job` now; the store
         // to `state` below publishes the write.
@@ -196,8 +234,13 @@ impl Pool {
             let _l = s.lock.lock();
             s.wake.notify_all();
         }
+        let clock = Clock::start();
         let caller = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| claim(s, f, chunks)));
+        let worked = clock.lap();
         close_and_wait(s);
+        // `close_and_wait` synchronized with every worker that joined.
+        let alone = s.joins.load(Ordering::Relaxed) == joins;
+        self.backoff.record(alone || clock.stalled(worked));
         drop(guard);
         if let Err(p) = caller {
             std::panic::resume_unwind(p);
@@ -209,18 +252,162 @@ impl Pool {
     }
 }
 
-/// Closes the current region to late workers and waits for those inside.
+/// When the pool runs regions on the caller alone after stalls. Fields are
+/// atomics only to keep `Pool` `Sync`: the region holder alone uses them.
+#[derive(Default)]
+struct Backoff {
+    /// Regions still to run on the caller alone.
+    solo: AtomicU32,
+    /// The last stall's exponent (`1 << shift` solo regions).
+    shift: AtomicU32,
+    /// Parallel regions since the last stall or decay.
+    clean: AtomicU32,
+}
+
+impl Backoff {
+    /// Whether this region runs on the caller alone (counts it down).
+    fn solo(&self) -> bool {
+        let left = self.solo.load(Ordering::Relaxed);
+        if left > 0 {
+            self.solo.store(left - 1, Ordering::Relaxed);
+        }
+        left > 0
+    }
+
+    /// Accounts for a parallel region that did or did not stall.
+    fn record(&self, stalled: bool) {
+        let shift = self.shift.load(Ordering::Relaxed);
+        if stalled {
+            let shift = (shift + 1).min(MAX_BACKOFF);
+            self.shift.store(shift, Ordering::Relaxed);
+            self.solo.store(1 << shift, Ordering::Relaxed);
+            self.clean.store(0, Ordering::Relaxed);
+        } else if shift > 0 {
+            let clean = self.clean.load(Ordering::Relaxed) + 1;
+            if clean >= CLEAN_DECAY {
+                self.shift.store(shift - 1, Ordering::Relaxed);
+                self.clean.store(0, Ordering::Relaxed);
+            } else {
+                self.clean.store(clean, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+/// Times the caller's share of a region and its wait for the workers.
+#[cfg(not(target_arch = "wasm32"))]
+struct Clock(std::time::Instant);
+
+#[cfg(not(target_arch = "wasm32"))]
+impl Clock {
+    fn start() -> Self {
+        Self(std::time::Instant::now())
+    }
+
+    /// Time since the start (the caller's own work).
+    fn lap(&self) -> std::time::Duration {
+        self.0.elapsed()
+    }
+
+    /// Whether the wait after `worked` was a stall: longer than twice the
+    /// caller's own work and than `STALL_MIN`.
+    fn stalled(&self, worked: std::time::Duration) -> bool {
+        let waited = self.0.elapsed().saturating_sub(worked);
+        waited > STALL_MIN && waited > 2 * worked
+    }
+}
+
+/// A worker's spin budget before it parks.
+#[cfg(not(target_arch = "wasm32"))]
+struct Spin(std::time::Instant);
+
+#[cfg(not(target_arch = "wasm32"))]
+impl Spin {
+    fn start() -> Self {
+        Self(std::time::Instant::now())
+    }
+
+    fn over(&self) -> bool {
+        self.0.elapsed() > WORKER_SPIN
+    }
+}
+
+/// A worker's spin budget before it parks, in rounds (no clock on wasm).
+#[cfg(target_arch = "wasm32")]
+struct Spin(std::cell::Cell<u32>);
+
+#[cfg(target_arch = "wasm32")]
+impl Spin {
+    fn start() -> Self {
+        Self(std::cell::Cell::new(0))
+    }
+
+    fn over(&self) -> bool {
+        self.0.set(self.0.get() + 1);
+        self.0.get() > WORKER_SPIN_ROUNDS
+    }
+}
+
+/// No clock on wasm32 (`Instant::now` panics there): never a stall.
+#[cfg(target_arch = "wasm32")]
+struct Clock;
+
+#[cfg(target_arch = "wasm32")]
+impl Clock {
+    fn start() -> Self {
+        Self
+    }
+
+    fn lap(&self) {}
+
+    fn stalled(&self, _worked: ()) -> bool {
+        false
+    }
+}
+
+/// Closes the current region to late workers and waits for those inside:
+/// spinning briefly, then parked until the last one leaves.
 fn close_and_wait(s: &Shared) {
     let mut state = s.state.fetch_or(CLOSED, Ordering::AcqRel);
     let mut polls = 0u32;
     while state & ACTIVE != 0 {
-        polls = polls.saturating_add(1);
-        if polls < CALLER_SPIN {
-            std::hint::spin_loop();
-        } else {
+        if polls >= CALLER_SPIN {
+            return park_caller(s);
+        }
+        polls += 1;
+        std::hint::spin_loop();
+        state = s.state.load(Ordering::Acquire);
+    }
+}
+
+/// Parks the caller until no worker is inside the region.
+fn park_caller(s: &Shared) {
+    let Ok(mut lock) = s.lock.lock() else {
+        // A poisoned lock (a panic while holding it, which nothing here
+        // does): spin instead.
+        while s.state.load(Ordering::Acquire) & ACTIVE != 0 {
             std::thread::yield_now();
         }
-        state = s.state.load(Ordering::Acquire);
+        return;
+    };
+    s.caller_parked.store(true, Ordering::SeqCst);
+    while s.state.load(Ordering::SeqCst) & ACTIVE != 0 {
+        lock = match s.left.wait(lock) {
+            Ok(l) => l,
+            Err(_) => break,
+        };
+    }
+    s.caller_parked.store(false, Ordering::SeqCst);
+}
+
+/// A worker leaves the region; the last one out wakes a parked caller.
+fn leave(s: &Shared) {
+    let before = s.state.fetch_sub(1, Ordering::SeqCst);
+    if before & ACTIVE == 1 && s.caller_parked.load(Ordering::SeqCst) {
+        // Taking the lock orders this notify after the caller's check of
+        // `state` (it holds the lock until it waits).
+        let _l = s.lock.lock();
+        s.left.notify_all();
     }
 }
 
@@ -238,12 +425,18 @@ fn claim(s: &Shared, f: &(dyn Fn(usize) + Sync), chunks: usize) {
 /// Waits until the region number differs from `seen` (spinning, then
 /// parked); returns the state seen, or `None` when the pool stops.
 fn wait_for_region(s: &Shared, seen: u64) -> Option<u64> {
-    for _ in 0..SPIN {
-        let state = s.state.load(Ordering::Acquire);
-        if state >> EPOCH_SHIFT != seen {
-            return Some(state);
+    let spin = Spin::start();
+    loop {
+        for _ in 0..64 {
+            let state = s.state.load(Ordering::Acquire);
+            if state >> EPOCH_SHIFT != seen {
+                return Some(state);
+            }
+            std::hint::spin_loop();
         }
-        std::hint::spin_loop();
+        if spin.over() {
+            break;
+        }
     }
     let mut lock = s.lock.lock().ok()?;
     s.sleeping.fetch_add(1, Ordering::SeqCst);
@@ -272,7 +465,10 @@ fn join(s: &Shared, mut state: u64) -> Result<u64, u64> {
             .state
             .compare_exchange_weak(state, state + 1, Ordering::AcqRel, Ordering::Acquire)
         {
-            Ok(_) => return Ok(state >> EPOCH_SHIFT),
+            Ok(_) => {
+                s.joins.fetch_add(1, Ordering::Relaxed);
+                return Ok(state >> EPOCH_SHIFT);
+            }
             Err(now) => state = now,
         }
     }
@@ -304,7 +500,7 @@ fn worker(s: &Shared) {
                         }
                     }
                 }
-                s.state.fetch_sub(1, Ordering::Release);
+                leave(s);
             }
         }
     }
