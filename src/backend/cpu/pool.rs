@@ -14,8 +14,8 @@
 //! descheduled in the middle of a chunk, which chunk sizes of several per
 //! thread keep short (the callers size them so).
 //!
-//! Graceful on a crowded machine: where no worker joined a region (they
-//! are parked or have lost their core), or the caller kept waiting on one
+//! Graceful on a crowded machine: where no worker joined a region though
+//! none was parked (they lost their core), or the caller kept waiting on one
 //! that lost its core in mid-chunk (a wait longer than its own work), the
 //! pool runs the next regions on the caller alone, twice as
 //! many after each such stall (up to `MAX_BACKOFF`), then tries the
@@ -228,7 +228,8 @@ impl Pool {
         unsafe { *s.job.get() = Some(Job { run, chunks }) };
         let epoch = (s.state.load(Ordering::Relaxed) >> EPOCH_SHIFT).wrapping_add(1);
         s.state.store(epoch << EPOCH_SHIFT, Ordering::SeqCst);
-        if s.sleeping.load(Ordering::SeqCst) > 0 {
+        let woke = s.sleeping.load(Ordering::SeqCst) > 0;
+        if woke {
             // Taking the lock orders this notify after a parking worker's
             // check of `state` (it holds the lock until it waits).
             let _l = s.lock.lock();
@@ -238,8 +239,9 @@ impl Pool {
         let caller = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| claim(s, f, chunks)));
         let worked = clock.lap();
         close_and_wait(s);
-        // `close_and_wait` synchronized with every worker that joined.
-        let alone = s.joins.load(Ordering::Relaxed) == joins;
+        // `close_and_wait` synchronized with every worker that joined. A
+        // worker just woken from parking is not expected in time.
+        let alone = !woke && s.joins.load(Ordering::Relaxed) == joins;
         self.backoff.record(alone || clock.stalled(worked));
         drop(guard);
         if let Err(p) = caller {
