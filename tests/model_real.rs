@@ -160,3 +160,75 @@ fn smollm2_matches_llamacpp() {
 fn gemma3_matches_llamacpp() {
     check_model("gemma-3-270m-q4_k_m.gguf", "gemma-3-270m-q4_k_m");
 }
+
+/// Greedy decode of `steps` tokens after `prompt`, one token per forward
+/// (the decode path: matrix-vector products, ~240 short parallel regions
+/// per token); returns the tokens and the last step's logits.
+fn greedy_decode(
+    m: &mut hearth::model::CpuModel,
+    prompt: &[u32],
+    steps: usize,
+) -> (Vec<u32>, Vec<f32>) {
+    let t = table(1, prompt.len() + steps);
+    let mut logits = run_chunked_last(m, prompt, &t);
+    let mut out = Vec::new();
+    for step in 0..steps {
+        let next = argmax(&logits) as u32;
+        out.push(next);
+        let pos = prompt.len() + step;
+        let s = slots(&t, pos, 1);
+        let tok = [next];
+        let seqs = [SeqInput {
+            tokens: &tok,
+            start: pos,
+            slots: &s,
+            block_table: &t,
+            logits: LogitsWanted::Last,
+        }];
+        logits = m.forward_sync(&Batch { seqs: &seqs }).expect("decode step");
+    }
+    (out, logits)
+}
+
+/// The prompt's last-position logits (prefill: matrix-matrix products).
+fn run_chunked_last(
+    m: &mut hearth::model::CpuModel,
+    prompt: &[u32],
+    t: &[hearth::kv::BlockId],
+) -> Vec<f32> {
+    let s = slots(t, 0, prompt.len());
+    let seqs = [SeqInput {
+        tokens: prompt,
+        start: 0,
+        slots: &s,
+        block_table: t,
+        logits: LogitsWanted::Last,
+    }];
+    m.forward_sync(&Batch { seqs: &seqs }).expect("prefill")
+}
+
+/// One thread and two (the default pool, and rayon's) decode the same
+/// greedy tokens; logits agree to rounding (the split of attention over
+/// threads changes the order of a few sums).
+#[test]
+fn smollm2_decodes_the_same_tokens_at_one_and_two_threads() {
+    let path = real_model("SmolLM2-135M-Instruct.Q4_1.gguf");
+    let dir = fixtures().join("real").join("smollm2-135m-instruct-q4_1");
+    let meta = read_json(&dir.join("prompt-01-story.json"));
+    let prompt = ids(&meta["prompt_ids"]);
+    let mut one = load(&path, KvType::F16, false, 1, 64);
+    let (want, want_logits) = greedy_decode(&mut one, &prompt, 24);
+    drop(one);
+    for pool in ["spin", "rayon"] {
+        std::env::set_var("HEARTH_POOL", pool);
+        let mut two = load(&path, KvType::F16, false, 2, 64);
+        std::env::remove_var("HEARTH_POOL");
+        let (got, logits) = greedy_decode(&mut two, &prompt, 24);
+        assert_eq!(got, want, "{pool}: tokens at 2 threads differ from 1");
+        let e = nrmse(&logits, &want_logits);
+        assert!(
+            e < 1e-3,
+            "{pool}: last logits nrmse {e:.3e} between 1 and 2 threads"
+        );
+    }
+}

@@ -1,5 +1,5 @@
 //! The CPU backend: a [`kernels::KernelTable`] of scalar kernels (faster ISAs
-//! slot into the same table), rayon threads, paged attention, and
+//! slot into the same table), a worker pool, paged attention, and
 //! [`CpuModel`], the generic [`Model`](crate::model::generic::Model)
 //! on [`CpuBackend`].
 
@@ -16,7 +16,7 @@ pub mod kernels;
 pub mod matmul;
 pub mod model;
 pub mod ops;
-#[cfg(not(target_arch = "wasm32"))]
+#[cfg(any(not(target_arch = "wasm32"), target_feature = "atomics"))]
 mod pool;
 mod profile;
 mod record;

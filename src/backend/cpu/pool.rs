@@ -1,127 +1,249 @@
-//! A small persistent worker pool (opt-in: `HEARTH_POOL=spin`) for the
-//! many short parallel regions of a decode step (about 240 per token):
-//! workers spin briefly on an epoch
-//! counter, then park on a condvar; the caller takes chunks too and spins
-//! until the workers are done. Native targets only (it spawns threads).
+//! A small persistent worker pool for the many short parallel regions of a
+//! decode step (about 240 per token): workers spin a bounded number of
+//! times on the region counter, then park on a condvar; the caller takes
+//! chunks too.
 //!
 //! Chunks are claimed from one atomic counter, so a region's chunks go to
 //! whichever thread is free (dynamic balance, like rayon's stealing).
+//!
+//! Robust on a busy machine: a worker *joins* a region (one atomic step on
+//! `state`) before it takes a chunk, and the caller *closes* the region
+//! once every chunk is claimed. The caller then waits only for the workers
+//! that joined, never for one that has not yet run: a worker that lost its
+//! core to another process costs the region nothing unless it was
+//! descheduled in the middle of a chunk, which chunk sizes of several per
+//! thread keep short (the callers size them so).
+//!
+//! Graceful on a crowded machine: where no worker joined a region though
+//! none was parked (they lost their core), or the caller kept waiting on one
+//! that lost its core in mid-chunk (a wait longer than its own work), the
+//! pool runs the next regions on the caller alone, twice as
+//! many after each such stall (up to `MAX_BACKOFF`), then tries the
+//! workers again; so 2 threads degrade towards one thread's speed instead
+//! of below it: waking a worker that then competes for the same share of
+//! the machine as the caller costs more than it brings. (On wasm, with no
+//! clock, only the first signal counts.)
+//!
+//! Natively the workers are threads of their own; in the threaded wasm
+//! build (`+atomics`) they are long-lived jobs on rayon's global pool,
+//! whose threads the page made from Web Workers (where blocking on a
+//! condvar, `memory.atomic.wait`, is allowed).
 
 use std::any::Any;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::cell::UnsafeCell;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
-use std::thread::JoinHandle;
 
-/// Spins on the epoch before a worker parks (`pause` takes up to ~140
-/// cycles: some tens of microseconds, about the gap between two ops).
-const SPIN: u32 = 1_000;
+/// How long a waiting worker polls the region counter before it parks:
+/// longer than the gaps between the regions of one token, far shorter
+/// than a scheduler time slice (a spinning worker on a crowded machine
+/// burns the share its own next chunk would need).
+#[cfg(not(target_arch = "wasm32"))]
+const WORKER_SPIN: std::time::Duration = std::time::Duration::from_micros(200);
+/// wasm has no clock: rounds of 64 polls (a poll is one atomic load, a few
+/// ns; there is no `pause` either).
+#[cfg(target_arch = "wasm32")]
+const WORKER_SPIN_ROUNDS: u32 = 1 << 10;
+
+/// Polls while the caller waits for joined workers before it parks (a
+/// worker that joined and lost its core needs a core back, and a caller
+/// spinning on it only burns its own share).
+const CALLER_SPIN: u32 = 1 << 10;
+
+/// After a stalled region, the pool runs up to `1 << MAX_BACKOFF` regions
+/// (some four decode steps of a small model) on the caller alone.
+const MAX_BACKOFF: u32 = 10;
+/// Parallel regions without a stall after which the backoff halves.
+const CLEAN_DECAY: u32 = 64;
+/// A caller's wait for workers is a stall past this (and past twice its
+/// own work in the region): well over a healthy chunk of decode.
+#[cfg(not(target_arch = "wasm32"))]
+const STALL_MIN: std::time::Duration = std::time::Duration::from_micros(100);
+
+/// `state` layout: the region number in the high 32 bits, then the closed
+/// flag, then the number of workers inside the region.
+const EPOCH_SHIFT: u32 = 32;
+const CLOSED: u64 = 1 << 31;
+const ACTIVE: u64 = CLOSED - 1;
 
 /// The job of one region: `run(i)` for every claimed chunk index `i`.
 ///
 /// The pointer's real lifetime is the region: the caller does not return
-/// before every worker has finished with it (`Shared::done`).
+/// before every worker that joined has left (`ACTIVE` back at zero).
 #[derive(Clone, Copy)]
 struct Job {
     run: *const (dyn Fn(usize) + Sync),
     chunks: usize,
 }
 
-// SAFETY: the closure behind `run` is `Sync`, and it outlives every use
-// (the caller waits for all workers before the region ends).
-unsafe impl Send for Job {}
-
 struct Shared {
-    /// Bumped by the caller for each region; workers wait for a change.
-    epoch: AtomicUsize,
-    /// The current job, written under the lock before the epoch moves.
-    job: Mutex<Option<Job>>,
-    wake: Condvar,
-    /// Workers parked on `wake`.
-    sleeping: AtomicUsize,
+    /// Region number, closed flag and workers inside (see `EPOCH_SHIFT`).
+    state: AtomicU64,
+    /// The current region's job. Written by the caller only while the
+    /// previous region is closed and empty, read by workers only after
+    /// they joined an open region.
+    job: UnsafeCell<Option<Job>>,
     /// Next chunk index to claim.
     next: AtomicUsize,
-    /// Workers finished with the current region.
-    done: AtomicUsize,
+    /// Joins so far, all regions (tells the caller whether any worker
+    /// joined its region).
+    joins: AtomicUsize,
+    /// Parked workers wait here (the mutex guards nothing but the wait).
+    lock: Mutex<()>,
+    wake: Condvar,
+    /// The caller parks here waiting for the last worker to leave.
+    left: Condvar,
+    /// The caller is parked or about to park on `left`.
+    caller_parked: AtomicBool,
+    /// Workers parked or about to park on `wake`.
+    sleeping: AtomicUsize,
     /// A panic payload of a worker, re-raised on the caller.
     panic: Mutex<Option<Box<dyn Any + Send>>>,
-    stop: std::sync::atomic::AtomicBool,
+    stop: AtomicBool,
 }
+
+// SAFETY: every field but `job` is Sync; `job` is written and read under
+// the join/close protocol on `state` (see the field), which orders each
+// write before the reads of its region and every read before the next
+// write; the closure behind the pointer is `Sync`.
+unsafe impl Sync for Shared {}
+// SAFETY: as above; the raw pointer is only dereferenced inside a region.
+unsafe impl Send for Shared {}
 
 /// The pool: `workers` threads plus the caller.
 pub(super) struct Pool {
     shared: Arc<Shared>,
-    workers: Vec<JoinHandle<()>>,
+    /// One region at a time: a nested or concurrent call runs inline.
+    region: Mutex<()>,
+    workers: usize,
+    /// The stall backoff (only the region holder touches it).
+    backoff: Backoff,
+    #[cfg(not(target_arch = "wasm32"))]
+    handles: Vec<std::thread::JoinHandle<()>>,
 }
 
 impl std::fmt::Debug for Pool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Pool({} threads)", self.workers.len() + 1)
+        write!(f, "Pool({} threads)", self.workers + 1)
     }
 }
 
 impl Pool {
-    /// A pool of `threads` (the caller and `threads - 1` workers); `None`
-    /// when a worker cannot be spawned.
+    /// A pool of `threads` (the caller and up to `threads - 1` workers);
+    /// `None` when not one worker could be started.
     pub(super) fn new(threads: usize) -> Option<Self> {
         let shared = Arc::new(Shared {
-            epoch: AtomicUsize::new(0),
-            job: Mutex::new(None),
-            wake: Condvar::new(),
-            sleeping: AtomicUsize::new(0),
+            state: AtomicU64::new(CLOSED),
+            job: UnsafeCell::new(None),
             next: AtomicUsize::new(0),
-            done: AtomicUsize::new(0),
+            joins: AtomicUsize::new(0),
+            lock: Mutex::new(()),
+            wake: Condvar::new(),
+            left: Condvar::new(),
+            caller_parked: AtomicBool::new(false),
+            sleeping: AtomicUsize::new(0),
             panic: Mutex::new(None),
-            stop: std::sync::atomic::AtomicBool::new(false),
+            stop: AtomicBool::new(false),
         });
-        let mut workers = Vec::new();
+        let mut pool = Self {
+            shared,
+            region: Mutex::new(()),
+            workers: 0,
+            backoff: Backoff::default(),
+            #[cfg(not(target_arch = "wasm32"))]
+            handles: Vec::new(),
+        };
         for i in 1..threads {
-            let s = Arc::clone(&shared);
-            let h = std::thread::Builder::new()
-                .name(format!("hearth-cpu-{i}"))
-                .spawn(move || worker(&s))
-                .ok()?;
-            workers.push(h);
+            if !pool.start_worker(i) {
+                break;
+            }
+            pool.workers += 1;
         }
-        Some(Self { shared, workers })
+        (pool.workers > 0).then_some(pool)
+    }
+
+    /// Starts worker `i` on a thread of its own.
+    #[cfg(not(target_arch = "wasm32"))]
+    fn start_worker(&mut self, i: usize) -> bool {
+        let s = Arc::clone(&self.shared);
+        let spawned = std::thread::Builder::new()
+            .name(format!("hearth-cpu-{i}"))
+            .spawn(move || worker(&s));
+        match spawned {
+            Ok(h) => {
+                self.handles.push(h);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// Starts worker `i` as a long-lived job on rayon's global pool (Web
+    /// Workers). At most all but one of rayon's threads are taken, across
+    /// every pool alive, so rayon's own parallel loops (weight conversion
+    /// at load) always have a thread left.
+    #[cfg(target_arch = "wasm32")]
+    fn start_worker(&mut self, _i: usize) -> bool {
+        static HOSTED: AtomicUsize = AtomicUsize::new(0);
+        let limit = rayon::current_num_threads().saturating_sub(1);
+        let taken = HOSTED.fetch_update(Ordering::AcqRel, Ordering::Acquire, |h| {
+            (h < limit).then_some(h + 1)
+        });
+        if taken.is_err() {
+            return false;
+        }
+        let s = Arc::clone(&self.shared);
+        rayon::spawn(move || {
+            worker(&s);
+            HOSTED.fetch_sub(1, Ordering::AcqRel);
+        });
+        true
     }
 
     /// Threads, the caller included.
     pub(super) fn count(&self) -> usize {
-        self.workers.len() + 1
+        self.workers + 1
     }
 
-    /// Runs `f(i)` for every `i < chunks`, on all threads; returns when all ran.
+    /// Runs `f(i)` for every `i < chunks`, on all threads; returns when all
+    /// ran. A panic in any chunk is re-raised here once the region is over.
     pub(super) fn run(&self, chunks: usize, f: &(dyn Fn(usize) + Sync)) {
+        let guard = match self.region.try_lock() {
+            Ok(g) if chunks > 1 && !self.backoff.solo() => g,
+            // One chunk, a region already running (a nested call from a
+            // chunk, or another thread sharing the pool), or a backoff
+            // after stalls: the caller alone.
+            _ => return (0..chunks).for_each(f),
+        };
         let s = &*self.shared;
-        if chunks <= 1 || self.workers.is_empty() {
-            (0..chunks).for_each(f);
-            return;
-        }
-        // SAFETY: only the lifetime is erased; this function does not return
-        // before every worker has counted itself done with this job.
+        // SAFETY: only the lifetime is erased; this function does not
+        // return before every worker that joined the region has left it.
         let run: *const (dyn Fn(usize) + Sync) = unsafe { std::mem::transmute(f) };
         s.next.store(0, Ordering::Relaxed);
-        s.done.store(0, Ordering::Relaxed);
-        if let Ok(mut job) = s.job.lock() {
-            *job = Some(Job { run, chunks });
-            s.epoch.fetch_add(1, Ordering::Release);
-            if s.sleeping.load(Ordering::Relaxed) > 0 {
-                s.wake.notify_all();
-            }
+        // Before the region opens: no worker of this region counted yet.
+        let joins = s.joins.load(Ordering::Relaxed);
+        // SAFETY: the previous region is closed and no worker is inside
+        // (the last `close_and_wait`), so no one reads `job` now; the store
+        // to `state` below publishes the write.
+        unsafe { *s.job.get() = Some(Job { run, chunks }) };
+        let epoch = (s.state.load(Ordering::Relaxed) >> EPOCH_SHIFT).wrapping_add(1);
+        s.state.store(epoch << EPOCH_SHIFT, Ordering::SeqCst);
+        let woke = s.sleeping.load(Ordering::SeqCst) > 0;
+        if woke {
+            // Taking the lock orders this notify after a parking worker's
+            // check of `state` (it holds the lock until it waits).
+            let _l = s.lock.lock();
+            s.wake.notify_all();
         }
+        let clock = Clock::start();
         let caller = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| claim(s, f, chunks)));
-        let mut spins = 0u32;
-        while s.done.load(Ordering::Acquire) < self.workers.len() {
-            spins = spins.saturating_add(1);
-            if spins < SPIN {
-                std::hint::spin_loop();
-            } else {
-                std::thread::yield_now();
-            }
-        }
-        if let Ok(mut job) = s.job.lock() {
-            *job = None;
-        }
+        let worked = clock.lap();
+        close_and_wait(s);
+        // `close_and_wait` synchronized with every worker that joined. A
+        // worker just woken from parking is not expected in time.
+        let alone = !woke && s.joins.load(Ordering::Relaxed) == joins;
+        self.backoff.record(alone || clock.stalled(worked));
+        drop(guard);
         if let Err(p) = caller {
             std::panic::resume_unwind(p);
         }
@@ -129,6 +251,165 @@ impl Pool {
         if let Some(p) = worker_panic {
             std::panic::resume_unwind(p);
         }
+    }
+}
+
+/// When the pool runs regions on the caller alone after stalls. Fields are
+/// atomics only to keep `Pool` `Sync`: the region holder alone uses them.
+#[derive(Default)]
+struct Backoff {
+    /// Regions still to run on the caller alone.
+    solo: AtomicU32,
+    /// The last stall's exponent (`1 << shift` solo regions).
+    shift: AtomicU32,
+    /// Parallel regions since the last stall or decay.
+    clean: AtomicU32,
+}
+
+impl Backoff {
+    /// Whether this region runs on the caller alone (counts it down).
+    fn solo(&self) -> bool {
+        let left = self.solo.load(Ordering::Relaxed);
+        if left > 0 {
+            self.solo.store(left - 1, Ordering::Relaxed);
+        }
+        left > 0
+    }
+
+    /// Accounts for a parallel region that did or did not stall.
+    fn record(&self, stalled: bool) {
+        let shift = self.shift.load(Ordering::Relaxed);
+        if stalled {
+            let shift = (shift + 1).min(MAX_BACKOFF);
+            self.shift.store(shift, Ordering::Relaxed);
+            self.solo.store(1 << shift, Ordering::Relaxed);
+            self.clean.store(0, Ordering::Relaxed);
+        } else if shift > 0 {
+            let clean = self.clean.load(Ordering::Relaxed) + 1;
+            if clean >= CLEAN_DECAY {
+                self.shift.store(shift - 1, Ordering::Relaxed);
+                self.clean.store(0, Ordering::Relaxed);
+            } else {
+                self.clean.store(clean, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+/// Times the caller's share of a region and its wait for the workers.
+#[cfg(not(target_arch = "wasm32"))]
+struct Clock(std::time::Instant);
+
+#[cfg(not(target_arch = "wasm32"))]
+impl Clock {
+    fn start() -> Self {
+        Self(std::time::Instant::now())
+    }
+
+    /// Time since the start (the caller's own work).
+    fn lap(&self) -> std::time::Duration {
+        self.0.elapsed()
+    }
+
+    /// Whether the wait after `worked` was a stall: longer than twice the
+    /// caller's own work and than `STALL_MIN`.
+    fn stalled(&self, worked: std::time::Duration) -> bool {
+        let waited = self.0.elapsed().saturating_sub(worked);
+        waited > STALL_MIN && waited > 2 * worked
+    }
+}
+
+/// A worker's spin budget before it parks.
+#[cfg(not(target_arch = "wasm32"))]
+struct Spin(std::time::Instant);
+
+#[cfg(not(target_arch = "wasm32"))]
+impl Spin {
+    fn start() -> Self {
+        Self(std::time::Instant::now())
+    }
+
+    fn over(&self) -> bool {
+        self.0.elapsed() > WORKER_SPIN
+    }
+}
+
+/// A worker's spin budget before it parks, in rounds (no clock on wasm).
+#[cfg(target_arch = "wasm32")]
+struct Spin(std::cell::Cell<u32>);
+
+#[cfg(target_arch = "wasm32")]
+impl Spin {
+    fn start() -> Self {
+        Self(std::cell::Cell::new(0))
+    }
+
+    fn over(&self) -> bool {
+        self.0.set(self.0.get() + 1);
+        self.0.get() > WORKER_SPIN_ROUNDS
+    }
+}
+
+/// No clock on wasm32 (`Instant::now` panics there): never a stall.
+#[cfg(target_arch = "wasm32")]
+struct Clock;
+
+#[cfg(target_arch = "wasm32")]
+impl Clock {
+    fn start() -> Self {
+        Self
+    }
+
+    fn lap(&self) {}
+
+    fn stalled(&self, _worked: ()) -> bool {
+        false
+    }
+}
+
+/// Closes the current region to late workers and waits for those inside:
+/// spinning briefly, then parked until the last one leaves.
+fn close_and_wait(s: &Shared) {
+    let mut state = s.state.fetch_or(CLOSED, Ordering::AcqRel);
+    let mut polls = 0u32;
+    while state & ACTIVE != 0 {
+        if polls >= CALLER_SPIN {
+            return park_caller(s);
+        }
+        polls += 1;
+        std::hint::spin_loop();
+        state = s.state.load(Ordering::Acquire);
+    }
+}
+
+/// Parks the caller until no worker is inside the region.
+fn park_caller(s: &Shared) {
+    let Ok(mut lock) = s.lock.lock() else {
+        // A poisoned lock (a panic while holding it, which nothing here
+        // does): spin instead.
+        while s.state.load(Ordering::Acquire) & ACTIVE != 0 {
+            std::thread::yield_now();
+        }
+        return;
+    };
+    s.caller_parked.store(true, Ordering::SeqCst);
+    while s.state.load(Ordering::SeqCst) & ACTIVE != 0 {
+        lock = match s.left.wait(lock) {
+            Ok(l) => l,
+            Err(_) => break,
+        };
+    }
+    s.caller_parked.store(false, Ordering::SeqCst);
+}
+
+/// A worker leaves the region; the last one out wakes a parked caller.
+fn leave(s: &Shared) {
+    let before = s.state.fetch_sub(1, Ordering::SeqCst);
+    if before & ACTIVE == 1 && s.caller_parked.load(Ordering::SeqCst) {
+        // Taking the lock orders this notify after the caller's check of
+        // `state` (it holds the lock until it waits).
+        let _l = s.lock.lock();
+        s.left.notify_all();
     }
 }
 
@@ -143,54 +424,98 @@ fn claim(s: &Shared, f: &(dyn Fn(usize) + Sync), chunks: usize) {
     }
 }
 
-/// A worker: waits for each new epoch, runs its share, counts itself done.
-fn worker(s: &Shared) {
-    let mut seen = 0usize;
+/// Waits until the region number differs from `seen` (spinning, then
+/// parked); returns the state seen, or `None` when the pool stops.
+fn wait_for_region(s: &Shared, seen: u64) -> Option<u64> {
+    let spin = Spin::start();
     loop {
-        let mut spins = 0u32;
-        while s.epoch.load(Ordering::Acquire) == seen && spins < SPIN {
-            spins += 1;
+        for _ in 0..64 {
+            let state = s.state.load(Ordering::Acquire);
+            if state >> EPOCH_SHIFT != seen {
+                return Some(state);
+            }
             std::hint::spin_loop();
         }
-        let Ok(mut job) = s.job.lock() else { return };
-        while s.epoch.load(Ordering::Acquire) == seen && !s.stop.load(Ordering::Relaxed) {
-            s.sleeping.fetch_add(1, Ordering::Relaxed);
-            job = match s.wake.wait(job) {
-                Ok(j) => j,
-                Err(_) => return,
-            };
-            s.sleeping.fetch_sub(1, Ordering::Relaxed);
+        if spin.over() {
+            break;
         }
-        if s.stop.load(Ordering::Relaxed) {
-            return;
+    }
+    let mut lock = s.lock.lock().ok()?;
+    s.sleeping.fetch_add(1, Ordering::SeqCst);
+    let state = loop {
+        let state = s.state.load(Ordering::SeqCst);
+        if state >> EPOCH_SHIFT != seen || s.stop.load(Ordering::SeqCst) {
+            break state;
         }
-        seen = s.epoch.load(Ordering::Acquire);
-        let current = *job;
-        drop(job);
-        if let Some(j) = current {
-            // SAFETY: the caller keeps the closure alive until `done` counts
-            // this worker (see `Pool::run`).
-            let f = unsafe { &*j.run };
-            let r =
-                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| claim(s, f, j.chunks)));
-            if let Err(p) = r {
-                if let Ok(mut slot) = s.panic.lock() {
-                    slot.get_or_insert(p);
+        lock = match s.wake.wait(lock) {
+            Ok(l) => l,
+            Err(_) => break state,
+        };
+    };
+    s.sleeping.fetch_sub(1, Ordering::SeqCst);
+    (!s.stop.load(Ordering::SeqCst)).then_some(state)
+}
+
+/// Joins the open region of `state`, if it is still open; `Err` carries
+/// the region number to wait past.
+fn join(s: &Shared, mut state: u64) -> Result<u64, u64> {
+    loop {
+        if state & CLOSED != 0 {
+            return Err(state >> EPOCH_SHIFT);
+        }
+        match s
+            .state
+            .compare_exchange_weak(state, state + 1, Ordering::AcqRel, Ordering::Acquire)
+        {
+            Ok(_) => {
+                s.joins.fetch_add(1, Ordering::Relaxed);
+                return Ok(state >> EPOCH_SHIFT);
+            }
+            Err(now) => state = now,
+        }
+    }
+}
+
+/// A worker: for each new region, joins it if still open, takes chunks
+/// until none are left, leaves.
+fn worker(s: &Shared) {
+    let mut seen = 0u64;
+    while let Some(state) = wait_for_region(s, seen) {
+        match join(s, state) {
+            Err(epoch) => seen = epoch,
+            Ok(epoch) => {
+                seen = epoch;
+                // SAFETY: this worker is inside an open region, so the
+                // caller wrote `job` before opening it and will not write
+                // it again before this worker leaves (the `fetch_sub`).
+                let job = unsafe { *s.job.get() };
+                if let Some(j) = job {
+                    // SAFETY: the caller keeps the closure alive until
+                    // every worker inside the region has left.
+                    let f = unsafe { &*j.run };
+                    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        claim(s, f, j.chunks)
+                    }));
+                    if let Err(p) = r {
+                        if let Ok(mut slot) = s.panic.lock() {
+                            slot.get_or_insert(p);
+                        }
+                    }
                 }
+                leave(s);
             }
         }
-        s.done.fetch_add(1, Ordering::Release);
     }
 }
 
 impl Drop for Pool {
     fn drop(&mut self) {
-        self.shared.stop.store(true, Ordering::Relaxed);
-        if let Ok(_job) = self.shared.job.lock() {
-            self.shared.epoch.fetch_add(1, Ordering::Release);
+        self.shared.stop.store(true, Ordering::SeqCst);
+        if let Ok(_l) = self.shared.lock.lock() {
             self.shared.wake.notify_all();
         }
-        for h in self.workers.drain(..) {
+        #[cfg(not(target_arch = "wasm32"))]
+        for h in self.handles.drain(..) {
             let _ = h.join();
         }
     }

@@ -1,20 +1,24 @@
-//! The worker pool: rayon (a pool of the requested size; in the threaded
-//! wasm build, `+atomics`, rayon's global pool, which the host fills with Web
-//! Workers through wasm-bindgen-rayon's `initThreadPool` before loading), or natively the
-//! small purpose-built pool of `pool` (spin, then park) when
-//! `HEARTH_POOL=spin` asks for it; the calling thread alone where threads
-//! are unavailable or one was asked for.
+//! The worker pool: the purpose-built pool of `pool` by default (spin a
+//! bounded time, then park; the caller never waits for a worker that has
+//! not started on a region), or a rayon pool of the requested size with
+//! `HEARTH_POOL=rayon`; the calling thread alone where threads are
+//! unavailable or one was asked for.
 //!
-//! rayon stays the default: measured on a 2-core machine shared with other
-//! work, one rayon region costs about 7 us at 2 threads, and the spinning
-//! pool more (23-63 us), because spinning workers lose their core to the
-//! neighbours exactly when a region needs them. On a quiet machine the
-//! spinning pool's regions are the cheaper; `cargo test --release --test
-//! cpu_threads -- --ignored --nocapture` measures both (`HEARTH_POOL=spin`).
+//! In the threaded wasm build (`+atomics`) the engine cannot spawn threads:
+//! the pool's workers are long-lived jobs on rayon's global pool, which the
+//! host fills with Web Workers through wasm-bindgen-rayon's `initThreadPool`
+//! before loading; rayon's global pool runs the regions itself where no
+//! worker could be hosted.
+//!
+//! Measured on a 2-core machine (SmolLM2-135M Q4_1, decode): rayon's
+//! wake-ups cost more than a second thread gains (2 threads slower than
+//! one), the purpose-built pool gives 1.8x. `cargo test --release --test
+//! cpu_threads -- --ignored --nocapture` measures the cost of one region
+//! on each.
 
 use rayon::prelude::*;
 
-#[cfg(not(target_arch = "wasm32"))]
+#[cfg(any(not(target_arch = "wasm32"), target_feature = "atomics"))]
 use super::pool::Pool;
 
 /// Which threads run the regions.
@@ -23,12 +27,14 @@ enum Inner {
     /// The calling thread alone.
     One,
     /// A rayon pool of the requested size.
+    #[cfg(not(target_arch = "wasm32"))]
     Rayon(rayon::ThreadPool),
-    /// rayon's global pool (threaded wasm: the engine cannot spawn workers,
-    /// the host made the pool).
+    /// rayon's global pool (threaded wasm, when no pool worker could be
+    /// hosted on it).
+    #[cfg(target_arch = "wasm32")]
     Global,
     /// The purpose-built pool.
-    #[cfg(not(target_arch = "wasm32"))]
+    #[cfg(any(not(target_arch = "wasm32"), target_feature = "atomics"))]
     Own(Pool),
 }
 
@@ -39,51 +45,49 @@ pub struct Threads {
 }
 
 /// `&mut [T]`'s base pointer, shareable: chunks handed out are disjoint.
-#[cfg(not(target_arch = "wasm32"))]
+#[cfg(any(not(target_arch = "wasm32"), target_feature = "atomics"))]
 struct Base<T>(*mut T);
 
 // SAFETY: each chunk index is claimed by exactly one thread (the pool's
 // atomic counter), so the `&mut` chunks made from the base never overlap;
 // `T: Send` lets them move to another thread.
-#[cfg(not(target_arch = "wasm32"))]
+#[cfg(any(not(target_arch = "wasm32"), target_feature = "atomics"))]
 unsafe impl<T: Send> Sync for Base<T> {}
 
+/// `n`, or one per core for 0.
+fn resolve(n: usize) -> usize {
+    if n == 0 {
+        std::thread::available_parallelism().map_or(1, |p| p.get())
+    } else {
+        n
+    }
+}
+
 impl Threads {
-    /// A pool of `n` threads (0 = one per core). One thread, or a target
+    /// A pool of `n` threads (0 = one per core): the purpose-built pool,
+    /// or rayon's when `HEARTH_POOL=rayon`. One thread, or a target
     /// without threads, runs everything on the caller.
     pub fn new(n: usize) -> Self {
-        let n = if n == 0 {
-            std::thread::available_parallelism().map_or(1, |p| p.get())
+        if std::env::var("HEARTH_POOL").is_ok_and(|v| v == "rayon") {
+            Self::rayon(n)
         } else {
-            n
-        };
-        let rayon_pool = || {
-            rayon::ThreadPoolBuilder::new()
-                .num_threads(n)
-                .build()
-                .ok()
-                .map_or(Inner::One, Inner::Rayon)
-        };
-        let shared_wasm = cfg!(all(target_arch = "wasm32", target_feature = "atomics"));
-        let inner = if n <= 1 {
-            Inner::One
-        } else if shared_wasm {
-            Inner::Global
-        } else if std::env::var("HEARTH_POOL").is_ok_and(|v| v == "spin") {
-            own_pool(n).unwrap_or_else(rayon_pool)
-        } else {
-            rayon_pool()
-        };
+            Self::spinning(n)
+        }
+    }
+
+    /// A pool of `n` threads (0 = one per core) on the purpose-built pool
+    /// (where threads exist; otherwise the caller alone).
+    pub fn spinning(n: usize) -> Self {
+        let n = resolve(n);
+        let inner = if n <= 1 { Inner::One } else { own_pool(n) };
         Self { inner }
     }
 
-    /// A pool of `n` threads on the purpose-built spinning pool (where
-    /// threads exist; otherwise as [`Threads::new`]).
-    pub fn spinning(n: usize) -> Self {
-        let inner = match own_pool(n.max(1)) {
-            Some(p) if n > 1 => p,
-            _ => Self::new(n).inner,
-        };
+    /// A pool of `n` threads (0 = one per core) on rayon: a pool of its own
+    /// natively, rayon's global pool in the threaded wasm build.
+    pub fn rayon(n: usize) -> Self {
+        let n = resolve(n);
+        let inner = if n <= 1 { Inner::One } else { rayon_pool(n) };
         Self { inner }
     }
 
@@ -91,9 +95,11 @@ impl Threads {
     pub fn count(&self) -> usize {
         match &self.inner {
             Inner::One => 1,
-            Inner::Rayon(p) => p.current_num_threads(),
-            Inner::Global => rayon::current_num_threads(),
             #[cfg(not(target_arch = "wasm32"))]
+            Inner::Rayon(p) => p.current_num_threads(),
+            #[cfg(target_arch = "wasm32")]
+            Inner::Global => rayon::current_num_threads(),
+            #[cfg(any(not(target_arch = "wasm32"), target_feature = "atomics"))]
             Inner::Own(p) => p.count(),
         }
     }
@@ -107,11 +113,13 @@ impl Threads {
     {
         let chunk = chunk.max(1);
         match &self.inner {
+            #[cfg(not(target_arch = "wasm32"))]
             Inner::Rayon(pool) => pool.install(|| {
                 data.par_chunks_mut(chunk)
                     .enumerate()
                     .for_each(|(i, c)| f(i, c))
             }),
+            #[cfg(target_arch = "wasm32")]
             Inner::Global => data
                 .par_chunks_mut(chunk)
                 .enumerate()
@@ -120,7 +128,7 @@ impl Threads {
                 .chunks_mut(chunk)
                 .enumerate()
                 .for_each(|(i, c)| f(i, c)),
-            #[cfg(not(target_arch = "wasm32"))]
+            #[cfg(any(not(target_arch = "wasm32"), target_feature = "atomics"))]
             Inner::Own(pool) => {
                 let len = data.len();
                 let base = Base(data.as_mut_ptr());
@@ -139,16 +147,37 @@ impl Threads {
     }
 }
 
-/// The purpose-built pool of `n` threads.
+/// A rayon pool of `n` threads (natively), or the caller alone when it
+/// cannot be built.
 #[cfg(not(target_arch = "wasm32"))]
-fn own_pool(n: usize) -> Option<Inner> {
-    Pool::new(n).map(Inner::Own)
+fn rayon_pool(n: usize) -> Inner {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(n)
+        .build()
+        .ok()
+        .map_or(Inner::One, Inner::Rayon)
 }
 
-/// No threads to build a pool from.
+/// rayon's global pool where the host made one (threaded wasm).
 #[cfg(target_arch = "wasm32")]
-fn own_pool(_: usize) -> Option<Inner> {
-    None
+fn rayon_pool(_: usize) -> Inner {
+    if cfg!(target_feature = "atomics") {
+        Inner::Global
+    } else {
+        Inner::One
+    }
+}
+
+/// The purpose-built pool of `n` threads; rayon's where it cannot start.
+#[cfg(any(not(target_arch = "wasm32"), target_feature = "atomics"))]
+fn own_pool(n: usize) -> Inner {
+    Pool::new(n).map_or_else(|| rayon_pool(n), Inner::Own)
+}
+
+/// No threads to build a pool from (single-thread wasm).
+#[cfg(all(target_arch = "wasm32", not(target_feature = "atomics")))]
+fn own_pool(_: usize) -> Inner {
+    Inner::One
 }
 
 #[cfg(test)]
