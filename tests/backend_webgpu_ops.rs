@@ -217,6 +217,29 @@ fn moe_top_k_and_argmax_match_cpu() {
 }
 
 #[test]
+fn argmax_of_vocabulary_wide_rows_matches_the_reference() {
+    // Rows wider than one slice of the first pass: the best of each slice,
+    // then the best of the slices (ties across slices: the lower index).
+    let Some(mut g) = gpu() else { return };
+    let mut r = Rng::new(SEED + 11);
+    let width = 128_256;
+    let mut x = r.normals(3 * width, 1.0);
+    x[90_001] = 50.0;
+    x[width - 7] = 50.0; // a later slice of the same row ties, and loses
+    x[width + 100_000] = 60.0;
+    x[2 * width + 77_777] = f32::NEG_INFINITY;
+    let case = Case {
+        bufs: vec![f32_buf(&x), zeros(12, BufKind::Activations)],
+        steps: vec![(Op::Argmax { width }, vec![0], vec![1])],
+        read: vec![1],
+    };
+    let (cpu, gpu_out) = both(&mut g, &case);
+    assert_eq!(cpu[0], gpu_out[0], "argmax");
+    let ids: Vec<u32> = as_f32(&gpu_out[0]).iter().map(|v| v.to_bits()).collect();
+    assert_eq!(ids, [90_001, 100_000, hearth::graph::NON_FINITE_ROW]);
+}
+
+#[test]
 fn top_k_matches_the_reference() {
     let Some(mut g) = gpu() else { return };
     let mut r = Rng::new(SEED + 9);

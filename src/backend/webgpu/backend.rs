@@ -97,6 +97,8 @@ pub struct WebGpuBackend {
     pub(super) attn_split_keys: u32,
     /// Scratch of split-context attention's partial results.
     pub(super) attn_partials: Option<GpuBuffer>,
+    /// Scratch of the selection kernels' per-slice partials (argmax).
+    pub(super) sel_partials: Option<GpuBuffer>,
     /// Step timings, with `HEARTH_PROFILE=gpu` (see the `profile` module).
     prof: Option<Arc<Mutex<Profiler>>>,
     /// Dispatches per submitted piece of a step (0: whole steps).
@@ -154,6 +156,7 @@ impl WebGpuBackend {
             counters: Arc::new(Counters::default()),
             attn_split_keys: DEFAULT_SPLIT_KEYS,
             attn_partials: None,
+            sel_partials: None,
             prof,
             submit_every,
             held: None,

@@ -43,7 +43,8 @@ pub fn kernel_sources() -> Vec<KernelSource> {
         ("attention", src::ATTENTION, attn),
         ("attention_merge", src::ATTENTION_MERGE, vec![]),
         ("moe_top_k", src::MOE_TOP_K, vec![]),
-        ("argmax", src::ARGMAX, vec![]),
+        ("argmax", src::ARGMAX, mode(0)),
+        ("argmax", src::ARGMAX, mode(1)),
         ("top_k", src::TOP_K, vec![]),
     ]
 }
@@ -74,6 +75,8 @@ pub fn norm_wg(width: u32) -> u32 {
         WG_ROW
     }
 }
+/// Values per workgroup of the argmax's first pass.
+const ARGMAX_SLICE: u32 = 2048;
 /// Most spans of split-context attention.
 const MAX_SPLITS: u64 = 64;
 /// Most query rows for which attention splits the context (decode of a
@@ -580,15 +583,38 @@ impl WebGpuBackend {
             return Err(shape(op, format!("{n} values are not whole rows")));
         }
         let rows = (n / width as u64) as u32;
-        let key = self.key("argmax", WG_ROW).with_subgroups(false);
-        self.dispatch(
-            &key,
-            src::ARGMAX,
-            vec![rows, width as u32, 0, 0],
-            &[x, out],
-            rows,
-        );
+        // Slices of about 2048 values: a 128K vocabulary is read by ~64
+        // workgroups per row, then one more reduces their pairs.
+        let slices = (width as u32).div_ceil(ARGMAX_SLICE).clamp(1, 64);
+        let chunk = (width as u32).div_ceil(slices);
+        let part = self.selection_partials(u64::from(rows) * u64::from(slices) * 8)?;
+        let params = vec![rows, width as u32, slices, chunk];
+        for mode in 0..2u32 {
+            let key = self
+                .key("argmax", WG_WIDE_ROW)
+                .with_subgroups(false)
+                .with_const("MODE", ConstValue::U32(mode));
+            let groups = if mode == 0 { rows * slices } else { rows };
+            self.dispatch(&key, src::ARGMAX, params.clone(), &[x, &part, out], groups);
+        }
         Ok(())
+    }
+
+    /// The scratch of the selection kernels' per-slice partials, at least
+    /// `bytes` (kept and grown, as [`Self::attention_partials`]).
+    fn selection_partials(&mut self, bytes: u64) -> Result<GpuBuffer, BackendError> {
+        if let Some(b) = &self.sel_partials {
+            if b.len >= bytes {
+                return Ok(b.clone());
+            }
+        }
+        let b = crate::backend::Backend::alloc(
+            self,
+            bytes.next_power_of_two().max(256),
+            crate::backend::BufKind::Activations,
+        )?;
+        self.sel_partials = Some(b.clone());
+        Ok(b)
     }
 
     fn top_k(
