@@ -97,7 +97,7 @@ pub struct WebGpuBackend {
     pub(super) attn_split_keys: u32,
     /// Scratch of split-context attention's partial results.
     pub(super) attn_partials: Option<GpuBuffer>,
-    /// Scratch of the selection kernels' per-slice partials (argmax).
+    /// Scratch of the selection kernels' per-slice partials (argmax, top-k).
     pub(super) sel_partials: Option<GpuBuffer>,
     /// Step timings, with `HEARTH_PROFILE=gpu` (see the `profile` module).
     prof: Option<Arc<Mutex<Profiler>>>,

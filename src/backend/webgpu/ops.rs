@@ -45,7 +45,8 @@ pub fn kernel_sources() -> Vec<KernelSource> {
         ("moe_top_k", src::MOE_TOP_K, vec![]),
         ("argmax", src::ARGMAX, mode(0)),
         ("argmax", src::ARGMAX, mode(1)),
-        ("top_k", src::TOP_K, vec![]),
+        ("top_k", src::TOP_K, mode(0)),
+        ("top_k", src::TOP_K, mode(1)),
     ]
 }
 
@@ -77,6 +78,8 @@ pub fn norm_wg(width: u32) -> u32 {
 }
 /// Values per workgroup of the argmax's first pass.
 const ARGMAX_SLICE: u32 = 2048;
+/// Values per workgroup of the top-k's first pass.
+const TOP_K_SLICE: u32 = 4096;
 /// Most spans of split-context attention.
 const MAX_SPLITS: u64 = 64;
 /// Most query rows for which attention splits the context (decode of a
@@ -600,7 +603,8 @@ impl WebGpuBackend {
         Ok(())
     }
 
-    /// The scratch of the selection kernels' per-slice partials, at least
+    /// The scratch of the selection kernels' per-slice partials (argmax,
+    /// top-k), at least
     /// `bytes` (kept and grown, as [`Self::attention_partials`]).
     fn selection_partials(&mut self, bytes: u64) -> Result<GpuBuffer, BackendError> {
         if let Some(b) = &self.sel_partials {
@@ -640,14 +644,21 @@ impl WebGpuBackend {
                 format!("output of {} bytes is too small", out.len),
             ));
         }
-        let key = self.key("top_k", WG_ROW).with_subgroups(false);
-        self.dispatch(
-            &key,
-            src::TOP_K,
-            vec![rows, width as u32, k as u32, 0],
-            &[x, out],
-            rows,
-        );
+        // Slices of about 4096 values: ~32 workgroups read a 128K row, one
+        // more merges their k best each.
+        let slices = (width as u32).div_ceil(TOP_K_SLICE).clamp(1, 64);
+        let chunk = (width as u32).div_ceil(slices);
+        let pairs = u64::from(rows) * u64::from(slices) * k as u64;
+        let part = self.selection_partials(pairs * 8)?;
+        let params = vec![rows, width as u32, k as u32, slices, chunk, 0, 0, 0];
+        for mode in 0..2u32 {
+            let key = self
+                .key("top_k", WG_ROW)
+                .with_subgroups(false)
+                .with_const("MODE", ConstValue::U32(mode));
+            let groups = if mode == 0 { rows * slices } else { rows };
+            self.dispatch(&key, src::TOP_K, params.clone(), &[x, &part, out], groups);
+        }
         Ok(())
     }
 }
