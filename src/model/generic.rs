@@ -1,12 +1,12 @@
 //! [`Model`]: a transformer on any [`Backend`]. Each forward pass builds the
-//! step's [`Plan`](crate::graph::plan::Plan) from the architecture's spec
+//! step's [`Plan`] from the architecture's spec
 //! ([`super::arch::plan`]), runs it through the generic executor, and reads
 //! back the logits rows with ONE download.
 
 use std::fmt;
 
 use crate::backend::{Backend, BackendError};
-use crate::graph::plan::{execute, Held};
+use crate::graph::plan::{execute, Held, Plan};
 use crate::model::arch::{plan::build_plan, ArchSpec};
 use crate::model::{Batch, ForwardModel, KvCacheConfig, LogitsWanted, ModelConfig};
 use crate::quant::GgmlType;
@@ -177,49 +177,41 @@ impl<B: Backend> Model<B> {
         Ok(())
     }
 
-    /// One forward pass: builds the step's plan, runs it, returns the
-    /// wanted logits rows `[batch.logits_rows()][n_vocab]`.
-    pub async fn run(&mut self, batch: &Batch<'_>) -> crate::Result<Vec<f32>> {
-        self.check_batch(batch)?;
-        if batch.num_tokens() == 0 {
-            return Ok(Vec::new());
-        }
-        let plan = build_plan(&*self, batch)?;
-        let held = Held {
-            weights: &self.buffers,
-            kv: &self.kv,
-        };
-        let bytes = execute(&mut self.backend, &plan, &held).await?;
-        Ok(bytes
-            .chunks_exact(4)
-            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-            .collect())
-    }
-}
-
-impl<B: Backend> Model<B> {
-    /// A greedy forward pass: the argmax of each wanted logits row,
-    /// computed on the backend, so the step reads back one u32 per row.
-    pub async fn run_argmax(&mut self, batch: &Batch<'_>) -> crate::Result<Vec<u32>> {
+    /// One forward pass: builds the step's plan, lets `finish` replace its
+    /// result (the logits rows) by what the caller reads back, runs it, and
+    /// returns the bytes read back (none for a batch without tokens).
+    async fn run_plan(
+        &mut self,
+        batch: &Batch<'_>,
+        finish: impl FnOnce(&mut Plan, usize),
+    ) -> crate::Result<Vec<u8>> {
         self.check_batch(batch)?;
         if batch.num_tokens() == 0 {
             return Ok(Vec::new());
         }
         let mut plan = build_plan(&*self, batch)?;
-        plan.argmax_result(self.cfg.n_vocab);
+        finish(&mut plan, self.cfg.n_vocab);
         let held = Held {
             weights: &self.buffers,
             kv: &self.kv,
         };
-        let bytes = execute(&mut self.backend, &plan, &held).await?;
-        Ok(bytes
-            .chunks_exact(4)
-            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-            .collect())
+        Ok(execute(&mut self.backend, &plan, &held).await?)
     }
-}
 
-impl<B: Backend> Model<B> {
+    /// One forward pass: builds the step's plan, runs it, returns the
+    /// wanted logits rows `[batch.logits_rows()][n_vocab]`.
+    pub async fn run(&mut self, batch: &Batch<'_>) -> crate::Result<Vec<f32>> {
+        let bytes = self.run_plan(batch, |_, _| {}).await?;
+        Ok(bytemuck::pod_collect_to_vec(&bytes))
+    }
+
+    /// A greedy forward pass: the argmax of each wanted logits row,
+    /// computed on the backend, so the step reads back one u32 per row.
+    pub async fn run_argmax(&mut self, batch: &Batch<'_>) -> crate::Result<Vec<u32>> {
+        let bytes = self.run_plan(batch, Plan::argmax_result).await?;
+        Ok(bytemuck::pod_collect_to_vec(&bytes))
+    }
+
     /// A sampling forward pass: the `k` best `(token, logit)` pairs of each
     /// wanted logits row, best first ([`crate::graph::top_k_row`]), picked
     /// on the backend, so the step reads back `8 k` bytes per row.
@@ -228,25 +220,15 @@ impl<B: Backend> Model<B> {
         batch: &Batch<'_>,
         k: usize,
     ) -> crate::Result<Vec<Vec<(u32, f32)>>> {
-        self.check_batch(batch)?;
-        if batch.num_tokens() == 0 {
-            return Ok(Vec::new());
-        }
-        let mut plan = build_plan(&*self, batch)?;
-        plan.top_k_result(self.cfg.n_vocab, k);
-        let held = Held {
-            weights: &self.buffers,
-            kv: &self.kv,
-        };
-        let bytes = execute(&mut self.backend, &plan, &held).await?;
-        Ok(bytes
-            .chunks_exact(8 * k.max(1))
+        let bytes = self
+            .run_plan(batch, |plan, width| plan.top_k_result(width, k))
+            .await?;
+        let words: Vec<u32> = bytemuck::pod_collect_to_vec(&bytes);
+        Ok(words
+            .chunks_exact(2 * k.max(1))
             .map(|row| {
-                row.chunks_exact(8)
-                    .map(|p| {
-                        let id = u32::from_le_bytes([p[0], p[1], p[2], p[3]]);
-                        (id, f32::from_le_bytes([p[4], p[5], p[6], p[7]]))
-                    })
+                row.chunks_exact(2)
+                    .map(|p| (p[0], f32::from_bits(p[1])))
                     .collect()
             })
             .collect())

@@ -485,7 +485,9 @@ impl WebGpuBackend {
         ];
         let units = rows * n_head as u64;
         let target = if splits > 1 {
-            self.attention_partials(units * splits * (head_dim_v as u64 + 2) * 4)?
+            self.scratch(units * splits * (head_dim_v as u64 + 2) * 4, |b| {
+                &mut b.attn_partials
+            })?
         } else {
             out.clone()
         };
@@ -526,20 +528,23 @@ impl WebGpuBackend {
         (splits, bound.div_ceil(splits))
     }
 
-    /// The scratch of split-context attention's partials, at least `bytes`
-    /// (kept and grown: steps reuse it, so their bind groups stay cached).
-    fn attention_partials(&mut self, bytes: u64) -> Result<GpuBuffer, BackendError> {
-        if let Some(b) = &self.attn_partials {
-            if b.len >= bytes {
-                return Ok(b.clone());
-            }
+    /// A kept scratch buffer of at least `bytes`, grown in powers of two:
+    /// steps reuse it, so their bind groups stay cached. `pick` chooses
+    /// which of the backend's scratch slots.
+    fn scratch(
+        &mut self,
+        bytes: u64,
+        pick: fn(&mut Self) -> &mut Option<GpuBuffer>,
+    ) -> Result<GpuBuffer, BackendError> {
+        if let Some(b) = pick(self).as_ref().filter(|b| b.len >= bytes) {
+            return Ok(b.clone());
         }
         let b = crate::backend::Backend::alloc(
             self,
-            bytes.next_power_of_two(),
+            bytes.next_power_of_two().max(256),
             crate::backend::BufKind::Activations,
         )?;
-        self.attn_partials = Some(b.clone());
+        *pick(self) = Some(b.clone());
         Ok(b)
     }
 
@@ -590,7 +595,9 @@ impl WebGpuBackend {
         // workgroups per row, then one more reduces their pairs.
         let slices = (width as u32).div_ceil(ARGMAX_SLICE).clamp(1, 64);
         let chunk = (width as u32).div_ceil(slices);
-        let part = self.selection_partials(u64::from(rows) * u64::from(slices) * 8)?;
+        let part = self.scratch(u64::from(rows) * u64::from(slices) * 8, |b| {
+            &mut b.sel_partials
+        })?;
         let params = vec![rows, width as u32, slices, chunk];
         for mode in 0..2u32 {
             let key = self
@@ -601,24 +608,6 @@ impl WebGpuBackend {
             self.dispatch(&key, src::ARGMAX, params.clone(), &[x, &part, out], groups);
         }
         Ok(())
-    }
-
-    /// The scratch of the selection kernels' per-slice partials (argmax,
-    /// top-k), at least
-    /// `bytes` (kept and grown, as [`Self::attention_partials`]).
-    fn selection_partials(&mut self, bytes: u64) -> Result<GpuBuffer, BackendError> {
-        if let Some(b) = &self.sel_partials {
-            if b.len >= bytes {
-                return Ok(b.clone());
-            }
-        }
-        let b = crate::backend::Backend::alloc(
-            self,
-            bytes.next_power_of_two().max(256),
-            crate::backend::BufKind::Activations,
-        )?;
-        self.sel_partials = Some(b.clone());
-        Ok(b)
     }
 
     fn top_k(
@@ -649,7 +638,7 @@ impl WebGpuBackend {
         let slices = (width as u32).div_ceil(TOP_K_SLICE).clamp(1, 64);
         let chunk = (width as u32).div_ceil(slices);
         let pairs = u64::from(rows) * u64::from(slices) * k as u64;
-        let part = self.selection_partials(pairs * 8)?;
+        let part = self.scratch(pairs * 8, |b| &mut b.sel_partials)?;
         let params = vec![rows, width as u32, k as u32, slices, chunk, 0, 0, 0];
         for mode in 0..2u32 {
             let key = self
