@@ -13,6 +13,11 @@
 #       there, in ONE device call that carries `.gl` and `.h200`:
 #       run(command="bash scripts/h200-bench.sh device", carry=[".gl", ".h200"])
 #       Results land in $OUT (bench.txt, bench.json, profile.txt, logits.txt).
+#   bash scripts/h200-bench.sh sweep
+#       there, likewise: one `hearth bench` per kernel variant listed in
+#       .h200/sweep.txt (one HEARTH_WEBGPU_KERNELS value per line, `default`
+#       for none), each with its logits' nrmse against the CPU's exact-f32
+#       mode, so that a fast but wrong variant shows. Results in $OUT/sweep.txt.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -34,8 +39,11 @@ prepare() {
   echo "ready: run 'bash scripts/h200-bench.sh device' on the device carrying .gl and .h200"
 }
 
-device() {
-  local out="${OUT:-/tmp/out}" hearth=.h200/hearth model=/root/llama-3.1-8b-q4_k_m.gguf
+out="${OUT:-/tmp/out}" hearth=.h200/hearth model=/root/llama-3.1-8b-q4_k_m.gguf
+toks=1,450,7347,315,9822,374,12366,13,578,6864,315,9635
+
+# The Vulkan loader, the NVIDIA ICD and the model, on the device machine.
+setup_device() {
   mkdir -p "$out"
   for f in .gl/*.deb; do dpkg -x "$f" /; done
   ldconfig
@@ -45,6 +53,43 @@ device() {
   nvidia-smi --query-gpu=name,memory.total,clocks.max.mem --format=csv | tee "$out/gpu.txt"
   # /root survives a warm follow-up call: write the model once.
   [ -s "$model" ] || "$hearth" synth "$model" --shape llama-3.1-8b --type Q4_K_M --seed 1
+}
+
+# nrmse of each f32 file after the first against the first (the reference),
+# over the reference's spread, as the model tests measure it.
+nrmse() {
+  python3 - "$@" <<'PY'
+import sys, struct, math
+def load(path):
+    b = open(path, 'rb').read()
+    return struct.unpack(f'<{len(b) // 4}f', b)
+ref = load(sys.argv[1])
+mean = sum(ref) / len(ref)
+var = sum((r - mean) ** 2 for r in ref)
+for path in sys.argv[2:]:
+    x = load(path)
+    print(f"{math.sqrt(sum((a - r) ** 2 for a, r in zip(x, ref)) / var):.3e}")
+PY
+}
+
+sweep() {
+  setup_device
+  "$hearth" logits -m "$model" --backend cpu --exact --tokens "$toks" --out /tmp/exact.f32
+  while read -r spec; do
+    [ -n "$spec" ] || continue
+    local env=""
+    [ "$spec" = default ] || env="$spec"
+    echo "== HEARTH_WEBGPU_KERNELS=$env" | tee -a "$out/sweep.txt"
+    HEARTH_WEBGPU_KERNELS="$env" "$hearth" logits -m "$model" --backend webgpu --tokens "$toks" \
+      --out /tmp/gpu.f32 2>&1 | tail -2
+    echo "logits nrmse vs cpu exact-f32: $(nrmse /tmp/exact.f32 /tmp/gpu.f32)" | tee -a "$out/sweep.txt"
+    HEARTH_WEBGPU_KERNELS="$env" "$hearth" bench -m "$model" --backend webgpu -p 512 -n 128 \
+      --seqs 1,4 -r 2 2>&1 | grep -E '^\|' | tee -a "$out/sweep.txt"
+  done < .h200/sweep.txt
+}
+
+device() {
+  setup_device
   "$hearth" info "$model" | head -20 | tee "$out/info.txt"
   # Prefill (pp512), decode at batch 1 (tg128) and 4 sequences together
   # (tg128x4, aggregate tokens/s) on the GPU; then the CPU path, for scale.
@@ -57,28 +102,19 @@ device() {
     2>&1 >/dev/null | grep -v '^gpu step (' | tee "$out/profile.txt"
   # Logits of a short prompt: the GPU, the CPU path (int8 activations, as
   # llama.cpp) and the CPU's exact-f32 mode, the reference of both.
-  local toks=1,450,7347,315,9822,374,12366,13,578,6864,315,9635
   "$hearth" logits -m "$model" --backend webgpu --tokens "$toks" --out /tmp/gpu.f32
   "$hearth" logits -m "$model" --backend cpu --tokens "$toks" --out /tmp/cpu.f32
   "$hearth" logits -m "$model" --backend cpu --exact --tokens "$toks" --out /tmp/exact.f32
-  python3 - /tmp/cpu.f32 /tmp/gpu.f32 /tmp/exact.f32 <<'PY' | tee "$out/logits.txt"
-import sys, struct, math
-def load(path):
-    b = open(path, 'rb').read()
-    return struct.unpack(f'<{len(b) // 4}f', b)
-cpu, gpu, exact = (load(p) for p in sys.argv[1:4])
-def nrmse(x, ref):
-    # Error over the spread of the reference (as the model tests measure it).
-    mean = sum(ref) / len(ref)
-    var = sum((r - mean) ** 2 for r in ref)
-    return math.sqrt(sum((a - r) ** 2 for a, r in zip(x, ref)) / var)
-print(f"logits nrmse, {len(cpu)} values: cpu vs webgpu {nrmse(gpu, cpu):.3e}; "
-      f"vs cpu exact-f32: webgpu {nrmse(gpu, exact):.3e}, cpu {nrmse(cpu, exact):.3e}")
-PY
+  local e
+  e=$(nrmse /tmp/exact.f32 /tmp/gpu.f32 /tmp/cpu.f32 | tr '\n' ' ')
+  read -r e_gpu e_cpu <<< "$e"
+  echo "logits nrmse, $(($(stat -c %s /tmp/exact.f32) / 4)) values: cpu vs webgpu $(nrmse /tmp/cpu.f32 /tmp/gpu.f32);" \
+    "vs cpu exact-f32: webgpu $e_gpu, cpu $e_cpu" | tee "$out/logits.txt"
 }
 
 case "${1:-}" in
   prepare) prepare ;;
   device) device ;;
-  *) echo "usage: $0 prepare|device" >&2; exit 2 ;;
+  sweep) sweep ;;
+  *) echo "usage: $0 prepare|device|sweep" >&2; exit 2 ;;
 esac
