@@ -86,12 +86,18 @@ pub(super) unsafe fn drive<W: Pod, A: Pod>(
     // Weight rows stream from memory once (decode) or once per batch of
     // tokens: fetch a group of rows a few KB ahead of the one in use, so
     // the tiles do not wait on memory latency.
+    // (Decode: the tiles fetch the next group themselves, spread over
+    // their blocks, see [`prefetch_share`].)
     let group = k.r * row_bytes;
     let ahead = group.max(PREFETCH_BYTES);
     let mut r = 0;
     while r < rows {
         let from = r * row_bytes + ahead;
-        let to = (from + group).min(rows * row_bytes);
+        let to = if toks == 1 {
+            from
+        } else {
+            (from + group).min(rows * row_bytes)
+        };
         for at in (from..to).step_by(64) {
             // SAFETY: `at` lies inside `w` (`to` is clamped to its rows);
             // a prefetch only hints the cache and never faults.
@@ -131,6 +137,21 @@ pub(super) unsafe fn drive<W: Pod, A: Pod>(
     }
 }
 
+/// Prefetches step `step`'s share (`bytes` bytes, from `step * bytes`) of
+/// the memory at `next` into L1, a cache line at a time. A decode kernel
+/// that reads a group of rows block by block calls this once per block
+/// with the group after its own, so the next group arrives as one
+/// sequential stream: the rows read side by side are several slow streams
+/// that the hardware prefetchers do not keep ahead of (measured from DRAM,
+/// one thread: Q8_0 10 -> 29 GB/s, Q4_0 5.6 -> 14.5). A prefetch never
+/// faults, so `next` may lie past the weights: it is never dereferenced.
+#[inline(always)]
+pub(super) unsafe fn prefetch_share(next: *const i8, bytes: usize, step: usize) {
+    for line in (step * bytes / 64)..((step + 1) * bytes).div_ceil(64) {
+        _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(64 * line));
+    }
+}
+
 /// Sum of the eight f32 lanes of `v`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -165,6 +186,9 @@ macro_rules! tile {
             let mut acc = [[_mm256_setzero_ps(); T]; R];
             let mut mins = [[0.0f32; T]; R];
             for b in 0..nb {
+                if T == 1 {
+                    prefetch_share(w.add(R * ws).cast(), R * size_of::<$W>(), b);
+                }
                 let mut wq = [_mm256_setzero_si256(); R];
                 let mut wd = [_mm256_setzero_ps(); R];
                 let mut wm = [0.0f32; R];
@@ -288,7 +312,7 @@ macro_rules! gemm_imports {
 
         use super::super::avx2::{h2f, iq4_levels, k4_scales_mins, load32, nibbles, q5_quants};
         use super::super::gemm_k::{iq4_xs_tile, kquant_tiles, q45_tile};
-        use super::{drive, hsum_ps, Tiles};
+        use super::{drive, hsum_ps, prefetch_share, Tiles};
         use crate::backend::cpu::kernels::{GemmFn, Out};
         use crate::quant::blocks::{
             BlockIQ4NL, BlockIQ4XS, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K, BlockQ5_0, BlockQ5_1,

@@ -16,6 +16,7 @@ use std::cell::Cell;
 use bytemuck::Pod;
 
 use super::avx2::{h2f, iq4_levels, nibbles, q5_quants};
+use super::gemm::prefetch_share;
 use crate::backend::cpu::kernels::{blocks, GemmFn, Out};
 use crate::quant::blocks::{
     BlockIQ4NL, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, BlockQ8_1,
@@ -362,20 +363,6 @@ unsafe fn one_token<W: Format>(w: &[W], nb: usize, a: &[W::A], out: *mut f32, rs
     _mm256_storeu_ps(v.as_mut_ptr(), acc);
     for (r, &x) in v.iter().enumerate() {
         *out.add(r * rs) = x;
-    }
-}
-
-/// Prefetches step `step`'s share (`bytes` bytes, from `step * bytes`) of
-/// the memory at `next` into L1, a cache line at a time: a kernel that reads
-/// a band of rows block by block calls this once per block with the band
-/// after its own, so the next band arrives as one sequential stream. A
-/// prefetch never faults, so `next` may lie past the weights (it is never
-/// dereferenced).
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-pub(super) unsafe fn prefetch_share(next: *const i8, bytes: usize, step: usize) {
-    for line in (step * bytes / 64)..((step + 1) * bytes).div_ceil(64) {
-        _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(64 * line));
     }
 }
 

@@ -31,6 +31,9 @@ macro_rules! q45_tile {
             let m4 = _mm256_set1_epi8(0x0F);
             let mut acc = [[_mm256_setzero_ps(); T]; R];
             for b in 0..nb {
+                if T == 1 {
+                    prefetch_share(w.add(R * ws).cast(), R * size_of::<$W>(), b);
+                }
                 let mut sm = [[0u8; 16]; R];
                 let mut mins = [_mm256_setzero_si256(); R];
                 let mut d = [(0.0f32, 0.0f32); R];
@@ -127,6 +130,9 @@ macro_rules! iq4_xs_tile {
         ) {
             let mut acc = [[_mm256_setzero_ps(); T]; R];
             for b in 0..nb {
+                if T == 1 {
+                    prefetch_share(w.add(R * ws).cast(), R * size_of::<BlockIQ4XS>(), b);
+                }
                 let mut sc = [[0i16; 8]; R];
                 let mut d = [0.0f32; R];
                 for r in 0..R {
@@ -203,6 +209,9 @@ macro_rules! kquant_tiles {
             let m4 = _mm256_set1_epi8(0x0F);
             let mut acc = [[_mm256_setzero_ps(); T]; R];
             for b in 0..nb {
+                if T == 1 {
+                    prefetch_share(w.add(R * ws).cast(), R * size_of::<BlockQ6K>(), b);
+                }
                 let mut sc16 = [_mm256_setzero_si256(); R];
                 let mut d = [0.0f32; R];
                 for r in 0..R {
