@@ -26,6 +26,7 @@ use bytemuck::Pod;
 use super::avx2::{
     h2f, hsum, iq4_levels, k45_isum, k4_min_sum, k4_scales_mins, lanes_iq4_xs, q6_k_isum,
 };
+use super::decode512::{self, XsActs};
 use crate::backend::cpu::kernels::{blocks, GemmFn, Out};
 use crate::quant::blocks::{BlockIQ4XS, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K};
 use crate::quant::GgmlType;
@@ -53,6 +54,8 @@ struct Packed {
 thread_local! {
     /// Transposed activations, reused across calls on each thread.
     static PACKED: Cell<Packed> = Cell::new(Packed::default());
+    /// One token's activations laid out for IQ4_XS, likewise.
+    static XS_ACTS: Cell<Vec<XsActs>> = const { Cell::new(Vec::new()) };
 }
 
 /// The 16-token kernel of weight type `ty`, `None` where there is none.
@@ -100,6 +103,23 @@ trait Format: Pod {
     /// # Safety
     /// The CPU features of [`run`].
     unsafe fn decode(&self, out: &mut Decoded);
+    /// One token against every whole band of eight rows of `w` (`rows`
+    /// rows of `nb` blocks) where the format has a band kernel
+    /// (`decode512.rs`), results at `out[r * rs]`; returns the rows done
+    /// (0 without one: [`row_dot`] then takes every row).
+    ///
+    /// # Safety
+    /// The CPU features of [`run`]; `out` is valid for `rows` results.
+    unsafe fn one_token_bands(
+        _w: &[Self],
+        _nb: usize,
+        _rows: usize,
+        _a: &[BlockQ8K],
+        _out: *mut f32,
+        _rs: usize,
+    ) -> usize {
+        0
+    }
     /// The exact `(s1, s2)` of this block and `a` (`s2 = 0` without mins),
     /// and `(d, dmin)`.
     ///
@@ -254,6 +274,27 @@ impl Format for BlockIQ4XS {
         }
         ((s1, 0), (h2f(self.d), 0.0))
     }
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+    unsafe fn one_token_bands(
+        w: &[Self],
+        nb: usize,
+        rows: usize,
+        a: &[BlockQ8K],
+        out: *mut f32,
+        rs: usize,
+    ) -> usize {
+        let mut acts = XS_ACTS.take();
+        acts.clear();
+        acts.extend(a.iter().take(nb).map(XsActs::new));
+        let banded = rows / decode512::BAND * decode512::BAND;
+        for r0 in (0..banded).step_by(decode512::BAND) {
+            let band = &w[r0 * nb..(r0 + decode512::BAND) * nb];
+            // SAFETY: rows r0..r0 + 8 exist; the caller bounds `out`.
+            unsafe { decode512::one_token_iq4_xs(band, nb, a, &acts, out.add(r0 * rs), rs) };
+        }
+        XS_ACTS.set(acts);
+        banded
+    }
 }
 
 /// The signed 6-bit scale of sub-block `ib` of an IQ4_XS block.
@@ -338,6 +379,12 @@ unsafe fn run<W: Format>(w: &[u8], row_bytes: usize, a: &[u8], act_bytes: usize,
         }
         PACKED.set(p);
     }
+    let banded = if toks == 1 {
+        // SAFETY: `out.fits(rows, 1)` bounds every index written.
+        unsafe { W::one_token_bands(&wb, nb, rows, &ab, op, rs) }
+    } else {
+        banded
+    };
     for r in banded..rows {
         for t in 0..toks {
             let wr = &wb[r * nb..(r + 1) * nb];

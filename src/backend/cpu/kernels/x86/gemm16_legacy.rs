@@ -16,6 +16,7 @@ use std::cell::Cell;
 use bytemuck::Pod;
 
 use super::avx2::{h2f, iq4_levels, nibbles, q5_quants};
+use super::decode512::row_sums8;
 use super::gemm::prefetch_share;
 use crate::backend::cpu::kernels::{blocks, GemmFn, Out};
 use crate::quant::blocks::{
@@ -364,31 +365,6 @@ unsafe fn one_token<W: Format>(w: &[W], nb: usize, a: &[W::A], out: *mut f32, rs
     for (r, &x) in v.iter().enumerate() {
         *out.add(r * rs) = x;
     }
-}
-
-/// The eight row sums of four products: `v[p]` holds row `p`'s eight
-/// lanes in its low half and row `p + 4`'s in its high half; the result
-/// holds row `r`'s sum in lane `r` (exact: integer adds).
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn row_sums8(v: [__m512i; 4]) -> __m256i {
-    // Per 128-bit lane: [v0 a+c, v1 a+c, v0 b+d, v1 b+d] of its [a, b, c, d].
-    let s01 = _mm512_add_epi32(
-        _mm512_unpacklo_epi32(v[0], v[1]),
-        _mm512_unpackhi_epi32(v[0], v[1]),
-    );
-    let s23 = _mm512_add_epi32(
-        _mm512_unpacklo_epi32(v[2], v[3]),
-        _mm512_unpackhi_epi32(v[2], v[3]),
-    );
-    // Per 128-bit lane: the sums of its four values of v0, v1, v2, v3.
-    let s = _mm512_add_epi32(
-        _mm512_unpacklo_epi64(s01, s23),
-        _mm512_unpackhi_epi64(s01, s23),
-    );
-    // Lanes 0 + 1 are rows 0..4, lanes 2 + 3 rows 4..8.
-    let t = _mm512_add_epi32(s, _mm512_shuffle_i32x4::<0b10_11_00_01>(s, s));
-    _mm512_castsi512_si256(_mm512_shuffle_i32x4::<0b00_00_10_00>(t, t))
 }
 
 /// Eight weight rows (`w`, 8 rows of `nb` blocks) by the `tn` packed tokens
