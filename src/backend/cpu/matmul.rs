@@ -301,12 +301,13 @@ impl Product<'_> {
 
     /// Rows per task when splitting over rows: one task per thread would
     /// leave a slow thread's share undone; eight per thread balance, in
-    /// multiples of the tiles' four rows, at least 16.
+    /// multiples of the kernels' bands of eight rows (rows past the last
+    /// whole band take a kernel's slower one-row path), at least 16.
     fn rows_per_task(&self, nt: usize) -> usize {
         if nt <= 1 {
             return self.m;
         }
-        self.m.div_ceil(8 * nt).next_multiple_of(4).max(16)
+        self.m.div_ceil(8 * nt).next_multiple_of(8).max(16)
     }
 
     /// Results of weight rows `rows` with activation rows `toks`, at
