@@ -302,6 +302,9 @@ fn isa_gemm_tiles_match_the_per_row_dots() {
                 (8, 9, 1),
                 (6, 16, 18),
                 (17, 70, 2),
+                // One token through passes of four, two and one bands of
+                // eight rows, and a ragged end.
+                (59, 1, 4),
             ] {
                 let n = blocks * be;
                 let (w, wq) = quantized_rows(&mut rng, ty, rows, n);
@@ -356,7 +359,9 @@ fn isa_gemm_results_do_not_depend_on_the_batch() {
             let seed = 9500 + 100 * isa as u64 + i as u64;
             let mut rng = Rng::new(seed);
             let be = ty.block_elems().max(32);
-            let (rows, toks, n) = (19, 37, 3 * be);
+            // 59 rows: the one-token kernels' passes of four, two and one
+            // bands of eight rows, and three rows past the last band.
+            let (rows, toks, n) = (59, 37, 3 * be);
             let (_, wq) = quantized_rows(&mut rng, ty, rows, n);
             let (_, aq) = quantized_rows(&mut rng, k.vec_dot_type, toks, n);
             let (rb, ab) = (wq.len() / rows, aq.len() / toks);

@@ -20,7 +20,7 @@ use super::decode512::row_sums8;
 use super::gemm::prefetch_share;
 use crate::backend::cpu::kernels::{blocks, GemmFn, Out};
 use crate::quant::blocks::{
-    BlockIQ4NL, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, BlockQ8_1,
+    BlockIQ4NL, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, BlockQ8_1, KVALUES_IQ4NL,
 };
 use crate::quant::GgmlType;
 
@@ -98,15 +98,41 @@ trait Format: Pod {
     /// The raw f16 bits of `d` and `m` (0 without min), for gathering the
     /// scales of several rows into one register.
     fn dm_bits(&self) -> (u16, u16);
+    /// How the band kernel of one token reads the quants: [`Nibbles::No`]
+    /// through [`Format::decode`], else four rows' 16 packed bytes
+    /// ([`Format::qs16`]) per register.
+    const NIBBLES: Nibbles = Nibbles::No;
+    /// The 16 packed bytes of a nibble format (unused for the others).
+    fn qs16(&self) -> *const u8 {
+        std::ptr::null()
+    }
+}
+
+/// What the 16 packed bytes of a nibble format hold.
+#[derive(PartialEq, Eq)]
+enum Nibbles {
+    /// Not a nibble format.
+    No,
+    /// The quants themselves (`q + BIAS` already unsigned).
+    Plain,
+    /// Indices of IQ4_NL's levels (decoded as `level + 128`).
+    Levels,
 }
 
 /// `impl Format` for `$W`: decoded by `$u`, with `$bias` and `$min`.
 macro_rules! format {
-    ($W:ty, $A:ty, $bias:expr, $min:expr, |$b:ident| $u:expr, $m:expr, $mb:expr) => {
+    ($W:ty, $A:ty, $bias:expr, $min:expr, |$b:ident| $u:expr, $m:expr, $mb:expr
+     $(, nibbles: $nib:expr)?) => {
         impl Format for $W {
             type A = $A;
             const BIAS: i32 = $bias;
             const MIN: bool = $min;
+            $(
+                const NIBBLES: Nibbles = $nib;
+                fn qs16(&self) -> *const u8 {
+                    self.qs.as_ptr()
+                }
+            )?
             #[inline]
             #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
             unsafe fn decode(&self) -> (__m256i, f32, f32) {
@@ -122,7 +148,16 @@ macro_rules! format {
     };
 }
 
-format!(BlockQ4_0, BlockQ8_0, 8, false, |b| nibbles(&b.qs), 0.0, 0);
+format!(
+    BlockQ4_0,
+    BlockQ8_0,
+    8,
+    false,
+    |b| nibbles(&b.qs),
+    0.0,
+    0,
+    nibbles: Nibbles::Plain
+);
 format!(
     BlockQ4_1,
     BlockQ8_1,
@@ -130,7 +165,8 @@ format!(
     true,
     |b| nibbles(&b.qs),
     h2f(b.m),
-    b.m.to_bits()
+    b.m.to_bits(),
+    nibbles: Nibbles::Plain
 );
 format!(
     BlockQ5_0,
@@ -169,7 +205,8 @@ format!(
     false,
     |b| _mm256_xor_si256(iq4_levels(&b.qs), _mm256_set1_epi8(i8::MIN)),
     0.0,
-    0
+    0,
+    nibbles: Nibbles::Levels
 );
 
 /// The 16-token kernel of weight type `ty`, `None` where there is none.
@@ -250,11 +287,33 @@ unsafe fn run<W: Format>(w: &[u8], row_bytes: usize, a: &[u8], act_bytes: usize,
     let (rs, ts, op) = (out.row_stride, out.tok_stride, out.out.as_mut_ptr());
     let banded = rows / BAND * BAND;
     if toks == 1 {
-        for r0 in (0..banded).step_by(BAND) {
-            let band_w = &wb[r0 * nb..(r0 + BAND) * nb];
-            // SAFETY: rows r0..r0 + 8 exist; `out.fits(rows, 1)` bounds
+        // Several bands per pass: the activations' share of each block
+        // step then serves 16 or 32 rows, and the rows' float chains run
+        // side by side. Four bands of the 18-20-byte blocks, two of Q8_0's
+        // 34 (from DRAM four measured slower there: the step's weights and
+        // prefetches pass the cache's outstanding misses).
+        let most = if size_of::<W>() <= 20 { 4 } else { 2 };
+        let mut r0 = 0;
+        while r0 < banded {
+            let h = ((banded - r0) / BAND).min(most);
+            let h = if h == 3 { 2 } else { h };
+            let band_w = &wb[r0 * nb..(r0 + h * BAND) * nb];
+            // What a step prefetches: its share of as many rows after
+            // these, also past this call's rows (a thread's next task is
+            // most often the next rows: measured, stopping at the call's
+            // last row made two-thread decode slower).
+            let ahead = h * BAND * size_of::<W>();
+            let o = op.add(r0 * rs);
+            // SAFETY: rows r0..r0 + 8 h exist; `out.fits(rows, 1)` bounds
             // every index written.
-            unsafe { one_token(band_w, nb, &ab, op.add(r0 * rs), rs) };
+            unsafe {
+                match h {
+                    4 => one_token::<W, 4>(band_w, nb, &ab, ahead, o, rs),
+                    2 => one_token::<W, 2>(band_w, nb, &ab, ahead, o, rs),
+                    _ => one_token::<W, 1>(band_w, nb, &ab, ahead, o, rs),
+                }
+            };
+            r0 += h * BAND;
         }
     } else if banded > 0 {
         let mut p = PACKED.take();
@@ -311,60 +370,138 @@ unsafe fn row_dot<W: Format>(w: &[W], a: &[W::A]) -> f32 {
     acc
 }
 
-/// Eight weight rows (`w`, 8 rows of `nb` blocks) by one activation row
-/// `a` (decode), results at `out[r * rs]`: [`row_dot`]'s float operations
-/// lane by lane, row `r` in lane `r`.
+/// `H` bands of eight weight rows (`w`, `8 H` rows of `nb` blocks) by one
+/// activation row `a` (decode), results at `out[r * rs]`, each block step
+/// prefetching `ahead` bytes of the rows after `w`: [`row_dot`]'s
+/// float operations lane by lane, row `8 h + r` in lane `r` of `acc[h]`.
 ///
-/// Per block, rows `p` and `p + 4` share one zmm `vpdpbusd` against the
-/// activations broadcast to both halves; [`row_sums8`] folds the four
-/// products into the eight exact row sums without a horizontal add per
-/// row, and the rows' f16 scales are gathered in general registers (no
-/// store of eight floats reloaded as one vector, which stalls the load).
+/// Per block, the eight exact row sums of a band come from
+/// [`nibble_sums8`] (four rows' packed bytes per zmm) or, for the other
+/// formats, from rows `p` and `p + 4` sharing one zmm `vpdpbusd` folded by
+/// [`row_sums8`]; the rows' f16 scales are gathered in general registers
+/// (no store of eight floats reloaded as one vector, which stalls the
+/// load). With `H = 2` each block step's activation work serves 16 rows.
 ///
 /// # Safety
 /// AVX-512 VNNI as in [`run`]; `out` is valid for every index written.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn one_token<W: Format>(w: &[W], nb: usize, a: &[W::A], out: *mut f32, rs: usize) {
-    let mut acc = _mm256_setzero_ps();
+unsafe fn one_token<W: Format, const H: usize>(
+    w: &[W],
+    nb: usize,
+    a: &[W::A],
+    ahead: usize,
+    out: *mut f32,
+    rs: usize,
+) {
+    if w.len() < H * BAND * nb || a.len() < nb {
+        return;
+    }
+    // Raw pointers: a block step reads up to 48 weight blocks, each slice
+    // index a bounds check in the hot loop. SAFETY: `w` holds `8 H` rows
+    // of `nb` blocks (checked above), so `wp.add(r * nb + b)` for
+    // r < 8 H, b < nb stays inside it.
+    let wp = w.as_ptr();
+    let at = |r: usize, b: usize| unsafe { &*wp.add(r * nb + b) };
+    let mut acc = [_mm256_setzero_ps(); H];
     let (z, ones) = (_mm512_setzero_si512(), _mm256_set1_epi8(1));
     for (b, by) in a.iter().enumerate().take(nb) {
         let q8 = _mm256_loadu_si256(by.qs().as_ptr().cast());
-        let q8x2 = _mm512_broadcast_i64x4(q8);
-        // The next band in address order, a block step's share per step:
+        // The next bands in address order, a block step's share per step:
         // eight rows read block by block are eight slow streams the
         // hardware prefetchers do not keep ahead of (measured: Q8_0 decode
         // from DRAM 10 -> 29 GB/s with this, Q4_0 5.6 -> 14.5).
-        prefetch_share(w.as_ptr().add(BAND * nb).cast(), BAND * size_of::<W>(), b);
-        let mut prods = [z; 4];
-        let (mut dlo, mut dhi, mut mlo, mut mhi) = (0u64, 0u64, 0u64, 0u64);
-        for p in 0..4 {
-            let (lo, hi) = (&w[p * nb + b], &w[(p + 4) * nb + b]);
-            let u = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo.decode().0), hi.decode().0);
-            prods[p] = _mm512_dpbusd_epi32(z, u, q8x2);
-            let ((dl, ml), (dh, mh)) = (lo.dm_bits(), hi.dm_bits());
-            dlo |= u64::from(dl) << (16 * p);
-            dhi |= u64::from(dh) << (16 * p);
-            mlo |= u64::from(ml) << (16 * p);
-            mhi |= u64::from(mh) << (16 * p);
-        }
-        let mut isum = row_sums8(prods);
-        if W::BIAS != 0 {
-            let sum = hsum(_mm256_dpbusd_epi32(_mm256_setzero_si256(), ones, q8));
-            isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(W::BIAS * sum));
-        }
-        let dw = _mm256_cvtph_ps(_mm_set_epi64x(dhi as i64, dlo as i64));
-        let scale = _mm256_mul_ps(dw, _mm256_set1_ps(by.d()));
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), scale, acc);
-        if W::MIN {
-            let mw = _mm256_cvtph_ps(_mm_set_epi64x(mhi as i64, mlo as i64));
-            acc = _mm256_fmadd_ps(mw, _mm256_set1_ps(by.s()), acc);
+        prefetch_share(wp.add(H * BAND * nb).cast(), ahead, b);
+        let bias = if W::BIAS != 0 {
+            W::BIAS * hsum(_mm256_dpbusd_epi32(_mm256_setzero_si256(), ones, q8))
+        } else {
+            0
+        };
+        let (d8, s8) = (_mm256_set1_ps(by.d()), _mm256_set1_ps(by.s()));
+        for (h, acc) in acc.iter_mut().enumerate() {
+            let row = |r: usize| at(8 * h + r, b);
+            let (mut dlo, mut dhi, mut mlo, mut mhi) = (0u64, 0u64, 0u64, 0u64);
+            for p in 0..4 {
+                let ((dl, ml), (dh, mh)) = (row(p).dm_bits(), row(p + 4).dm_bits());
+                dlo |= u64::from(dl) << (16 * p);
+                dhi |= u64::from(dh) << (16 * p);
+                mlo |= u64::from(ml) << (16 * p);
+                mhi |= u64::from(mh) << (16 * p);
+            }
+            let mut isum = if W::NIBBLES == Nibbles::No {
+                let q8x2 = _mm512_broadcast_i64x4(q8);
+                let mut prods = [z; 4];
+                for (p, prod) in prods.iter_mut().enumerate() {
+                    let (lo, hi) = (row(p).decode().0, row(p + 4).decode().0);
+                    let u = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi);
+                    *prod = _mm512_dpbusd_epi32(z, u, q8x2);
+                }
+                row_sums8(prods)
+            } else {
+                nibble_sums8(|r| row(r).qs16(), by.qs(), W::NIBBLES == Nibbles::Levels)
+            };
+            if W::BIAS != 0 {
+                isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(bias));
+            }
+            let dw = _mm256_cvtph_ps(_mm_set_epi64x(dhi as i64, dlo as i64));
+            *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, d8), *acc);
+            if W::MIN {
+                let mw = _mm256_cvtph_ps(_mm_set_epi64x(mhi as i64, mlo as i64));
+                *acc = _mm256_fmadd_ps(mw, s8, *acc);
+            }
         }
     }
-    let mut v = [0.0f32; BAND];
-    _mm256_storeu_ps(v.as_mut_ptr(), acc);
-    for (r, &x) in v.iter().enumerate() {
-        *out.add(r * rs) = x;
+    for (h, acc) in acc.iter().enumerate() {
+        let mut v = [0.0f32; BAND];
+        _mm256_storeu_ps(v.as_mut_ptr(), *acc);
+        for (r, &x) in v.iter().enumerate() {
+            *out.add((8 * h + r) * rs) = x;
+        }
     }
+}
+
+/// The eight exact row sums `sum(u * q8)` of one block of a nibble format
+/// (`qs(r)`: row `r`'s 16 packed bytes; `levels`: they index IQ4_NL's
+/// levels, taken as `level + 128`), row `r` in lane `r`.
+///
+/// Four rows' bytes fill one zmm (a row per 128-bit lane), so one mask and
+/// one shift give their low and high nibbles, and two `vpdpbusd` against
+/// the activations' halves broadcast to every lane give four lanes per row.
+///
+/// # Safety
+/// AVX-512 VNNI as in [`run`]; each `qs(r)` points at 16 readable bytes.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn nibble_sums8(qs: impl Fn(usize) -> *const u8, q8: &[i8; 32], levels: bool) -> __m256i {
+    let m4 = _mm512_set1_epi8(0x0F);
+    let alo = _mm512_broadcast_i32x4(_mm_loadu_si128(q8.as_ptr().cast()));
+    let ahi = _mm512_broadcast_i32x4(_mm_loadu_si128(q8.as_ptr().add(16).cast()));
+    let table = _mm512_broadcast_i32x4(_mm_loadu_si128(KVALUES_IQ4NL.as_ptr().cast()));
+    let mut z = [_mm512_setzero_si512(); 2];
+    for (h, zh) in z.iter_mut().enumerate() {
+        let row = |k: usize| _mm_loadu_si128(qs(4 * h + k).cast());
+        let mut v = _mm512_castsi128_si512(row(0));
+        v = _mm512_inserti32x4::<1>(v, row(1));
+        v = _mm512_inserti32x4::<2>(v, row(2));
+        v = _mm512_inserti32x4::<3>(v, row(3));
+        let mut lo = _mm512_and_si512(v, m4);
+        let mut hi = _mm512_and_si512(_mm512_srli_epi16::<4>(v), m4);
+        if levels {
+            let flip = _mm512_set1_epi8(i8::MIN);
+            lo = _mm512_xor_si512(_mm512_shuffle_epi8(table, lo), flip);
+            hi = _mm512_xor_si512(_mm512_shuffle_epi8(table, hi), flip);
+        }
+        let s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, alo);
+        *zh = _mm512_dpbusd_epi32(s, hi, ahi);
+    }
+    // Per 128-bit lane k: [r_k a+c, r_k+4 a+c, r_k b+d, r_k+4 b+d], then
+    // row k's and row k + 4's sums in elements 0 and 1.
+    let u = _mm512_add_epi32(
+        _mm512_unpacklo_epi32(z[0], z[1]),
+        _mm512_unpackhi_epi32(z[0], z[1]),
+    );
+    let v = _mm512_add_epi32(u, _mm512_shuffle_epi32::<0b01_00_11_10>(u));
+    let idx = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 0, 0, 0, 0, 0, 0, 0, 0);
+    _mm512_castsi512_si256(_mm512_permutexvar_epi32(idx, v))
 }
 
 /// Eight weight rows (`w`, 8 rows of `nb` blocks) by the `tn` packed tokens
