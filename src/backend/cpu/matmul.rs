@@ -180,6 +180,9 @@ fn quantize_into(
     Ok(row_bytes)
 }
 
+/// The least weight bytes a one-token parallel task reads.
+const TASK_BYTES: usize = 256 << 10;
+
 /// Rows of the output computed per parallel task in the exact-f32 mode.
 const ROWS_PER_TASK: usize = 16;
 
@@ -307,7 +310,15 @@ impl Product<'_> {
         if nt <= 1 {
             return self.m;
         }
-        self.m.div_ceil(8 * nt).next_multiple_of(8).max(16)
+        let least = if self.n == 1 {
+            // A one-token task reads at least TASK_BYTES of weights: the
+            // kernels stream ~30 GB/s, so smaller tasks cost about as much
+            // to hand out as to run.
+            TASK_BYTES.div_ceil(self.w.row_bytes.max(1))
+        } else {
+            16
+        };
+        self.m.div_ceil(8 * nt).max(least).next_multiple_of(8)
     }
 
     /// Results of weight rows `rows` with activation rows `toks`, at
