@@ -1,18 +1,11 @@
 // RMS norm of each `width`-wide row (per head for QK norm): one workgroup
 // per row. x, out: `[rows, width]` f32 (out may be x); w: `[width]`.
+// Composed after norm_row.wgsl.
 //
 // A decode step normalises ONE row, so one workgroup does all the work:
 // each invocation keeps four loads in flight per pass (a loop of single
 // dependent loads waits out the memory latency once per element).
 
-struct Params {
-    rows: u32,
-    width: u32,
-    eps: f32,
-    _pad0: u32,
-}
-
-@group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read_write> x: array<f32>;
 @group(0) @binding(2) var<storage, read_write> w: array<f32>;
 @group(0) @binding(3) var<storage, read_write> out: array<f32>;
@@ -37,8 +30,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
         let v = x[base + i];
         s.x = s.x + v * v;
     }
-    let total = wg_sum((s.x + s.y) + (s.z + s.w), lid);
-    let scale = 1.0 / sqrt(total / f32(p.width) + p.eps);
+    let scale = rms_scale((s.x + s.y) + (s.z + s.w), lid);
     for (var i = lid; i < whole; i = i + 4u * WG) {
         let v = vec4<f32>(x[base + i], x[base + i + WG], x[base + i + 2u * WG],
                           x[base + i + 3u * WG]);

@@ -22,18 +22,31 @@ use super::buffer::GpuBuffer;
 use super::shader::{ConstValue, PipelineKey};
 use crate::backend::{Backend, BackendError, BufKind};
 
-/// An RMS norm (of an add's sum or not) fused with the int8 quantizer.
-pub const NORM_QUANTIZE: &str = include_str!("../../../shaders/norm_quantize.wgsl");
-/// The fused add and RMS norm kernel.
-pub const ADD_RMS_NORM: &str = include_str!("../../../shaders/add_rms_norm.wgsl");
+/// An RMS norm (of an add's sum or not) fused with the int8 quantizer
+/// (after the row kernels' shared part and the quantizer).
+pub const NORM_QUANTIZE: &str = concat!(
+    include_str!("../../../shaders/norm_row.wgsl"),
+    "\n",
+    include_str!("../../../shaders/quantize_q8.wgsl"),
+    "\n",
+    include_str!("../../../shaders/norm_quantize.wgsl")
+);
+/// The fused add and RMS norm kernel (after the row kernels' shared part).
+pub const ADD_RMS_NORM: &str = concat!(
+    include_str!("../../../shaders/norm_row.wgsl"),
+    "\n",
+    include_str!("../../../shaders/add_rms_norm.wgsl")
+);
 /// The rope kernel (one or two tensors).
 pub const ROPE: &str = include_str!("../../../shaders/rope.wgsl");
 /// The gated activation kernel.
 pub const GATED: &str = include_str!("../../../shaders/gated.wgsl");
 /// The gated activation fused into the int8 activation quantizer (with the
-/// quantized kernels' parameter struct).
+/// quantized kernels' parameter struct and the quantizer).
 pub const QUANTIZE_X_GATED: &str = concat!(
     include_str!("../../../shaders/matmul_params.wgsl"),
+    "\n",
+    include_str!("../../../shaders/quantize_q8.wgsl"),
     "\n",
     include_str!("../../../shaders/matmul_quantize_x_gated.wgsl")
 );
@@ -190,7 +203,9 @@ impl WebGpuBackend {
             Some([a, b]) => (a, b, x, 1),
             None => (x, &unused, &unused, 0),
         };
-        let key = PipelineKey::new("norm_quantize", super::ops::norm_wg(width), &self.ctx.caps);
+        let caps = &self.ctx.caps;
+        let key = PipelineKey::new("norm_quantize", super::ops::norm_wg(width), caps)
+            .with_subgroups(caps.quad_subgroups());
         let pipeline = self.pipeline(&key, &[NORM_QUANTIZE]);
         let mut binds: Vec<Bind> = [a, b, w, sum, out].iter().map(|b| Bind::whole(b)).collect();
         binds.push(Bind::whole_raw(xq.clone()));

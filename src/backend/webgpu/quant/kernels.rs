@@ -347,13 +347,14 @@ impl QuantKernels {
     ) -> Result<(Bind, Bind), BackendError> {
         let bytes = a.m * a.k;
         let (xq, xs) = self.scratch(be, bytes)?;
-        let count = u32_of(a.m * a.k / 32, "activation blocks")?;
+        // One invocation per 8 values (four per block of 32).
+        let count = u32_of(a.m * a.k / 8, "activation groups")?;
         let params = KernelParams { count, ..base };
         match fused {
             Some(Held::Gated(g)) => {
                 let key =
                     PipelineKey::new("quantize_x_gated", self.cfg.flat_wg, &be.context().caps)
-                        .with_subgroups(false)
+                        .with_subgroups(be.context().caps.quad_subgroups())
                         .with_const("MODE", ConstValue::U32(g.mode));
                 let pipeline = be.pipeline(&key, &[QUANTIZE_X_GATED]);
                 let [gate, up, out] = g.bufs.each_ref().map(Bind::whole);

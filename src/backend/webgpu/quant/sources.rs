@@ -27,6 +27,8 @@ pub const MATVEC_WGSL: &str = include_str!("../../../../shaders/matmul_vec.wgsl"
 pub const MATVEC_I8_WGSL: &str = include_str!("../../../../shaders/matmul_vec_i8.wgsl");
 /// Activation quantizer feeding [`MATVEC_I8_WGSL`].
 pub const QUANTIZE_X_WGSL: &str = include_str!("../../../../shaders/matmul_quantize_x.wgsl");
+/// The quantizer's body, shared with the fused quantizers.
+pub const QUANTIZE_Q8_WGSL: &str = include_str!("../../../../shaders/quantize_q8.wgsl");
 /// Tiled matrix-matrix kernel.
 pub const TILED_WGSL: &str = include_str!("../../../../shaders/matmul_tiled.wgsl");
 /// Embedding lookup.
@@ -327,8 +329,9 @@ pub fn variant(
             Variant { key, parts }
         }
         Kernel::QuantizeX => Variant {
-            key: PipelineKey::new(kernel.name(), cfg.flat_wg, caps).with_subgroups(false),
-            parts: vec![PARAMS_WGSL, QUANTIZE_X_WGSL],
+            key: PipelineKey::new(kernel.name(), cfg.flat_wg, caps)
+                .with_subgroups(caps.quad_subgroups()),
+            parts: vec![PARAMS_WGSL, QUANTIZE_Q8_WGSL, QUANTIZE_X_WGSL],
         },
         Kernel::Tiled => {
             let key = PipelineKey::new(kernel.name(), cfg.tiled_wg(), caps)
