@@ -8,8 +8,8 @@
 // A team of TEAM = WG / MV_ROWS invocations owns a row, read in items of
 // 32 weights (quant_item: an item file after the format file);
 // neighbouring invocations take neighbouring items, so a team sweeps its
-// row front to back, and each invocation loads MV_UNROLL items before it
-// uses any (the loads in flight are what hides the memory latency).
+// row front to back, and each invocation loads four items before it uses
+// any (the loads in flight are what hides the memory latency).
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> w: array<u32>;
@@ -54,19 +54,27 @@ fn main(
     var acc = vec4<f32>(0.0);
     if row < p.n {
         let base = row * p.row_words;
-        for (var c0 = t; c0 < items; c0 += MV_UNROLL * TEAM) {
-            var v: array<QItem, MV_UNROLL>;
-            for (var u = 0u; u < MV_UNROLL; u++) {
-                // Past the row's end: its last item again, unused.
-                v[u] = quant_item(base, p.nb, min(c0 + u * TEAM, items - 1u));
+        var c = t;
+        // Four items loaded before any is used (straight-line code, no
+        // local array a compiler might leave in memory), then the rest.
+        for (; c + 3u * TEAM < items; c += 4u * TEAM) {
+            let v0 = quant_item(base, p.nb, c);
+            let v1 = quant_item(base, p.nb, c + TEAM);
+            let v2 = quant_item(base, p.nb, c + 2u * TEAM);
+            let v3 = quant_item(base, p.nb, c + 3u * TEAM);
+            for (var j = 0u; j < MV_TOKENS; j++) {
+                if tok0 + j < p.m {
+                    let o = (tok0 + j) * per_tok;
+                    acc[j] += (item_dot(v0, o) + item_dot(v1, o))
+                        + (item_dot(v2, o) + item_dot(v3, o));
+                }
             }
-            for (var u = 0u; u < MV_UNROLL; u++) {
-                if c0 + u * TEAM < items {
-                    for (var j = 0u; j < MV_TOKENS; j++) {
-                        if tok0 + j < p.m {
-                            acc[j] += item_dot(v[u], (tok0 + j) * per_tok);
-                        }
-                    }
+        }
+        for (; c < items; c += TEAM) {
+            let v = quant_item(base, p.nb, c);
+            for (var j = 0u; j < MV_TOKENS; j++) {
+                if tok0 + j < p.m {
+                    acc[j] += item_dot(v, (tok0 + j) * per_tok);
                 }
             }
         }

@@ -148,9 +148,6 @@ impl Kernel {
 pub struct KernelConfig {
     /// Invocations per matrix-vector workgroup (a power of two).
     pub mv_wg: u32,
-    /// Items of 32 weights each invocation of the int8 matrix-vector
-    /// kernel loads before it uses any.
-    pub mv_unroll: u32,
     /// Read the weights of the int8 matrix-vector kernel in 16-byte loads
     /// where the format has an item file for it and rows are aligned.
     pub mv_w4: bool,
@@ -180,7 +177,6 @@ impl Default for KernelConfig {
     fn default() -> Self {
         Self {
             mv_wg: 256,
-            mv_unroll: 4,
             mv_w4: true,
             mv_rows: 8,
             mv_max_tokens: 8,
@@ -198,7 +194,7 @@ impl KernelConfig {
     /// The default, with the overrides of `HEARTH_WEBGPU_KERNELS` (a
     /// browser has no environment: natively, for tuning on a new adapter): comma-separated `key=value` of
     /// `tile=MxNxT` (tile_m x tile_n x thread_m), `mv_rows`, `mv_wg`,
-    /// `mv_unroll`, `mv_max_tokens`, `int8`, `mv_w4` and `tile_f16` (0/1). Unknown or malformed entries are
+    /// `mv_max_tokens`, `int8`, `mv_w4` and `tile_f16` (0/1). Unknown or malformed entries are
     /// reported on stderr and ignored; [`KernelConfig::fit`] still applies.
     pub fn from_env() -> Self {
         let mut c = Self::default();
@@ -207,7 +203,7 @@ impl KernelConfig {
                 if c.set(part.trim()).is_none() {
                     eprintln!(
                         "HEARTH_WEBGPU_KERNELS: ignoring `{part}` (want tile=MxNxT, mv_rows=R, \
-                         mv_wg=W, mv_unroll=U, mv_max_tokens=T, int8=0|1, mv_w4=0|1 or \
+                         mv_wg=W, mv_max_tokens=T, int8=0|1, mv_w4=0|1 or \
                          tile_f16=0|1)"
                     );
                 }
@@ -242,7 +238,6 @@ impl KernelConfig {
                 .filter(|v| v.is_power_of_two())
                 .map(|v| self.mv_wg = v),
             "mv_max_tokens" => num(value).map(|v| self.mv_max_tokens = v),
-            "mv_unroll" => num(value).filter(|&v| v <= 16).map(|v| self.mv_unroll = v),
             "tile_f16" => flag(value).map(|v| self.tile_f16 = v),
             "int8" => flag(value).map(|v| self.int8 = v),
             "mv_w4" => flag(value).map(|v| self.mv_w4 = v),
@@ -343,9 +338,7 @@ pub fn variant(
                 let item = item_w4_source(ty).filter(|_| cfg.mv_w4 && aligned);
                 w4 = item.is_some();
                 parts.push(item.unwrap_or(ITEM_Q32_WGSL));
-                key = key
-                    .with_const("MV_UNROLL", ConstValue::U32(cfg.mv_unroll))
-                    .with_const("MV_W4", ConstValue::Bool(w4));
+                key = key.with_const("MV_W4", ConstValue::Bool(w4));
             }
             parts.push(if sg { REDUCE_SG_WGSL } else { REDUCE_WGSL });
             parts.push(if kernel == Kernel::MatVec {

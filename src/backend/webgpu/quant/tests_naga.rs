@@ -35,7 +35,6 @@ fn every_variant_composes_and_validates() {
                 // Teams of 64: subgroup reductions on the validation caps.
                 KernelConfig {
                     mv_rows: 4,
-                    mv_unroll: 2,
                     ..KernelConfig::default()
                 },
                 KernelConfig {
@@ -71,10 +70,10 @@ fn every_variant_composes_and_validates() {
     // 15 formats (12 with int8) x kernels x {f16, sg} x configs, deduplicated.
     assert!(labels.len() > 200, "only {} variants", labels.len());
     for label in [
-        "matvec_i8.q4_k.wg256.mv_rows8u.mv_tokens1u.mv_unroll4u.mv_w4true",
-        "matvec_i8.q6_k.sg.wg256.mv_rows4u.mv_tokens4u.mv_unroll2u.mv_w4true",
-        "matvec_i8.q6_k.wg256.mv_rows8u.mv_tokens1u.mv_unroll4u.mv_w4false",
-        "matvec_i8.q8_0.sg.wg256.mv_rows4u.mv_tokens1u.mv_unroll2u.mv_w4false",
+        "matvec_i8.q4_k.wg256.mv_rows8u.mv_tokens1u.mv_w4true",
+        "matvec_i8.q6_k.sg.wg256.mv_rows4u.mv_tokens4u.mv_w4true",
+        "matvec_i8.q6_k.wg256.mv_rows8u.mv_tokens1u.mv_w4false",
+        "matvec_i8.q8_0.sg.wg256.mv_rows4u.mv_tokens1u.mv_w4false",
     ] {
         assert!(labels.contains(label), "no {label}");
     }
@@ -120,9 +119,8 @@ fn kernel_config_overrides_parse_and_refuse_bad_values() {
     assert_eq!(c.set("int8=0"), Some(()));
     assert_eq!(c.set("tile_f16=0"), Some(()));
     assert!(!c.tile_f16);
-    assert_eq!(c.set("mv_unroll=2"), Some(()));
     assert_eq!(c.set("mv_w4=0"), Some(()));
-    assert_eq!((c.mv_unroll, c.mv_w4), (2, false));
+    assert!(!c.mv_w4);
     assert_eq!((c.mv_rows, c.mv_wg, c.int8), (8, 128, false));
     for bad in [
         "tile=64x64",
@@ -131,7 +129,6 @@ fn kernel_config_overrides_parse_and_refuse_bad_values() {
         "mv_rows=3",
         "mv_wg=0",
         "int8=2",
-        "mv_unroll=17",
         "mv_w4=yes",
         "x=1",
         "mv_rows",
