@@ -10,10 +10,10 @@
 //
 // A decode step normalises ONE row, so one workgroup does all of it and
 // the step waits for its latency: each invocation owns groups of 8 values
-// (g = lid + i * WG), issues the loads of its first NQ groups (x, b, w)
+// (g = lid + i * WG), issues the loads of its first four groups (x, b, w)
 // at once and keeps them in registers through the norm to the quantizer;
-// it reads back only sums it wrote itself (rows wider than 8 * NQ * WG
-// read their further groups twice).
+// it reads back only sums it wrote itself (rows wider than 32 * WG read
+// their further groups twice).
 
 @group(0) @binding(1) var<storage, read_write> a: array<vec4<f32>>;
 @group(0) @binding(2) var<storage, read_write> b: array<vec4<f32>>;
@@ -23,8 +23,13 @@
 @group(0) @binding(6) var<storage, read_write> xq: array<u32>;
 @group(0) @binding(7) var<storage, read_write> xs: array<vec2<f32>>;
 
-// Groups of 8 values per invocation held in registers.
-const NQ: u32 = 4u;
+// One group of 8 values of the row: the norm's input and weights.
+struct Group {
+    x0: vec4<f32>,
+    x1: vec4<f32>,
+    w0: vec4<f32>,
+    w1: vec4<f32>,
+}
 
 // The norm's input at vec4 `i`: the sum a + b (written), or a.
 fn load_input(i: u32) -> vec4<f32> {
@@ -42,8 +47,37 @@ fn reload_input(i: u32) -> vec4<f32> {
     return a[i];
 }
 
-fn sq(v: vec4<f32>) -> f32 {
-    return dot(v, v);
+// Group g of the row from vec4 `base`: zeros past the row's end.
+fn load_group(base: u32, g: u32, groups: u32) -> Group {
+    var v = Group(vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0));
+    if g < groups {
+        v = Group(load_input(base + 2u * g), load_input(base + 2u * g + 1u), w[2u * g],
+                  w[2u * g + 1u]);
+    }
+    return v;
+}
+
+// With ADD, writes the sum of group g (if in the row); returns its sum
+// of squares (0 past the row's end).
+fn store_sum(base: u32, g: u32, groups: u32, v: Group) -> f32 {
+    if p.add != 0u && g < groups {
+        sum[base + 2u * g] = v.x0;
+        sum[base + 2u * g + 1u] = v.x1;
+    }
+    return dot(v.x0, v.x0) + dot(v.x1, v.x1);
+}
+
+// Writes the normed group g (if in the row) and its quantization. Call
+// from uniform control flow (the quantizer's quad reduction).
+fn emit(v: Group, scale: f32, base: u32, g: u32, groups: u32, first: u32, lid: u32) {
+    let live = g < groups;
+    let lo = (v.x0 * scale) * v.w0;
+    let hi = (v.x1 * scale) * v.w1;
+    if live {
+        out[base + 2u * g] = lo;
+        out[base + 2u * g + 1u] = hi;
+    }
+    quantize8(lo, hi, first + g, lid, live);
 }
 
 @compute @workgroup_size(WG)
@@ -56,64 +90,37 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     }
     let groups = p.width / 8u;
     let base = row * (p.width / 4u);
-    var xv: array<vec4<f32>, 8>;
-    var wv: array<vec4<f32>, 8>;
-    for (var i = 0u; i < NQ; i++) {
-        let g = lid + i * WG;
-        if g < groups {
-            xv[2u * i] = load_input(base + 2u * g);
-            xv[2u * i + 1u] = load_input(base + 2u * g + 1u);
-            wv[2u * i] = w[2u * g];
-            wv[2u * i + 1u] = w[2u * g + 1u];
-        }
-    }
-    var s = 0.0;
-    for (var i = 0u; i < NQ; i++) {
-        let g = lid + i * WG;
-        if g < groups {
-            if p.add != 0u {
-                sum[base + 2u * g] = xv[2u * i];
-                sum[base + 2u * g + 1u] = xv[2u * i + 1u];
-            }
-            s += sq(xv[2u * i]) + sq(xv[2u * i + 1u]);
-        }
-    }
-    for (var g = lid + NQ * WG; g < groups; g += WG) {
-        let lo = load_input(base + 2u * g);
-        let hi = load_input(base + 2u * g + 1u);
-        if p.add != 0u {
-            sum[base + 2u * g] = lo;
-            sum[base + 2u * g + 1u] = hi;
-        }
-        s += sq(lo) + sq(hi);
+    // Four groups in registers (straight-line code: no local array a
+    // compiler might leave in memory), their loads all in flight.
+    let v0 = load_group(base, lid, groups);
+    let v1 = load_group(base, lid + WG, groups);
+    let v2 = load_group(base, lid + 2u * WG, groups);
+    let v3 = load_group(base, lid + 3u * WG, groups);
+    var s = (store_sum(base, lid, groups, v0) + store_sum(base, lid + WG, groups, v1))
+        + (store_sum(base, lid + 2u * WG, groups, v2) + store_sum(base, lid + 3u * WG, groups, v3));
+    for (var g = lid + 4u * WG; g < groups; g += WG) {
+        s += store_sum(base, g, groups, load_group(base, g, groups));
     }
     let scale = rms_scale(s, lid);
     let first = row * groups;
-    for (var i = 0u; i < NQ; i++) {
-        // i * WG < groups is uniform: the whole workgroup takes part.
-        if i * WG < groups {
-            let g = lid + i * WG;
-            let live = g < groups;
-            let lo = (xv[2u * i] * scale) * wv[2u * i];
-            let hi = (xv[2u * i + 1u] * scale) * wv[2u * i + 1u];
-            if live {
-                out[base + 2u * g] = lo;
-                out[base + 2u * g + 1u] = hi;
-            }
-            quantize8(lo, hi, first + g, lid, live);
-        }
+    // Each condition is uniform: the whole workgroup takes part.
+    emit(v0, scale, base, lid, groups, first, lid);
+    if WG < groups {
+        emit(v1, scale, base, lid + WG, groups, first, lid);
     }
-    for (var g0 = NQ * WG; g0 < groups; g0 += WG) {
+    if 2u * WG < groups {
+        emit(v2, scale, base, lid + 2u * WG, groups, first, lid);
+    }
+    if 3u * WG < groups {
+        emit(v3, scale, base, lid + 3u * WG, groups, first, lid);
+    }
+    for (var g0 = 4u * WG; g0 < groups; g0 += WG) {
         let g = g0 + lid;
-        let live = g < groups;
-        var lo = vec4<f32>(0.0);
-        var hi = vec4<f32>(0.0);
-        if live {
-            lo = (reload_input(base + 2u * g) * scale) * w[2u * g];
-            hi = (reload_input(base + 2u * g + 1u) * scale) * w[2u * g + 1u];
-            out[base + 2u * g] = lo;
-            out[base + 2u * g + 1u] = hi;
+        var v = Group(vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0));
+        if g < groups {
+            v = Group(reload_input(base + 2u * g), reload_input(base + 2u * g + 1u), w[2u * g],
+                      w[2u * g + 1u]);
         }
-        quantize8(lo, hi, first + g, lid, live);
+        emit(v, scale, base, g, groups, first, lid);
     }
 }

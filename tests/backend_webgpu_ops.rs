@@ -559,14 +559,16 @@ fn nmse(got: &[f32], want: &[f64]) -> f64 {
 /// dequantized weight: the add exact, the norm and the activation to f32
 /// rounding, the products as the f64 product of the activations through
 /// the int8 quantizer (a quant rounded the other way at a tie of f32
-/// rounding stays far below the bound) and near the exact product. Widths cover a workgroup of 64, a partial one of
-/// 256 and rows past what an invocation keeps in registers; 1 and 3 tokens.
+/// rounding stays far below the bound) and near the exact product.
+/// Widths: 12 groups of 8 for a workgroup of 64, 100 (a second, partial
+/// group per invocation), 132 for one of 256 (partial), and 1056 (past
+/// the four groups an invocation holds in registers); 1 and 3 tokens.
 #[test]
 fn fused_int8_quantizers_match_the_reference() {
     let Some(mut g) = gpu() else { return };
     let ty = GgmlType::Q8_0;
     let n = 8;
-    for (case, width) in [96usize, 1056, 8448].into_iter().enumerate() {
+    for (case, width) in [96usize, 800, 1056, 8448].into_iter().enumerate() {
         for m in [1usize, 3] {
             let seed = SEED + 40 + 4 * case as u64 + m as u64;
             let mut r = Rng::new(seed);
