@@ -251,7 +251,8 @@ impl KernelConfig {
     }
 
     /// `self` adjusted to what `caps` allows: workgroup sizes within the
-    /// invocation limit, tiles within workgroup memory.
+    /// invocation limit, matrix-vector teams no narrower than a subgroup,
+    /// tiles within workgroup memory.
     pub fn fit(mut self, caps: &GpuCaps) -> Self {
         let max_inv = caps
             .max_workgroup_invocations
@@ -261,6 +262,11 @@ impl KernelConfig {
             self.mv_wg /= 2;
         }
         self.mv_rows = self.mv_rows.clamp(1, self.mv_wg);
+        // Teams at least one subgroup wide, so that their reductions stay
+        // in subgroup operations (wave64 adapters).
+        if caps.subgroups && self.team() < caps.subgroup_max_size {
+            self.mv_rows = (self.mv_wg / caps.subgroup_max_size).max(1);
+        }
         while self.flat_wg > max_inv {
             self.flat_wg /= 2;
         }
