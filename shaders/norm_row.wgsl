@@ -1,5 +1,4 @@
-// The part the row kernels share (rms_norm, add_rms_norm, norm_quantize,
-// softmax): one workgroup per `width`-wide row, these parameters at
+// The part the row kernels share (rms_norm, norm_quantize, softmax): one workgroup per `width`-wide row, these parameters at
 // binding 0, and the RMS norm's scale. Composed before the kernel file.
 
 struct Params {
