@@ -273,6 +273,8 @@ impl WebGpuBackend {
         bufs: [GpuBuffer; 3],
         shape: (u32, u32, f32),
     ) -> Result<(), BackendError> {
+        // First, so that a failure leaves what is held as it was.
+        let spare = self.unused_buffer()?;
         let n = u64::from(shape.0) * u64::from(shape.1);
         let fits = matches!(&self.held, Some(Held::Add { bufs: add, n: an, .. })
             if add[2].raw == bufs[0].raw && *an == n);
@@ -287,7 +289,6 @@ impl WebGpuBackend {
             self.emit_held()?;
             None
         };
-        let spare = self.unused_buffer()?;
         self.held = Some(Held::Norm(NormJob {
             add,
             bufs,
