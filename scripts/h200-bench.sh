@@ -18,6 +18,12 @@
 #       .h200/sweep.txt (one HEARTH_WEBGPU_KERNELS value per line, `default`
 #       for none), each with its logits' nrmse against the CPU's exact-f32
 #       mode, so that a fast but wrong variant shows. Results in $OUT/sweep.txt.
+#   BINS="hearth-base hearth" bash scripts/h200-bench.sh compare
+#       there, likewise: several builds side by side in one call (each a
+#       stripped binary under .h200/, ~10 MB; a call carries 64 MiB), each
+#       with its logits' nrmse, a bench and the GPU profile of decode; then
+#       the variants of .h200/sweep.txt (if any) on the first. Results in
+#       $OUT/compare-<bin>.txt and $OUT/sweep.txt.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -75,6 +81,11 @@ PY
 sweep() {
   setup_device
   "$hearth" logits -m "$model" --backend cpu --exact --tokens "$toks" --out /tmp/exact.f32
+  sweep_variants
+}
+
+# The variants of .h200/sweep.txt on $hearth, against /tmp/exact.f32.
+sweep_variants() {
   while read -r spec; do
     [ -n "$spec" ] || continue
     local env=""
@@ -86,6 +97,24 @@ sweep() {
     HEARTH_WEBGPU_KERNELS="$env" "$hearth" bench -m "$model" --backend webgpu -p 512 -n 128 \
       --seqs 1,4 -r 2 2>&1 | grep -E '^\|' | tee -a "$out/sweep.txt"
   done < .h200/sweep.txt
+}
+
+compare() {
+  hearth=.h200/${BINS:?list the binaries under .h200/ to compare}
+  hearth=${hearth%% *}
+  setup_device
+  "$hearth" logits -m "$model" --backend cpu --exact --tokens "$toks" --out /tmp/exact.f32
+  local b
+  for b in $BINS; do
+    echo "== $b" | tee "$out/compare-$b.txt"
+    ".h200/$b" logits -m "$model" --backend webgpu --tokens "$toks" --out /tmp/gpu.f32 2>&1 | tail -1
+    echo "logits nrmse vs cpu exact-f32: $(nrmse /tmp/exact.f32 /tmp/gpu.f32)" | tee -a "$out/compare-$b.txt"
+    ".h200/$b" bench -m "$model" --backend webgpu -p 512 -n 128 --seqs 1,4 -r 3 2>&1 \
+      | grep -E '^\|' | tee -a "$out/compare-$b.txt"
+    HEARTH_PROFILE=gpu ".h200/$b" bench -m "$model" --backend webgpu -p 0 -n 32 --seqs 1,4 -r 1 \
+      2>&1 >/dev/null | grep -v '^gpu step (' | tee -a "$out/compare-$b.txt"
+  done
+  [ ! -s .h200/sweep.txt ] || sweep_variants
 }
 
 device() {
@@ -116,5 +145,6 @@ case "${1:-}" in
   prepare) prepare ;;
   device) device ;;
   sweep) sweep ;;
-  *) echo "usage: $0 prepare|device|sweep" >&2; exit 2 ;;
+  compare) compare ;;
+  *) echo "usage: $0 prepare|device|sweep|compare" >&2; exit 2 ;;
 esac

@@ -2,10 +2,11 @@
 // projection in one dispatch: x = act(gate) * up (MODE 0 SiLU, 1 GELU-tanh
 // with its input and output rounded to f16, as gated.wgsl), written to
 // `out` (the op's own result) and quantized as matmul_quantize_x.wgsl
-// does. One invocation per block of 32 values.
+// does (quantize_q8.wgsl, composed before this file): one invocation per
+// 8 values, four per block of 32.
 // gate, up, out: f32 [m, k] (x_off 0, x_stride k; out may be gate);
 // xq: [m, k / 4] words of 4 int8; xs: [m, k / 8] of (d, d * sum of the 8
-// quants). count = m * k / 32.
+// quants). count = m * k / 8.
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read_write> gate: array<vec4<f32>>;
@@ -42,32 +43,21 @@ fn main(
     @builtin(num_workgroups) nwg: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
 ) {
-    let i = flat_index(wid, nwg, lid);
-    if i >= p.count {
-        return;
+    // No early return: the quad reduction wants every invocation. [m, k]
+    // is contiguous, so group g is vec4s 2 g and 2 g + 1.
+    let g = flat_index(wid, nwg, lid);
+    let live = g < p.count;
+    var lo = vec4<f32>(0.0);
+    var hi = vec4<f32>(0.0);
+    if live {
+        let g0 = gate[2u * g];
+        let g1 = gate[2u * g + 1u];
+        let u0 = up[2u * g];
+        let u1 = up[2u * g + 1u];
+        lo = act4(g0, u0);
+        hi = act4(g1, u1);
+        out[2u * g] = lo;
+        out[2u * g + 1u] = hi;
     }
-    let per_tok = p.k / 32u;
-    let tok = i / per_tok;
-    let blk = i % per_tok;
-    let xo = (tok * p.k) / 4u + blk * 8u;
-    var v: array<vec4<f32>, 8>;
-    var amax = 0.0;
-    for (var j = 0u; j < 8u; j++) {
-        v[j] = act4(gate[xo + j], up[xo + j]);
-        out[xo + j] = v[j];
-        let a = abs(v[j]);
-        amax = max(amax, max(max(a.x, a.y), max(a.z, a.w)));
-    }
-    let d = amax / 127.0;
-    let id = select(0.0, 1.0 / d, d > 0.0);
-    let qo = tok * (p.k / 4u) + blk * 8u;
-    let so = tok * (p.k / 8u) + blk * 4u;
-    for (var j = 0u; j < 8u; j += 2u) {
-        let q0 = vec4<i32>(round(v[j] * id));
-        let q1 = vec4<i32>(round(v[j + 1u] * id));
-        xq[qo + j] = pack4xI8(q0);
-        xq[qo + j + 1u] = pack4xI8(q1);
-        let s = q0 + q1;
-        xs[so + j / 2u] = vec2<f32>(d, d * f32(s.x + s.y + s.z + s.w));
-    }
+    quantize8(lo, hi, g, lid, live);
 }

@@ -5,10 +5,11 @@
 // per 8 values (scale d, d * sum of the 8 quants), d shared by each block
 // of 32. With value_j = a * q_j + b:
 //   sum_j value_j * x_j = d * (a * dot(q, xq) + b * sum(xq)).
-// A team of TEAM = WG / MV_ROWS invocations owns a row; each invocation
-// takes whole 32-value chunks (quant_q32: the chunk's quants and scales
-// read once), neighbouring invocations neighbouring chunks, so a team
-// reads its row front to back in one sweep.
+// A team of TEAM = WG / MV_ROWS invocations owns a row, read in items of
+// 32 weights (quant_item: an item file after the format file);
+// neighbouring invocations take neighbouring items, so a team sweeps its
+// row front to back, and each invocation loads four items before it uses
+// any (the loads in flight are what hides the memory latency).
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> w: array<u32>;
@@ -25,6 +26,17 @@ fn dot16(q: vec4<u32>, x: vec4<u32>) -> i32 {
         + dot4I8Packed(q.z, x.z) + dot4I8Packed(q.w, x.w);
 }
 
+// One item against the activations of the token at 16-value position
+// `o` of xq / xs.
+fn item_dot(v: QItem, o: u32) -> f32 {
+    let s0 = xs[o + v.at.x];
+    let s1 = xs[o + v.at.y];
+    let i0 = f32(dot16(v.q0, xq[o + v.at.x]));
+    let i1 = f32(dot16(v.q1, xq[o + v.at.y]));
+    return v.a.x * s0.x * i0 + v.a.y * s1.x * i1
+        + v.b.x * (s0.y + s0.w) + v.b.y * (s1.y + s1.w);
+}
+
 @compute @workgroup_size(WG)
 fn main(
     @builtin(workgroup_id) wid: vec3<u32>,
@@ -37,22 +49,32 @@ fn main(
     let row = (gi % p.groups) * MV_ROWS + lid / TEAM;
     let t = lid % TEAM;
     let tok0 = (gi / p.groups) * MV_TOKENS;
-    let chunks = p.k / 32u;
+    let items = p.k / 32u;
     let per_tok = p.k / 16u;
     var acc = vec4<f32>(0.0);
     if row < p.n {
         let base = row * p.row_words;
-        for (var c = t; c < chunks; c += TEAM) {
-            let v = quant_q32(base, p.nb, c);
+        var c = t;
+        // Four items loaded before any is used (straight-line code, no
+        // local array a compiler might leave in memory), then the rest.
+        for (; c + 3u * TEAM < items; c += 4u * TEAM) {
+            let v0 = quant_item(base, p.nb, c);
+            let v1 = quant_item(base, p.nb, c + TEAM);
+            let v2 = quant_item(base, p.nb, c + 2u * TEAM);
+            let v3 = quant_item(base, p.nb, c + 3u * TEAM);
             for (var j = 0u; j < MV_TOKENS; j++) {
                 if tok0 + j < p.m {
-                    let o = (tok0 + j) * per_tok + 2u * c;
-                    let s0 = xs[o];
-                    let s1 = xs[o + 1u];
-                    let i0 = f32(dot16(v.q0, xq[o]));
-                    let i1 = f32(dot16(v.q1, xq[o + 1u]));
-                    let sums = vec2<f32>(s0.y + s0.w, s1.y + s1.w);
-                    acc[j] += s0.x * (v.a.x * i0 + v.a.y * i1) + dot(v.b, sums);
+                    let o = (tok0 + j) * per_tok;
+                    acc[j] += (item_dot(v0, o) + item_dot(v1, o))
+                        + (item_dot(v2, o) + item_dot(v3, o));
+                }
+            }
+        }
+        for (; c < items; c += TEAM) {
+            let v = quant_item(base, p.nb, c);
+            for (var j = 0u; j < MV_TOKENS; j++) {
+                if tok0 + j < p.m {
+                    acc[j] += item_dot(v, (tok0 + j) * per_tok);
                 }
             }
         }

@@ -35,3 +35,10 @@ fn wg_max(v: f32, lid: u32) -> f32 {
     workgroupBarrier();
     return t;
 }
+
+// Max over the quad of invocations lid & ~3 .. lid | 3. Requires subgroups
+// of at least 4 (checked on the host), laid out along the index.
+fn quad_max(v: f32, lid: u32) -> f32 {
+    let m = max(v, subgroupShuffleXor(v, 1u));
+    return max(m, subgroupShuffleXor(m, 2u));
+}

@@ -31,3 +31,13 @@ fn wg_max(v: f32, lid: u32) -> f32 {
     workgroupBarrier();
     return r;
 }
+
+// Max over the quad of invocations lid & ~3 .. lid | 3.
+fn quad_max(v: f32, lid: u32) -> f32 {
+    red_buf[lid] = v;
+    workgroupBarrier();
+    let q = lid & ~3u;
+    let m = max(max(red_buf[q], red_buf[q + 1u]), max(red_buf[q + 2u], red_buf[q + 3u]));
+    workgroupBarrier();
+    return m;
+}

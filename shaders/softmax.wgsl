@@ -1,14 +1,6 @@
 // Softmax of each `width`-wide row: one workgroup per row.
-// x, out: `[rows, width]` f32; out may be x.
+// x, out: `[rows, width]` f32; out may be x. Composed after norm_row.wgsl.
 
-struct Params {
-    rows: u32,
-    width: u32,
-    _pad0: u32,
-    _pad1: u32,
-}
-
-@group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read_write> x: array<f32>;
 @group(0) @binding(2) var<storage, read_write> out: array<f32>;
 

@@ -6,7 +6,7 @@
 mod model_support;
 mod webgpu_support;
 
-use hearth::backend::BufKind;
+use hearth::backend::{Backend, BufKind, OpIo};
 use hearth::graph::{Op, RopeMode};
 use hearth::model::arch::Activation;
 use hearth::model::KvType;
@@ -501,4 +501,174 @@ fn fused_rope_pair_and_add_norm_match_cpu() {
     run(&mut g, &case);
     let d = g.counters().since(&before);
     assert_eq!(d.dispatches, 3, "ropes, add + norm, add: {d}");
+}
+
+/// `[rows, width]` rows RMS-normed in f64: `x / rms(x) * w`.
+fn rms_norm_f64(x: &[f32], w: &[f32], eps: f64) -> Vec<f64> {
+    x.chunks(w.len())
+        .flat_map(|r| {
+            let ms = r.iter().map(|&v| f64::from(v).powi(2)).sum::<f64>() / r.len() as f64;
+            let s = 1.0 / (ms + eps).sqrt();
+            r.iter()
+                .zip(w)
+                .map(move |(&v, &g)| f64::from(v) * s * f64::from(g))
+        })
+        .collect()
+}
+
+/// `y[t, r] = x[t, :] · W[r, :]` in f64 over a dequantized `[n, k]` weight.
+fn matmul_f64(x: &[f64], w: &[f32], k: usize) -> Vec<f64> {
+    x.chunks(k)
+        .flat_map(|xt| {
+            w.chunks(k)
+                .map(move |r| r.iter().zip(xt).map(|(&a, &b)| f64::from(a) * b).sum())
+        })
+        .collect()
+}
+
+/// `x` through the int8 activation quantizer of the matrix-vector kernels
+/// (ggml's q8_1: per 32 values d = max|x| / 127, q = round(x / d)), back.
+fn q8_round_trip(x: &[f64]) -> Vec<f64> {
+    x.chunks(32)
+        .flat_map(|b| {
+            let d = b.iter().fold(0.0f64, |m, v| m.max(v.abs())) / 127.0;
+            b.iter().map(move |v| {
+                if d > 0.0 {
+                    (v / d).round_ties_even() * d
+                } else {
+                    0.0
+                }
+            })
+        })
+        .collect()
+}
+
+/// Normalized MSE of `got` against `want`.
+fn nmse(got: &[f32], want: &[f64]) -> f64 {
+    let e: f64 = got
+        .iter()
+        .zip(want)
+        .map(|(&g, &w)| (f64::from(g) - w).powi(2))
+        .sum();
+    e / want.iter().map(|w| w * w).sum::<f64>().max(1e-30)
+}
+
+/// The int8 activation quantizers fused into the ops before a quantized
+/// matrix product (a residual add and its RMS norm: norm_quantize; a
+/// SwiGLU: quantize_x_gated) against f64 on `quant::reference`'s
+/// dequantized weight: the add exact, the norm and the activation to f32
+/// rounding, the products as the f64 product of the activations through
+/// the int8 quantizer (a quant rounded the other way at a tie of f32
+/// rounding stays far below the bound) and near the exact product.
+/// Widths: 12 groups of 8 for a workgroup of 64, 100 (a second, partial
+/// group per invocation), 132 for one of 256 (partial), and 1056 (past
+/// the four groups an invocation holds in registers); 1 and 3 tokens.
+#[test]
+fn fused_int8_quantizers_match_the_reference() {
+    let Some(mut g) = gpu() else { return };
+    let ty = GgmlType::Q8_0;
+    let n = 8;
+    for (case, width) in [96usize, 800, 1056, 8448].into_iter().enumerate() {
+        for m in [1usize, 3] {
+            let seed = SEED + 40 + 4 * case as u64 + m as u64;
+            let mut r = Rng::new(seed);
+            let (res, branch) = (r.normals(m * width, 1.0), r.normals(m * width, 1.0));
+            let (nw, gate, up) = (
+                r.normals(width, 0.5),
+                r.normals(m * width, 2.0),
+                r.normals(m * width, 1.0),
+            );
+            let wv = r.normals(n * width, 0.5);
+            let mut wq = Vec::new();
+            hearth::quant::reference::quantize(ty, &wv, &mut wq).expect("quantize");
+            let mut deq = vec![0.0f32; n * width];
+            hearth::quant::reference::dequantize(ty, &wq, &mut deq).expect("dequantize");
+            let f32s = |g: &mut hearth::backend::webgpu::WebGpuBackend, v: &[f32]| {
+                let b = g
+                    .alloc(v.len() as u64 * 4, BufKind::Activations)
+                    .expect("alloc");
+                g.upload(&b, 0, bytemuck::cast_slice(v)).expect("upload");
+                b
+            };
+            let bufs = [&res, &branch, &nw, &gate, &up].map(|v| f32s(&mut g, v));
+            let outs =
+                [m * width, m * n, m * width, m * n].map(|len| f32s(&mut g, &vec![f32::NAN; len]));
+            let wbuf = g
+                .alloc(g.weight_bytes(ty, width, n), BufKind::Weights)
+                .expect("alloc");
+            g.upload_weight_rows(&wbuf, ty, width, 0, &wq)
+                .expect("upload weight");
+            let mm = Op::MatMul {
+                ty,
+                k: width,
+                n,
+                exact: false,
+            };
+            let steps = [
+                (Op::Add, vec![&bufs[0], &bufs[1]], &bufs[0]),
+                (
+                    Op::RmsNorm { width, eps: 1e-5 },
+                    vec![&bufs[0], &bufs[2]],
+                    &outs[0],
+                ),
+                (mm.clone(), vec![&outs[0], &wbuf], &outs[1]),
+                (Op::SiluMul, vec![&bufs[3], &bufs[4]], &outs[2]),
+                (mm, vec![&outs[2], &wbuf], &outs[3]),
+            ];
+            let before = g.counters();
+            for (op, inputs, out) in &steps {
+                let io = OpIo {
+                    inputs,
+                    outputs: &[out],
+                };
+                g.record(op, &io).unwrap_or_else(|e| panic!("{op:?}: {e}"));
+            }
+            g.submit().expect("submit");
+            let d = g.counters().since(&before);
+            assert_eq!(
+                d.dispatches, 4,
+                "norm_quantize, matvec, quantize_x_gated, matvec: {d}"
+            );
+            let read = |g: &hearth::backend::webgpu::WebGpuBackend, b| {
+                as_f32(&pollster::block_on(g.download(b, 0..b.len)).expect("download"))
+            };
+            let sum: Vec<f32> = res.iter().zip(&branch).map(|(a, b)| a + b).collect();
+            assert_eq!(
+                read(&g, &bufs[0]),
+                sum,
+                "width {width} m {m}: the residual sum"
+            );
+            let normed = rms_norm_f64(&sum, &nw, 1e-5);
+            let act: Vec<f64> = gate
+                .iter()
+                .zip(&up)
+                .map(|(&g, &u)| f64::from(g) / (1.0 + (-f64::from(g)).exp()) * f64::from(u))
+                .collect();
+            let what = format!("width {width} m {m} (seed {seed:#x})");
+            let (y_norm, y_act) = (read(&g, &outs[1]), read(&g, &outs[3]));
+            let int8 = |x: &[f64]| matmul_f64(&q8_round_trip(x), &deq, width);
+            for (name, got, want, bound) in [
+                ("norm", read(&g, &outs[0]), normed.clone(), 1e-11),
+                ("SwiGLU", read(&g, &outs[2]), act.clone(), 1e-11),
+                ("normed product", y_norm.clone(), int8(&normed), 1e-7),
+                ("SwiGLU product", y_act.clone(), int8(&act), 1e-7),
+                (
+                    "normed product, exact",
+                    y_norm,
+                    matmul_f64(&normed, &deq, width),
+                    1e-3,
+                ),
+                (
+                    "SwiGLU product, exact",
+                    y_act,
+                    matmul_f64(&act, &deq, width),
+                    1e-3,
+                ),
+            ] {
+                let e = nmse(&got, &want);
+                println!("{what}: {name} nmse {e:.2e}");
+                assert!(e <= bound, "{what}: {name} nmse {e:.3e} > {bound:.0e}");
+            }
+        }
+    }
 }

@@ -14,6 +14,9 @@
 //       16 values (every quantized format's scales cover 16 or 32 values);
 //       formats without a faster way return q32_of_q8 of four quant_q8.
 //
+// The int8 matrix-vector kernel reads rows through quant_item (QItem
+// below), from an item file composed after the format file.
+//
 // Every format's blocks hold a multiple of 8 values, and 8 consecutive
 // values always come from two aligned words, so g never straddles a block.
 
@@ -38,6 +41,19 @@ struct QW32 {
     q1: vec4<u32>,
     a: vec2<f32>,
     b: vec2<f32>,
+}
+
+// One item of the int8 matrix-vector kernel (matmul_vec_i8.wgsl): 32
+// weights as int8 in two runs of 16, q0 at the row's 16-value position
+// at.x, q1 at at.y (not always neighbours); value = a.x * q + b.x in q0,
+// a.y, b.y in q1. A row has k / 32 items; the format's item file
+// (quant/<format>_item.wgsl, or item_q32.wgsl) defines quant_item.
+struct QItem {
+    q0: vec4<u32>,
+    q1: vec4<u32>,
+    a: vec2<f32>,
+    b: vec2<f32>,
+    at: vec2<u32>,
 }
 
 // Four consecutive int8 groups as one of 32 values (the (a, b) of groups

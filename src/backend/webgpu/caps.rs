@@ -132,6 +132,12 @@ impl GpuCaps {
         self
     }
 
+    /// Whether kernels reducing over quads of invocations
+    /// (`quad_max`) may use subgroup shuffles: subgroups of at least 4.
+    pub fn quad_subgroups(&self) -> bool {
+        self.subgroups && self.subgroup_min_size >= 4
+    }
+
     /// `self` without subgroups (workgroup-memory reductions instead).
     pub fn without_subgroups(mut self) -> Self {
         self.subgroups = false;

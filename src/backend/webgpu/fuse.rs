@@ -3,7 +3,7 @@
 //! add is held back until the next op is recorded, and
 //! - the rope of k at the positions of the rope of q joins it;
 //! - an RMS norm of the add's result is done with the add
-//!   (`add_rms_norm.wgsl`, which writes both);
+//!   (`rms_norm.wgsl` with its add, which writes both);
 //! - an RMS norm (with its add, if any) is offered to the next matrix
 //!   product: when that product quantizes its activations to int8, the
 //!   norm's workgroups quantize the rows they normed
@@ -22,18 +22,25 @@ use super::buffer::GpuBuffer;
 use super::shader::{ConstValue, PipelineKey};
 use crate::backend::{Backend, BackendError, BufKind};
 
-/// An RMS norm (of an add's sum or not) fused with the int8 quantizer.
-pub const NORM_QUANTIZE: &str = include_str!("../../../shaders/norm_quantize.wgsl");
-/// The fused add and RMS norm kernel.
-pub const ADD_RMS_NORM: &str = include_str!("../../../shaders/add_rms_norm.wgsl");
+/// An RMS norm (of an add's sum or not) fused with the int8 quantizer
+/// (after the row kernels' shared part and the quantizer).
+pub const NORM_QUANTIZE: &str = concat!(
+    include_str!("../../../shaders/norm_row.wgsl"),
+    "\n",
+    include_str!("../../../shaders/quantize_q8.wgsl"),
+    "\n",
+    include_str!("../../../shaders/norm_quantize.wgsl")
+);
 /// The rope kernel (one or two tensors).
 pub const ROPE: &str = include_str!("../../../shaders/rope.wgsl");
 /// The gated activation kernel.
 pub const GATED: &str = include_str!("../../../shaders/gated.wgsl");
 /// The gated activation fused into the int8 activation quantizer (with the
-/// quantized kernels' parameter struct).
+/// quantized kernels' parameter struct and the quantizer).
 pub const QUANTIZE_X_GATED: &str = concat!(
     include_str!("../../../shaders/matmul_params.wgsl"),
+    "\n",
+    include_str!("../../../shaders/quantize_q8.wgsl"),
     "\n",
     include_str!("../../../shaders/matmul_quantize_x_gated.wgsl")
 );
@@ -71,6 +78,19 @@ pub struct NormJob {
     pub bufs: [GpuBuffer; 3],
     /// Rows, width, eps.
     pub shape: (u32, u32, f32),
+    /// A small buffer for the kernels' bindings the job leaves unused.
+    pub spare: GpuBuffer,
+}
+
+impl NormJob {
+    /// The norm kernels' a, b, sum and their `add` parameter: the
+    /// summands and the sum's buffer, or x and the spare buffer.
+    fn inputs(&self) -> ([&GpuBuffer; 3], u32) {
+        match &self.add {
+            Some([a, b]) => ([a, b, &self.bufs[0]], 1),
+            None => ([&self.bufs[0], &self.spare, &self.spare], 0),
+        }
+    }
 }
 
 /// A gated activation `out = act(gate) * up` of `n` values.
@@ -145,21 +165,12 @@ impl WebGpuBackend {
     /// Queues the norm `job` on its own (with its add, if any).
     fn emit_norm(&mut self, job: NormJob) {
         let (rows, width, eps) = job.shape;
-        let params = vec![rows, width, eps.to_bits(), 0];
-        let [x, w, out] = &job.bufs;
-        match &job.add {
-            Some([a, b]) => {
-                let wg = super::ops::norm_wg(width);
-                let key = PipelineKey::new("add_rms_norm", wg, &self.ctx.caps);
-                self.queue(&key, ADD_RMS_NORM, params, &[a, b, w, x, out], rows, 1);
-            }
-            None => {
-                let wg = super::ops::norm_wg(width);
-                let key = PipelineKey::new("rms_norm", wg, &self.ctx.caps);
-                let src = super::ops::RMS_NORM;
-                self.queue(&key, src, params, &[x, w, out], rows, 1);
-            }
-        }
+        let ([a, b, sum], add) = job.inputs();
+        let [_, w, out] = &job.bufs;
+        let params = vec![rows, width, eps.to_bits(), add];
+        let key = PipelineKey::new("rms_norm", super::ops::norm_wg(width), &self.ctx.caps);
+        let src = super::ops::RMS_NORM;
+        self.queue(&key, src, params, &[a, b, w, sum, out], rows, 1);
     }
 
     /// Queues what was offered to a matrix product and not taken.
@@ -182,15 +193,13 @@ impl WebGpuBackend {
         job: NormJob,
         xq: &wgpu::Buffer,
         xs: &wgpu::Buffer,
-    ) -> Result<(), BackendError> {
+    ) {
         let (rows, width, eps) = job.shape;
-        let unused = self.unused_buffer()?;
-        let [x, w, out] = &job.bufs;
-        let (a, b, sum, add) = match &job.add {
-            Some([a, b]) => (a, b, x, 1),
-            None => (x, &unused, &unused, 0),
-        };
-        let key = PipelineKey::new("norm_quantize", super::ops::norm_wg(width), &self.ctx.caps);
+        let ([a, b, sum], add) = job.inputs();
+        let [_, w, out] = &job.bufs;
+        let caps = &self.ctx.caps;
+        let key = PipelineKey::new("norm_quantize", super::ops::norm_wg(width), caps)
+            .with_subgroups(caps.quad_subgroups());
         let pipeline = self.pipeline(&key, &[NORM_QUANTIZE]);
         let mut binds: Vec<Bind> = [a, b, w, sum, out].iter().map(|b| Bind::whole(b)).collect();
         binds.push(Bind::whole_raw(xq.clone()));
@@ -202,7 +211,6 @@ impl WebGpuBackend {
             groups: self.grid(rows),
         };
         self.enqueue(d);
-        Ok(())
     }
 
     /// Queues the gated activation `job` on its own.
@@ -265,6 +273,8 @@ impl WebGpuBackend {
         bufs: [GpuBuffer; 3],
         shape: (u32, u32, f32),
     ) -> Result<(), BackendError> {
+        // First, so that a failure leaves what is held as it was.
+        let spare = self.unused_buffer()?;
         let n = u64::from(shape.0) * u64::from(shape.1);
         let fits = matches!(&self.held, Some(Held::Add { bufs: add, n: an, .. })
             if add[2].raw == bufs[0].raw && *an == n);
@@ -279,7 +289,12 @@ impl WebGpuBackend {
             self.emit_held()?;
             None
         };
-        self.held = Some(Held::Norm(NormJob { add, bufs, shape }));
+        self.held = Some(Held::Norm(NormJob {
+            add,
+            bufs,
+            shape,
+            spare,
+        }));
         Ok(())
     }
 
@@ -367,7 +382,6 @@ impl WebGpuBackend {
 /// Kernel files of this module with the constants of one variant each.
 pub fn kernel_sources() -> Vec<super::KernelSource> {
     vec![
-        ("add_rms_norm", ADD_RMS_NORM, vec![]),
         ("norm_quantize", NORM_QUANTIZE, vec![]),
         ("rope", ROPE, vec![("MODE", ConstValue::U32(0))]),
         ("gated", GATED, vec![("MODE", ConstValue::U32(1))]),

@@ -16,8 +16,16 @@ use crate::model::KvType;
 mod src {
     pub const BINARY_SRC: &str = include_str!("../../../shaders/binary.wgsl");
     pub const UNARY: &str = include_str!("../../../shaders/unary.wgsl");
-    pub const RMS_NORM_SRC: &str = include_str!("../../../shaders/rms_norm.wgsl");
-    pub const SOFTMAX: &str = include_str!("../../../shaders/softmax.wgsl");
+    pub const RMS_NORM_SRC: &str = concat!(
+        include_str!("../../../shaders/norm_row.wgsl"),
+        "\n",
+        include_str!("../../../shaders/rms_norm.wgsl")
+    );
+    pub const SOFTMAX: &str = concat!(
+        include_str!("../../../shaders/norm_row.wgsl"),
+        "\n",
+        include_str!("../../../shaders/softmax.wgsl")
+    );
     pub const KV_WRITE: &str = include_str!("../../../shaders/kv_write.wgsl");
     pub const ATTENTION: &str = include_str!("../../../shaders/attention.wgsl");
     pub const ATTENTION_MERGE: &str = include_str!("../../../shaders/attention_merge.wgsl");

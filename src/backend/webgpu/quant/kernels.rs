@@ -241,7 +241,10 @@ impl QuantKernels {
         } else {
             (Kernel::MatVec, vec![x, y])
         };
-        let v = self.variant(kernel, a.ty, tokens)?;
+        // Rows (and parts) at multiples of 16 bytes may be read as vec4s.
+        let aligned =
+            layout.row_words().is_multiple_of(4) && a.w.iter().all(|p| p.offset.is_multiple_of(16));
+        let v = self.variant(kernel, a.ty, tokens, aligned)?;
         let pipeline = be.pipeline(&v.key, &v.parts);
         for part in a.w {
             let groups = u32_of(
@@ -257,6 +260,9 @@ impl QuantKernels {
             let total = u32_of(u64::from(groups) * u64::from(token_groups), "workgroups")?;
             let mut binds = vec![weight_bind(part, &layout)];
             binds.extend(xbinds.iter().cloned());
+            if v.w4 {
+                binds.push(weight_bind(part, &layout));
+            }
             be.enqueue(Dispatch {
                 pipeline: pipeline.clone(),
                 params: bytemuck::cast_slice(&[params]).to_vec(),
@@ -276,7 +282,7 @@ impl QuantKernels {
         x: Bind,
         y: Bind,
     ) -> Result<(), BackendError> {
-        let v = self.variant(Kernel::Tiled, a.ty, 1)?;
+        let v = self.variant(Kernel::Tiled, a.ty, 1, false)?;
         let pipeline = be.pipeline(&v.key, &v.parts);
         let token_tiles = base.m.div_ceil(self.cfg.tile_m);
         for part in a.w {
@@ -347,13 +353,14 @@ impl QuantKernels {
     ) -> Result<(Bind, Bind), BackendError> {
         let bytes = a.m * a.k;
         let (xq, xs) = self.scratch(be, bytes)?;
-        let count = u32_of(a.m * a.k / 32, "activation blocks")?;
+        // One invocation per 8 values (four per block of 32).
+        let count = u32_of(a.m * a.k / 8, "activation groups")?;
         let params = KernelParams { count, ..base };
         match fused {
             Some(Held::Gated(g)) => {
                 let key =
                     PipelineKey::new("quantize_x_gated", self.cfg.flat_wg, &be.context().caps)
-                        .with_subgroups(false)
+                        .with_subgroups(be.context().caps.quad_subgroups())
                         .with_const("MODE", ConstValue::U32(g.mode));
                 let pipeline = be.pipeline(&key, &[QUANTIZE_X_GATED]);
                 let [gate, up, out] = g.bufs.each_ref().map(Bind::whole);
@@ -367,12 +374,12 @@ impl QuantKernels {
                 return Ok((xq, xs));
             }
             Some(Held::Norm(n)) => {
-                be.emit_norm_quantize(n, &xq, &xs)?;
+                be.emit_norm_quantize(n, &xq, &xs);
                 return Ok((Bind::whole_raw(xq), Bind::whole_raw(xs)));
             }
             _ => {}
         }
-        let v = self.variant(Kernel::QuantizeX, a.ty, 1)?;
+        let v = self.variant(Kernel::QuantizeX, a.ty, 1, false)?;
         let pipeline = be.pipeline(&v.key, &v.parts);
         let xq = Bind {
             buf: xq,
@@ -452,7 +459,7 @@ impl QuantKernels {
         if a.count == 0 {
             return Ok(());
         }
-        let v = self.variant(Kernel::GetRows, a.ty, 1)?;
+        let v = self.variant(Kernel::GetRows, a.ty, 1, false)?;
         let pipeline = be.pipeline(&v.key, &v.parts);
         let items = u32_of(a.count * (a.k / 8), "lookups x groups")?;
         for part in a.w {
@@ -495,8 +502,9 @@ impl QuantKernels {
         kernel: Kernel,
         ty: GgmlType,
         tokens: u32,
+        aligned: bool,
     ) -> Result<super::sources::Variant, BackendError> {
-        variant(kernel, ty, &self.caps, &self.cfg, tokens).ok_or_else(|| {
+        variant(kernel, ty, &self.caps, &self.cfg, tokens, aligned).ok_or_else(|| {
             BackendError::UnsupportedType {
                 tensor: format!("{} weight", kernel.name()),
                 ty,

@@ -25,8 +25,12 @@ pub const REDUCE_SG_WGSL: &str = include_str!("../../../../shaders/matmul_reduce
 pub const MATVEC_WGSL: &str = include_str!("../../../../shaders/matmul_vec.wgsl");
 /// Matrix-vector kernel with packed int8 dot products.
 pub const MATVEC_I8_WGSL: &str = include_str!("../../../../shaders/matmul_vec_i8.wgsl");
+/// The int8 matrix-vector kernel's items from `quant_q32` (any int8 format).
+pub const ITEM_Q32_WGSL: &str = include_str!("../../../../shaders/quant/item_q32.wgsl");
 /// Activation quantizer feeding [`MATVEC_I8_WGSL`].
 pub const QUANTIZE_X_WGSL: &str = include_str!("../../../../shaders/matmul_quantize_x.wgsl");
+/// The quantizer's body, shared with the fused quantizers.
+pub const QUANTIZE_Q8_WGSL: &str = include_str!("../../../../shaders/quantize_q8.wgsl");
 /// Tiled matrix-matrix kernel.
 pub const TILED_WGSL: &str = include_str!("../../../../shaders/matmul_tiled.wgsl");
 /// Embedding lookup.
@@ -78,6 +82,16 @@ pub fn type_label(ty: GgmlType) -> &'static str {
         IQ4_NL => "iq4_nl",
         IQ4_XS => "iq4_xs",
         _ => "unsupported",
+    }
+}
+
+/// The item file of `ty` reading rows in 16-byte loads through a second
+/// binding of the weights (rows at multiples of 16 bytes), if it has one.
+pub fn item_w4_source(ty: GgmlType) -> Option<&'static str> {
+    match ty {
+        GgmlType::Q4_K => Some(include_str!("../../../../shaders/quant/q4_k_item.wgsl")),
+        GgmlType::Q6_K => Some(include_str!("../../../../shaders/quant/q6_k_item.wgsl")),
+        _ => None,
     }
 }
 
@@ -134,6 +148,9 @@ impl Kernel {
 pub struct KernelConfig {
     /// Invocations per matrix-vector workgroup (a power of two).
     pub mv_wg: u32,
+    /// Read the weights of the int8 matrix-vector kernel in 16-byte loads
+    /// where the format has an item file for it and rows are aligned.
+    pub mv_w4: bool,
     /// Weight rows per matrix-vector workgroup (`mv_wg / mv_rows` invocations
     /// per row, a power of two).
     pub mv_rows: u32,
@@ -160,7 +177,8 @@ impl Default for KernelConfig {
     fn default() -> Self {
         Self {
             mv_wg: 256,
-            mv_rows: 4,
+            mv_w4: true,
+            mv_rows: 8,
             mv_max_tokens: 8,
             int8: true,
             tile_m: 64,
@@ -176,7 +194,7 @@ impl KernelConfig {
     /// The default, with the overrides of `HEARTH_WEBGPU_KERNELS` (a
     /// browser has no environment: natively, for tuning on a new adapter): comma-separated `key=value` of
     /// `tile=MxNxT` (tile_m x tile_n x thread_m), `mv_rows`, `mv_wg`,
-    /// `mv_max_tokens`, `int8` and `tile_f16` (0/1). Unknown or malformed entries are
+    /// `mv_max_tokens`, `int8`, `mv_w4` and `tile_f16` (0/1). Unknown or malformed entries are
     /// reported on stderr and ignored; [`KernelConfig::fit`] still applies.
     pub fn from_env() -> Self {
         let mut c = Self::default();
@@ -185,7 +203,8 @@ impl KernelConfig {
                 if c.set(part.trim()).is_none() {
                     eprintln!(
                         "HEARTH_WEBGPU_KERNELS: ignoring `{part}` (want tile=MxNxT, mv_rows=R, \
-                         mv_wg=W, mv_max_tokens=T, int8=0|1 or tile_f16=0|1)"
+                         mv_wg=W, mv_max_tokens=T, int8=0|1, mv_w4=0|1 or \
+                         tile_f16=0|1)"
                     );
                 }
             }
@@ -197,6 +216,11 @@ impl KernelConfig {
     pub(super) fn set(&mut self, part: &str) -> Option<()> {
         let (key, value) = part.split_once('=')?;
         let num = |v: &str| v.parse::<u32>().ok().filter(|&n| n > 0);
+        let flag = |v: &str| match v {
+            "0" => Some(false),
+            "1" => Some(true),
+            _ => None,
+        };
         match key {
             "tile" => {
                 let d: Vec<u32> = value.split('x').map(num).collect::<Option<_>>()?;
@@ -214,22 +238,9 @@ impl KernelConfig {
                 .filter(|v| v.is_power_of_two())
                 .map(|v| self.mv_wg = v),
             "mv_max_tokens" => num(value).map(|v| self.mv_max_tokens = v),
-            "tile_f16" => {
-                self.tile_f16 = match value {
-                    "0" => false,
-                    "1" => true,
-                    _ => return None,
-                };
-                Some(())
-            }
-            "int8" => {
-                self.int8 = match value {
-                    "0" => false,
-                    "1" => true,
-                    _ => return None,
-                };
-                Some(())
-            }
+            "tile_f16" => flag(value).map(|v| self.tile_f16 = v),
+            "int8" => flag(value).map(|v| self.int8 = v),
+            "mv_w4" => flag(value).map(|v| self.mv_w4 = v),
             _ => None,
         }
     }
@@ -240,7 +251,8 @@ impl KernelConfig {
     }
 
     /// `self` adjusted to what `caps` allows: workgroup sizes within the
-    /// invocation limit, tiles within workgroup memory.
+    /// invocation limit, matrix-vector teams no narrower than a subgroup,
+    /// tiles within workgroup memory.
     pub fn fit(mut self, caps: &GpuCaps) -> Self {
         let max_inv = caps
             .max_workgroup_invocations
@@ -250,6 +262,11 @@ impl KernelConfig {
             self.mv_wg /= 2;
         }
         self.mv_rows = self.mv_rows.clamp(1, self.mv_wg);
+        // Teams at least one subgroup wide, so that their reductions stay
+        // in subgroup operations (wave64 adapters).
+        if caps.subgroups && self.team() < caps.subgroup_max_size {
+            self.mv_rows = (self.mv_wg / caps.subgroup_max_size).max(1);
+        }
         while self.flat_wg > max_inv {
             self.flat_wg /= 2;
         }
@@ -283,18 +300,22 @@ pub struct Variant {
     pub key: PipelineKey,
     /// The parts, in composition order.
     pub parts: Vec<&'static str>,
+    /// Binds the weights a second time (binding 5, as `vec4<u32>`).
+    pub w4: bool,
 }
 
 /// The variant of `kernel` for weights of `ty` (ignored by
 /// [`Kernel::QuantizeX`]) on `caps` with `cfg`; `tokens` is the matrix-vector
-/// kernels' tokens per workgroup (1 or 4). `None` when the kernel does not
-/// run `ty`.
+/// kernels' tokens per workgroup (1 or 4); `aligned`: the weight's rows
+/// start at multiples of 16 bytes (the int8 matrix-vector kernel may then
+/// read them in 16-byte loads). `None` when the kernel does not run `ty`.
 pub fn variant(
     kernel: Kernel,
     ty: GgmlType,
     caps: &GpuCaps,
     cfg: &KernelConfig,
     tokens: u32,
+    aligned: bool,
 ) -> Option<Variant> {
     if kernel != Kernel::QuantizeX && !kernel.runs(ty) {
         return None;
@@ -312,23 +333,32 @@ pub fn variant(
                 && caps.subgroup_min_size >= 4
                 && caps.subgroup_max_size <= cfg.team()
                 && cfg.team().is_multiple_of(caps.subgroup_max_size.max(1));
-            let key = PipelineKey::new(kernel.name(), cfg.mv_wg, caps)
+            let mut key = PipelineKey::new(kernel.name(), cfg.mv_wg, caps)
                 .with_ty(type_label(ty))
                 .with_subgroups(sg)
                 .with_const("MV_ROWS", ConstValue::U32(cfg.mv_rows))
                 .with_const("MV_TOKENS", ConstValue::U32(tokens));
             let mut parts = ty_parts(ty).to_vec();
+            let mut w4 = false;
+            if kernel == Kernel::MatVecI8 {
+                let item = item_w4_source(ty).filter(|_| cfg.mv_w4 && aligned);
+                w4 = item.is_some();
+                parts.push(item.unwrap_or(ITEM_Q32_WGSL));
+                key = key.with_const("MV_W4", ConstValue::Bool(w4));
+            }
             parts.push(if sg { REDUCE_SG_WGSL } else { REDUCE_WGSL });
             parts.push(if kernel == Kernel::MatVec {
                 MATVEC_WGSL
             } else {
                 MATVEC_I8_WGSL
             });
-            Variant { key, parts }
+            Variant { key, parts, w4 }
         }
         Kernel::QuantizeX => Variant {
-            key: PipelineKey::new(kernel.name(), cfg.flat_wg, caps).with_subgroups(false),
-            parts: vec![PARAMS_WGSL, QUANTIZE_X_WGSL],
+            key: PipelineKey::new(kernel.name(), cfg.flat_wg, caps)
+                .with_subgroups(caps.quad_subgroups()),
+            parts: vec![PARAMS_WGSL, QUANTIZE_Q8_WGSL, QUANTIZE_X_WGSL],
+            w4: false,
         },
         Kernel::Tiled => {
             let key = PipelineKey::new(kernel.name(), cfg.tiled_wg(), caps)
@@ -345,7 +375,11 @@ pub fn variant(
             }];
             parts.extend(ty_parts(ty));
             parts.push(TILED_WGSL);
-            Variant { key, parts }
+            Variant {
+                key,
+                parts,
+                w4: false,
+            }
         }
         Kernel::GetRows => {
             let key = PipelineKey::new(kernel.name(), cfg.flat_wg, caps)
@@ -353,7 +387,11 @@ pub fn variant(
                 .with_subgroups(false);
             let mut parts = ty_parts(ty).to_vec();
             parts.push(GET_ROWS_WGSL);
-            Variant { key, parts }
+            Variant {
+                key,
+                parts,
+                w4: false,
+            }
         }
     })
 }

@@ -31,12 +31,12 @@ fn backend() -> Option<WebGpuBackend> {
     }
 }
 
-/// A random `[N, K]` weight of `ty`: its GGUF bytes and dequantized values.
-fn weight(ty: GgmlType, seed: u64) -> (Vec<u8>, Vec<f32>) {
-    let w = values(seed, (N * K) as usize);
+/// A random `[N, k]` weight of `ty`: its GGUF bytes and dequantized values.
+fn weight(ty: GgmlType, k: u64, seed: u64) -> (Vec<u8>, Vec<f32>) {
+    let w = values(seed, (N * k) as usize);
     let mut gguf = Vec::new();
     reference::quantize(ty, &w, &mut gguf).expect("quantize");
-    let mut deq = vec![0.0f32; (N * K) as usize];
+    let mut deq = vec![0.0f32; (N * k) as usize];
     reference::dequantize(ty, &gguf, &mut deq).expect("dequantize");
     (gguf, deq)
 }
@@ -45,11 +45,12 @@ fn weight(ty: GgmlType, seed: u64) -> (Vec<u8>, Vec<f32>) {
 fn upload_parts(
     be: &WebGpuBackend,
     ty: GgmlType,
+    k: u64,
     gguf: &[u8],
 ) -> Vec<(crate::backend::webgpu::GpuBuffer, u64, u64)> {
-    let mut rp = Repacker::new(ty, N, K).expect("repacker");
+    let mut rp = Repacker::new(ty, N, k).expect("repacker");
     let rb = rp.gguf_row_bytes();
-    let layout = packed_layout(ty, N, K).expect("layout");
+    let layout = packed_layout(ty, N, k).expect("layout");
     let mut parts = Vec::new();
     for (first, rows) in [(0, SPLIT), (SPLIT, N - SPLIT)] {
         let mut packed = Vec::new();
@@ -88,11 +89,33 @@ fn nmse(got: &[f32], want: &[f64]) -> f64 {
     e / s.max(1e-30)
 }
 
-/// One matmul of `m` tokens; returns the normalized MSE against f64.
-fn matmul_case(be: &mut WebGpuBackend, qk: &QuantKernels, ty: GgmlType, m: u64, seed: u64) -> f64 {
-    let (gguf, deq) = weight(ty, seed);
-    let x = values(seed ^ 0xA5A5, (m * K) as usize);
-    let parts = upload_parts(be, ty, &gguf);
+/// `x` through the int8 matrix-vector path's activation quantizer, in its
+/// f32 arithmetic (per 32 values d = max|x| / 127, q = round(x * (1 / d)),
+/// ties to even), back to values q * d.
+fn q8_round_trip(x: &[f32]) -> Vec<f64> {
+    x.chunks(32)
+        .flat_map(|b| {
+            let d = b.iter().fold(0.0f32, |m, v| m.max(v.abs())) / 127.0;
+            let id = if d > 0.0 { 1.0 / d } else { 0.0 };
+            b.iter()
+                .map(move |&v| f64::from((v * id).round_ties_even()) * f64::from(d))
+        })
+        .collect()
+}
+
+/// One matmul of `m` tokens and rows of `k`; returns the normalized MSE
+/// against f64, of x as it is or (`int8_x`) through the int8 path's
+/// activation quantizer.
+fn matmul_case(
+    be: &mut WebGpuBackend,
+    qk: &QuantKernels,
+    ty: GgmlType,
+    (m, k): (u64, u64),
+    (seed, int8_x): (u64, bool),
+) -> f64 {
+    let (gguf, deq) = weight(ty, k, seed);
+    let x = values(seed ^ 0xA5A5, (m * k) as usize);
+    let parts = upload_parts(be, ty, k, &gguf);
     let xb = f32_buffer(be, &x);
     let yb = f32_buffer(be, &vec![f32::NAN; (m * N) as usize]);
     let w: Vec<WeightPart> = parts
@@ -106,7 +129,7 @@ fn matmul_case(be: &mut WebGpuBackend, qk: &QuantKernels, ty: GgmlType, m: u64, 
         .collect();
     let args = MatmulArgs {
         ty,
-        k: K,
+        k,
         n: N,
         m,
         x: BufRef {
@@ -122,16 +145,18 @@ fn matmul_case(be: &mut WebGpuBackend, qk: &QuantKernels, ty: GgmlType, m: u64, 
     qk.encode_matmul(be, &args).expect("encode");
     be.submit().expect("submit");
     let y = download_f32(be, &yb);
+    let xr: Vec<f64> = if int8_x {
+        q8_round_trip(&x)
+    } else {
+        x.iter().map(|&v| f64::from(v)).collect()
+    };
     let mut want = vec![0.0f64; (m * N) as usize];
     for t in 0..m as usize {
         for r in 0..N as usize {
-            let row = &deq[r * K as usize..(r + 1) * K as usize];
-            let xt = &x[t * K as usize..(t + 1) * K as usize];
-            want[t * N as usize + r] = row
-                .iter()
-                .zip(xt)
-                .map(|(&a, &b)| f64::from(a) * f64::from(b))
-                .sum();
+            let k = k as usize;
+            let row = &deq[r * k..(r + 1) * k];
+            let xt = &xr[t * k..(t + 1) * k];
+            want[t * N as usize + r] = row.iter().zip(xt).map(|(&a, &b)| f64::from(a) * b).sum();
         }
     }
     nmse(&y, &want)
@@ -146,7 +171,9 @@ fn caps_variants(caps: &GpuCaps) -> Vec<(&'static str, GpuCaps)> {
     ]
 }
 
-fn check_matmul(ms: &[u64], int8: &[bool], bound: impl Fn(bool, bool, u64) -> f64) {
+/// Every format at each (tokens, row length) of `shapes`, int8 path on and off
+/// per `int8`, within `bound(int8 path, f16, tokens)`.
+fn check_matmul(shapes: &[(u64, u64)], int8: &[bool], bound: impl Fn(bool, bool, u64) -> f64) {
     let Some(mut be) = backend() else { return };
     let base = be.context().caps.clone();
     println!("adapter: {base}");
@@ -162,16 +189,16 @@ fn check_matmul(ms: &[u64], int8: &[bool], bound: impl Fn(bool, bool, u64) -> f6
                 },
             );
             for (i, ty) in SUPPORTED_TYPES.into_iter().enumerate() {
-                for &m in ms {
-                    let seed = 0x6E0_0000 + (i as u64) * 16 + m;
-                    let e = matmul_case(&mut be, &qk, ty, m, seed);
+                for &(m, k) in shapes {
+                    let seed = 0x6E0_0000 + (i as u64) * 16 + m + k;
                     let int8_path = i8 && super::sources::has_int8(ty);
+                    let e = matmul_case(&mut be, &qk, ty, (m, k), (seed, int8_path));
                     let b = bound(int8_path, caps.f16, m);
                     let w = worst.entry((name, int8_path)).or_insert(0.0f64);
                     *w = w.max(e);
                     if e.is_nan() || e > b {
                         failures.push(format!(
-                            "{ty} {name} int8={i8} m={m}: nmse {e:.3e} > {b:.0e} (seed {seed:#x})"
+                            "{ty} {name} int8={i8} m={m} k={k}: nmse {e:.3e} > {b:.0e} (seed {seed:#x})"
                         ));
                     }
                 }
@@ -186,22 +213,29 @@ fn check_matmul(ms: &[u64], int8: &[bool], bound: impl Fn(bool, bool, u64) -> f6
 
 #[test]
 fn matvec_matches_reference_on_gpu() {
-    // int8: activations quantized per 32 values (~2e-5 measured for uniform data).
+    // int8: against the activations through the same quantizer, so only
+    // f32 summation (and a quant rounded the other way where the GPU's
+    // 1 / d differs in its last bit) remains; an item read with the wrong
+    // scale or position is > 1e-4. Rows of one block and of eight (the
+    // 16-byte item files need rows at multiples of 16 bytes: Q6_K's of 8
+    // blocks are, of 1 are not).
     check_matmul(
-        &[1, 3],
+        &[(1, K), (3, K), (1, 8 * K), (3, 8 * K)],
         &[false, true],
-        |int8, _, _| if int8 { 1e-4 } else { 1e-11 },
+        |int8, _, _| if int8 { 1e-8 } else { 1e-11 },
     );
 }
 
 #[test]
 fn tiled_matmul_matches_reference_on_gpu() {
     // 70 tokens: two token tiles, the second ragged; f16 tiles round x and w.
-    check_matmul(
-        &[11, 70],
-        &[false],
-        |_, f16, _| if f16 { 1e-6 } else { 1e-11 },
-    );
+    check_matmul(&[(11, K), (70, K)], &[false], |_, f16, _| {
+        if f16 {
+            1e-6
+        } else {
+            1e-11
+        }
+    });
 }
 
 #[test]
@@ -211,8 +245,8 @@ fn get_rows_matches_dequantize_on_gpu() {
     let ids: Vec<u32> = vec![0, 36, 19, 20, 5, 36];
     for (i, ty) in SUPPORTED_TYPES.into_iter().enumerate() {
         let seed = 0x6E7_0000 + i as u64;
-        let (gguf, deq) = weight(ty, seed);
-        let parts = upload_parts(&be, ty, &gguf);
+        let (gguf, deq) = weight(ty, K, seed);
+        let parts = upload_parts(&be, ty, K, &gguf);
         let idb = be
             .alloc(ids.len() as u64 * 4, BufKind::Activations)
             .expect("alloc");

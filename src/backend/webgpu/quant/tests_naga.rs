@@ -32,6 +32,11 @@ fn every_variant_composes_and_validates() {
             let caps = GpuCaps::for_validation(f16, sg);
             let cfgs = [
                 KernelConfig::default(),
+                // Teams of 64: subgroup reductions on the validation caps.
+                KernelConfig {
+                    mv_rows: 4,
+                    ..KernelConfig::default()
+                },
                 KernelConfig {
                     mv_wg: 64,
                     mv_rows: 1,
@@ -45,8 +50,8 @@ fn every_variant_composes_and_validates() {
                 let cfg = cfg.fit(&caps);
                 for kernel in Kernel::ALL {
                     for ty in SUPPORTED_TYPES {
-                        for tokens in [1, 4] {
-                            let Some(v) = variant(kernel, ty, &caps, &cfg, tokens) else {
+                        for (tokens, aligned) in [(1, false), (1, true), (4, true)] {
+                            let Some(v) = variant(kernel, ty, &caps, &cfg, tokens, aligned) else {
                                 assert!(kernel == Kernel::MatVecI8, "{kernel:?} {ty}");
                                 continue;
                             };
@@ -64,7 +69,14 @@ fn every_variant_composes_and_validates() {
     }
     // 15 formats (12 with int8) x kernels x {f16, sg} x configs, deduplicated.
     assert!(labels.len() > 200, "only {} variants", labels.len());
-    assert!(labels.contains("matvec_i8.q4_k.sg.wg256.mv_rows4u.mv_tokens1u"));
+    for label in [
+        "matvec_i8.q4_k.wg256.mv_rows8u.mv_tokens1u.mv_w4true",
+        "matvec_i8.q6_k.sg.wg256.mv_rows4u.mv_tokens4u.mv_w4true",
+        "matvec_i8.q6_k.wg256.mv_rows8u.mv_tokens1u.mv_w4false",
+        "matvec_i8.q8_0.sg.wg256.mv_rows4u.mv_tokens1u.mv_w4false",
+    ] {
+        assert!(labels.contains(label), "no {label}");
+    }
     assert!(labels.contains("matmul.q6_k.f16.wg256.tile_m64u.tile_n64u.thread_m4u"));
     println!("{} variants validated", labels.len());
 }
@@ -107,6 +119,8 @@ fn kernel_config_overrides_parse_and_refuse_bad_values() {
     assert_eq!(c.set("int8=0"), Some(()));
     assert_eq!(c.set("tile_f16=0"), Some(()));
     assert!(!c.tile_f16);
+    assert_eq!(c.set("mv_w4=0"), Some(()));
+    assert!(!c.mv_w4);
     assert_eq!((c.mv_rows, c.mv_wg, c.int8), (8, 128, false));
     for bad in [
         "tile=64x64",
@@ -115,6 +129,7 @@ fn kernel_config_overrides_parse_and_refuse_bad_values() {
         "mv_rows=3",
         "mv_wg=0",
         "int8=2",
+        "mv_w4=yes",
         "x=1",
         "mv_rows",
     ] {
