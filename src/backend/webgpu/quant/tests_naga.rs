@@ -32,7 +32,17 @@ fn every_variant_composes_and_validates() {
             let caps = GpuCaps::for_validation(f16, sg);
             let cfgs = [
                 KernelConfig::default(),
+                // The 16-byte loads (off by default).
+                KernelConfig {
+                    mv_w4: true,
+                    ..KernelConfig::default()
+                },
                 // Teams of 64: subgroup reductions on the validation caps.
+                KernelConfig {
+                    mv_rows: 4,
+                    mv_w4: true,
+                    ..KernelConfig::default()
+                },
                 KernelConfig {
                     mv_rows: 4,
                     ..KernelConfig::default()
@@ -119,6 +129,8 @@ fn kernel_config_overrides_parse_and_refuse_bad_values() {
     assert_eq!(c.set("int8=0"), Some(()));
     assert_eq!(c.set("tile_f16=0"), Some(()));
     assert!(!c.tile_f16);
+    assert_eq!(c.set("mv_w4=1"), Some(()));
+    assert!(c.mv_w4);
     assert_eq!(c.set("mv_w4=0"), Some(()));
     assert!(!c.mv_w4);
     assert_eq!((c.mv_rows, c.mv_wg, c.int8), (8, 128, false));
