@@ -9,6 +9,11 @@
 #   bash scripts/h200-bench.sh prepare
 #       here: builds target/release/hearth, copies it to .h200/, and
 #       downloads the Vulkan loader debs into .gl/ (both ignored by git).
+#   The working tree that travels with a device call holds at most 64 MiB;
+#   the tracked test fixtures alone are ~100 MB, so move tests/fixtures out
+#   of the tree for the call (nothing there reads them) and back after it.
+#   .gl needs the Vulkan loader and the GL vendor libraries the NVIDIA ICD
+#   links (libvulkan1 libegl1 libglvnd0 libopengl0 libgl1 libglx0 libgles2).
 #   bash scripts/h200-bench.sh device
 #       there, in ONE device call that carries `.gl` and `.h200`:
 #       run(command="bash scripts/h200-bench.sh device", carry=[".gl", ".h200"])
@@ -40,7 +45,7 @@ prepare() {
     # shellcheck disable=SC2086
     apt-get $o update
     # shellcheck disable=SC2086
-    (cd .gl && apt-get $o download libvulkan1)
+    (cd .gl && apt-get $o download libvulkan1 libegl1 libglvnd0 libopengl0 libgl1 libglx0 libgles2)
   fi
   echo "ready: run 'bash scripts/h200-bench.sh device' on the device carrying .gl and .h200"
 }
@@ -53,7 +58,8 @@ setup_device() {
   mkdir -p "$out"
   for f in .gl/*.deb; do dpkg -x "$f" /; done
   ldconfig
-  if [ ! -e /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json ] || ls /etc/vulkan/icd.d/*nvidia* >/dev/null 2>&1; then :; else
+  # The driver's ICD is not where the loader looks by default.
+  if [ -e /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json ]; then
     export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
   fi
   nvidia-smi --query-gpu=name,memory.total,clocks.max.mem --format=csv | tee "$out/gpu.txt"
