@@ -9,6 +9,11 @@
 //! and, for Q4_1 / Q5_1, `acc = fma(m, s8, acc)`, block by block. The
 //! one-row path ([`row_dot`]) does the same operations in the same order, so
 //! a token's results are bit for bit independent of the batch it is in.
+//!
+//! One token (decode) runs [`one_token`] instead of the transposed bands:
+//! up to four bands of eight rows per pass against the one activation row,
+//! each band's exact row sums folded into lanes, the same float operations
+//! lane by lane, and the next bands prefetched as one sequential stream.
 
 use std::arch::x86_64::*;
 use std::cell::Cell;
@@ -299,9 +304,8 @@ unsafe fn run<W: Format>(w: &[u8], row_bytes: usize, a: &[u8], act_bytes: usize,
             let h = if h == 3 { 2 } else { h };
             let band_w = &wb[r0 * nb..(r0 + h * BAND) * nb];
             // What a step prefetches: its share of as many rows after
-            // these, also past this call's rows (a thread's next task is
-            // most often the next rows: measured, stopping at the call's
-            // last row made two-thread decode slower).
+            // these, also past this call's rows (measured: stopping at the
+            // call's last row made two-thread decode slower).
             let ahead = h * BAND * size_of::<W>();
             let o = op.add(r0 * rs);
             // SAFETY: rows r0..r0 + 8 h exist; `out.fits(rows, 1)` bounds
