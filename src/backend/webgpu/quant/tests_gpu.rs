@@ -238,9 +238,12 @@ fn matvec_matches_reference_on_gpu() {
 
 #[test]
 fn tiled_matmul_matches_reference_on_gpu() {
-    // 70 tokens: two token tiles, the second ragged (one ragged tile of 8 x 8
-    // outputs per invocation); f16 tiles round x and w.
-    let configs = [(false, false, ""), (false, false, "tile=128x128x8x8")];
+    // 70 tokens: one ragged token tile of 8 x 8 outputs per invocation, or
+    // two of 4 x 4 (the second ragged); f16 tiles round x and w.
+    let configs = [
+        (false, false, ""),
+        (false, false, "tile=64x64x4,tile_f16=1"),
+    ];
     check_matmul(&[(11, K), (70, K)], &configs, |_, f16, _| {
         if f16 {
             1e-6

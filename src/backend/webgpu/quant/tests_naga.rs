@@ -55,12 +55,13 @@ fn every_variant_composes_and_validates() {
                     thread_m: 2,
                     ..KernelConfig::default()
                 },
-                // 8 x 8 outputs per invocation.
+                // 4 x 4 outputs per invocation, f16 tiles.
                 KernelConfig {
-                    tile_m: 128,
-                    tile_n: 128,
-                    thread_m: 8,
-                    thread_n: 8,
+                    tile_m: 64,
+                    tile_n: 64,
+                    thread_m: 4,
+                    thread_n: 4,
+                    tile_f16: true,
                     ..KernelConfig::default()
                 },
             ];
