@@ -2,9 +2,13 @@
 // A workgroup computes a TILE_M x TILE_N tile (tokens x rows) stepping k by
 // 32: it dequantizes a TILE_N x 32 weight tile and loads a TILE_M x 32 x
 // tile into workgroup memory (as tile_t: f16 where the adapter has it), then
-// each invocation accumulates THREAD_M x 4 outputs in f32, reading its 4
-// weight rows and THREAD_M tokens 4 values of k at a time (vec4 loads: 4 +
-// THREAD_M loads per 16 * THREAD_M multiply-adds).
+// each invocation accumulates THREAD_M x THREAD_N outputs in f32, reading its
+// THREAD_N weight rows and THREAD_M tokens 4 values of k at a time (vec4
+// loads: THREAD_N + THREAD_M loads per 4 * THREAD_M * THREAD_N multiply-adds).
+// An invocation's rows are COLS apart, not adjacent: neighbouring invocations
+// then read neighbouring rows, which the padding puts in different banks
+// (adjacent rows per invocation put a warp's reads 4 rows apart, 8 of them
+// on the same banks).
 // W: one part of a packed weight, [n, k]; x: f32 [m, k]; y: f32 [m, *].
 
 @group(0) @binding(0) var<uniform> p: Params;
@@ -13,7 +17,7 @@
 @group(0) @binding(3) var<storage, read_write> y: array<f32>;
 
 const BK: u32 = 32u;
-const COLS: u32 = TILE_N / 4u; // invocations along a tile's rows
+const COLS: u32 = TILE_N / THREAD_N; // invocations along a tile's rows
 // Tiles are row-major in vec4s of k; a row takes BK / 4 of them plus one of
 // padding, so that invocations reading neighbouring rows hit different banks.
 const RS: u32 = BK / 4u + 1u;
@@ -58,28 +62,33 @@ fn main(
     if m0 >= p.m {
         return;
     }
-    let tn = (lid % COLS) * 4u;
+    let tn = lid % COLS;
     let tm = (lid / COLS) * THREAD_M;
-    var acc: array<vec4<f32>, THREAD_M>;
+    var acc: array<array<f32, THREAD_N>, THREAD_M>;
     for (var k0 = 0u; k0 < p.k; k0 += BK) {
         load_tiles(n0, m0, k0, lid);
         workgroupBarrier();
         for (var kk = 0u; kk < BK / 4u; kk++) {
-            let w0 = vec4<f32>(wt[tn * RS + kk]);
-            let w1 = vec4<f32>(wt[(tn + 1u) * RS + kk]);
-            let w2 = vec4<f32>(wt[(tn + 2u) * RS + kk]);
-            let w3 = vec4<f32>(wt[(tn + 3u) * RS + kk]);
+            var wv: array<vec4<f32>, THREAD_N>;
+            for (var j = 0u; j < THREAD_N; j++) {
+                wv[j] = vec4<f32>(wt[(tn + j * COLS) * RS + kk]);
+            }
             for (var i = 0u; i < THREAD_M; i++) {
                 let xv = vec4<f32>(xt[(tm + i) * RS + kk]);
-                acc[i] += vec4<f32>(dot(xv, w0), dot(xv, w1), dot(xv, w2), dot(xv, w3));
+                // A chain of fma into the accumulator: 4 instructions per
+                // 4 products, where `+= dot` takes a multiply, 3 fma and an add.
+                for (var j = 0u; j < THREAD_N; j++) {
+                    let wj = wv[j];
+                    acc[i][j] = fma(xv.w, wj.w, fma(xv.z, wj.z, fma(xv.y, wj.y, fma(xv.x, wj.x, acc[i][j]))));
+                }
             }
         }
         workgroupBarrier();
     }
     for (var i = 0u; i < THREAD_M; i++) {
         let t = m0 + tm + i;
-        for (var j = 0u; j < 4u; j++) {
-            let r = n0 + tn + j;
+        for (var j = 0u; j < THREAD_N; j++) {
+            let r = n0 + tn + j * COLS;
             if t < p.m && r < p.n {
                 y[p.y_off + t * p.y_stride + p.first_row + r] = acc[i][j];
             }

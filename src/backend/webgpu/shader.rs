@@ -233,10 +233,25 @@ impl PipelineCache {
         }
         let label = key.to_string();
         let source = key.compose(caps.target, caps.subgroup_min_size, parts);
-        let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+        let desc = wgpu::ShaderModuleDescriptor {
             label: Some(&label),
             source: wgpu::ShaderSource::Wgsl(source.into()),
-        });
+        };
+        // Without naga's forced loop bounding: the counter it adds to every
+        // loop keeps the driver from unrolling the kernels' constant-count
+        // loops, so that arrays indexed by their counters (the tiled
+        // kernel's accumulators) live in local memory instead of registers
+        // (gfx-rs/wgpu#7698). Bounds checks stay on. In a browser the call
+        // is plain `create_shader_module`.
+        let checks = wgpu::ShaderRuntimeChecks {
+            force_loop_bounding: false,
+            ..wgpu::ShaderRuntimeChecks::checked()
+        };
+        // SAFETY: `force_loop_bounding: false` requires that no shader loops
+        // forever. Every loop in shaders/ counts toward a bound (`for` loops
+        // over u32 counters below u32 limits that the recording code checks)
+        // or, in top_k.wgsl's insertion, steps down to 0 and stops there.
+        let module = unsafe { device.create_shader_module_trusted(desc, checks) };
         let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
             label: Some(&label),
             layout: None,

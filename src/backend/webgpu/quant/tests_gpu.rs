@@ -172,11 +172,12 @@ fn caps_variants(caps: &GpuCaps) -> Vec<(&'static str, GpuCaps)> {
 }
 
 /// Every format at each (tokens, row length) of `shapes`, under each
-/// `(int8, mv_w4)` kernel setting of `configs`, within `bound(int8 path,
-/// f16, tokens)`.
+/// `(int8, mv_w4, tiles)` kernel setting of `configs` (`tiles`: comma-separated
+/// overrides of [`KernelConfig::set`], or empty), within `bound(int8 path,
+/// f16 tiles, tokens)`.
 fn check_matmul(
     shapes: &[(u64, u64)],
-    configs: &[(bool, bool)],
+    configs: &[(bool, bool, &str)],
     bound: impl Fn(bool, bool, u64) -> f64,
 ) {
     let Some(mut be) = backend() else { return };
@@ -185,26 +186,28 @@ fn check_matmul(
     let mut failures = Vec::new();
     let mut worst = std::collections::BTreeMap::new();
     for (name, caps) in caps_variants(&base) {
-        for &(i8, w4) in configs {
-            let qk = QuantKernels::new(
-                &caps,
-                KernelConfig {
-                    int8: i8,
-                    mv_w4: w4,
-                    ..KernelConfig::default()
-                },
-            );
+        for &(i8, w4, tile) in configs {
+            let mut cfg = KernelConfig {
+                int8: i8,
+                mv_w4: w4,
+                ..KernelConfig::default()
+            };
+            for o in tile.split(',').filter(|o| !o.is_empty()) {
+                cfg.set(o).expect("a valid override");
+            }
+            let f16_tiles = cfg.f16_tiles(&caps);
+            let qk = QuantKernels::new(&caps, cfg);
             for (i, ty) in SUPPORTED_TYPES.into_iter().enumerate() {
                 for &(m, k) in shapes {
                     let seed = 0x6E0_0000 + (i as u64) * 16 + m + k;
                     let int8_path = i8 && super::sources::has_int8(ty);
                     let e = matmul_case(&mut be, &qk, ty, (m, k), (seed, int8_path));
-                    let b = bound(int8_path, caps.f16, m);
+                    let b = bound(int8_path, f16_tiles, m);
                     let w = worst.entry((name, int8_path)).or_insert(0.0f64);
                     *w = w.max(e);
                     if e.is_nan() || e > b {
                         failures.push(format!(
-                            "{ty} {name} int8={i8} w4={w4} m={m} k={k}: nmse {e:.3e} > {b:.0e} (seed {seed:#x})"
+                            "{ty} {name} int8={i8} w4={w4} {tile} m={m} k={k}: nmse {e:.3e} > {b:.0e} (seed {seed:#x})"
                         ));
                     }
                 }
@@ -228,15 +231,20 @@ fn matvec_matches_reference_on_gpu() {
     // (slower on the H200) and checked here all the same.
     check_matmul(
         &[(1, K), (3, K), (1, 8 * K), (3, 8 * K)],
-        &[(false, false), (true, false), (true, true)],
+        &[(false, false, ""), (true, false, ""), (true, true, "")],
         |int8, _, _| if int8 { 1e-8 } else { 1e-11 },
     );
 }
 
 #[test]
 fn tiled_matmul_matches_reference_on_gpu() {
-    // 70 tokens: two token tiles, the second ragged; f16 tiles round x and w.
-    check_matmul(&[(11, K), (70, K)], &[(false, false)], |_, f16, _| {
+    // 70 tokens: one ragged token tile of 8 x 8 outputs per invocation, or
+    // two of 4 x 4 (the second ragged); f16 tiles round x and w.
+    let configs = [
+        (false, false, ""),
+        (false, false, "tile=64x64x4,tile_f16=1"),
+    ];
+    check_matmul(&[(11, K), (70, K)], &configs, |_, f16, _| {
         if f16 {
             1e-6
         } else {

@@ -55,6 +55,15 @@ fn every_variant_composes_and_validates() {
                     thread_m: 2,
                     ..KernelConfig::default()
                 },
+                // 4 x 4 outputs per invocation, f16 tiles.
+                KernelConfig {
+                    tile_m: 64,
+                    tile_n: 64,
+                    thread_m: 4,
+                    thread_n: 4,
+                    tile_f16: true,
+                    ..KernelConfig::default()
+                },
             ];
             for cfg in cfgs {
                 let cfg = cfg.fit(&caps);
@@ -87,7 +96,7 @@ fn every_variant_composes_and_validates() {
     ] {
         assert!(labels.contains(label), "no {label}");
     }
-    assert!(labels.contains("matmul.q6_k.f16.wg256.tile_m64u.tile_n64u.thread_m4u"));
+    assert!(labels.contains("matmul.q6_k.f16.wg256.tile_m64u.tile_n64u.thread_m4u.thread_n4u"));
     println!("{} variants validated", labels.len());
 }
 
@@ -124,6 +133,11 @@ fn kernel_config_overrides_parse_and_refuse_bad_values() {
         (c.tile_m, c.tile_n, c.thread_m, c.tiled_wg()),
         (128, 64, 8, 256)
     );
+    assert_eq!(c.set("tile=64x128x4x8"), Some(()));
+    assert_eq!(
+        (c.tile_m, c.tile_n, c.thread_m, c.thread_n, c.tiled_wg()),
+        (64, 128, 4, 8, 256)
+    );
     assert_eq!(c.set("mv_rows=8"), Some(()));
     assert_eq!(c.set("mv_wg=128"), Some(()));
     assert_eq!(c.set("int8=0"), Some(()));
@@ -138,6 +152,8 @@ fn kernel_config_overrides_parse_and_refuse_bad_values() {
         "tile=64x64",
         "tile=60x64x4",
         "tile=64x66x4",
+        "tile=64x64x4x6",
+        "tile=64x64x4x4x4",
         "mv_rows=3",
         "mv_wg=0",
         "int8=2",
