@@ -69,7 +69,7 @@ pub(super) unsafe fn fold8(z: &[__m512i; BAND]) -> __m256i {
 /// The eight rows' f16 scales `d` of one block as f32, row `r` in lane `r`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn gather_f16(bits: impl Fn(usize) -> u16) -> __m256 {
+pub(super) unsafe fn gather_f16(bits: impl Fn(usize) -> u16) -> __m256 {
     let (mut lo, mut hi) = (0u64, 0u64);
     for r in 0..4 {
         lo |= u64::from(bits(r)) << (16 * r);

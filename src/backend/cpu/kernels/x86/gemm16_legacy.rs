@@ -21,7 +21,7 @@ use std::cell::Cell;
 use bytemuck::Pod;
 
 use super::avx2::{h2f, iq4_levels, nibbles, q5_quants};
-use super::decode512::row_sums8;
+use super::decode512::{gather_f16, row_sums8};
 use super::gemm::prefetch_share;
 use crate::backend::cpu::kernels::{blocks, GemmFn, Out};
 use crate::quant::blocks::{
@@ -124,9 +124,10 @@ enum Nibbles {
     Levels,
 }
 
-/// `impl Format` for `$W`: decoded by `$u`, with `$bias` and `$min`.
+/// `impl Format` for `$W`: decoded by `$u`, with `$bias` and `$min` (the
+/// min's f16 bits `$mb`, 0 without one).
 macro_rules! format {
-    ($W:ty, $A:ty, $bias:expr, $min:expr, |$b:ident| $u:expr, $m:expr, $mb:expr
+    ($W:ty, $A:ty, $bias:expr, $min:expr, |$b:ident| $u:expr, $mb:expr
      $(, nibbles: $nib:expr)?) => {
         impl Format for $W {
             type A = $A;
@@ -142,7 +143,8 @@ macro_rules! format {
             #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
             unsafe fn decode(&self) -> (__m256i, f32, f32) {
                 let $b = self;
-                ($u, h2f($b.d), $m)
+                let m = if $min { h2f(half::f16::from_bits($mb)) } else { 0.0 };
+                ($u, h2f($b.d), m)
             }
             #[inline]
             fn dm_bits(&self) -> (u16, u16) {
@@ -159,7 +161,6 @@ format!(
     8,
     false,
     |b| nibbles(&b.qs),
-    0.0,
     0,
     nibbles: Nibbles::Plain
 );
@@ -169,7 +170,6 @@ format!(
     0,
     true,
     |b| nibbles(&b.qs),
-    h2f(b.m),
     b.m.to_bits(),
     nibbles: Nibbles::Plain
 );
@@ -179,7 +179,6 @@ format!(
     16,
     false,
     |b| q5_quants(&b.qs, b.qh),
-    0.0,
     0
 );
 format!(
@@ -188,7 +187,6 @@ format!(
     0,
     true,
     |b| q5_quants(&b.qs, b.qh),
-    h2f(b.m),
     b.m.to_bits()
 );
 format!(
@@ -200,7 +198,6 @@ format!(
         _mm256_loadu_si256(b.qs.as_ptr().cast()),
         _mm256_set1_epi8(i8::MIN)
     ),
-    0.0,
     0
 );
 format!(
@@ -209,7 +206,6 @@ format!(
     128,
     false,
     |b| _mm256_xor_si256(iq4_levels(&b.qs), _mm256_set1_epi8(i8::MIN)),
-    0.0,
     0,
     nibbles: Nibbles::Levels
 );
@@ -423,14 +419,6 @@ unsafe fn one_token<W: Format, const H: usize>(
         let (d8, s8) = (_mm256_set1_ps(by.d()), _mm256_set1_ps(by.s()));
         for (h, acc) in acc.iter_mut().enumerate() {
             let row = |r: usize| at(8 * h + r, b);
-            let (mut dlo, mut dhi, mut mlo, mut mhi) = (0u64, 0u64, 0u64, 0u64);
-            for p in 0..4 {
-                let ((dl, ml), (dh, mh)) = (row(p).dm_bits(), row(p + 4).dm_bits());
-                dlo |= u64::from(dl) << (16 * p);
-                dhi |= u64::from(dh) << (16 * p);
-                mlo |= u64::from(ml) << (16 * p);
-                mhi |= u64::from(mh) << (16 * p);
-            }
             let mut isum = if W::NIBBLES == Nibbles::No {
                 let q8x2 = _mm512_broadcast_i64x4(q8);
                 let mut prods = [z; 4];
@@ -446,10 +434,10 @@ unsafe fn one_token<W: Format, const H: usize>(
             if W::BIAS != 0 {
                 isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(bias));
             }
-            let dw = _mm256_cvtph_ps(_mm_set_epi64x(dhi as i64, dlo as i64));
+            let dw = gather_f16(|r| row(r).dm_bits().0);
             *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, d8), *acc);
             if W::MIN {
-                let mw = _mm256_cvtph_ps(_mm_set_epi64x(mhi as i64, mlo as i64));
+                let mw = gather_f16(|r| row(r).dm_bits().1);
                 *acc = _mm256_fmadd_ps(mw, s8, *acc);
             }
         }
