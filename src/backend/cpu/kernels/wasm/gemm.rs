@@ -27,21 +27,24 @@
 use core::arch::wasm32::*;
 
 use bytemuck::Pod;
-use half::f16;
 
 use super::simd128::{h2f, hi4, ld, ldi, lo4, q5_high, scaled_bsums};
 use crate::backend::cpu::kernels::kquants::scale_min_k4;
 use crate::backend::cpu::kernels::{blocks, fp16, GemmFn, Out};
-use crate::quant::blocks::{BlockQ4K, BlockQ4_1, BlockQ5_0, BlockQ8K, BlockQ8_0, BlockQ8_1};
+use crate::quant::blocks::{
+    BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ8K, BlockQ8_0, BlockQ8_1,
+};
 use crate::quant::GgmlType;
 
 /// The tiled kernel of weight type `ty`, `None` where the matmul keeps
 /// dotting row by row.
 pub(super) fn gemm(ty: GgmlType) -> Option<GemmFn> {
+    type Q40 = (BlockQ4_0, BlockQ8_0);
     type Q41 = (BlockQ4_1, BlockQ8_1);
     type Q50 = (BlockQ5_0, BlockQ8_0);
     type Q80 = (BlockQ8_0, BlockQ8_0);
     let f: GemmFn = match ty {
+        GgmlType::Q4_0 => |w, rb, a, ab, o| tiles::<Q40>(w, rb, a, ab, o, q4_0x4::<1>, q4_0x4::<2>),
         GgmlType::Q4_1 => |w, rb, a, ab, o| tiles::<Q41>(w, rb, a, ab, o, q4_1x4::<1>, q4_1x4::<2>),
         GgmlType::Q5_0 => |w, rb, a, ab, o| tiles::<Q50>(w, rb, a, ab, o, q5_0x4::<1>, q5_0x4::<2>),
         GgmlType::Q8_0 => |w, rb, a, ab, o| tiles::<Q80>(w, rb, a, ab, o, q8_0x4::<1>, q8_0x4::<2>),
@@ -58,7 +61,41 @@ pub(super) fn gemm(ty: GgmlType) -> Option<GemmFn> {
 /// Four weight rows (the blocks of each) dotted with `T` activation rows:
 /// for each activation row, the four results as f32 lanes. Rows longer
 /// than the shortest are dotted over the common length.
-type Kernel<W, A, const T: usize> = fn(w: [&[W]; 4], a: [&[A]; T]) -> [v128; T];
+type Kernel<W, A, const T: usize> = fn(w: [&[W]; 4], a: [Acts<'_, A>; T]) -> [v128; T];
+
+/// One activation row: its blocks, and each block's scales as f32
+/// ([`ActBlock::scales`]), converted once per call rather than once per
+/// group of four weight rows.
+#[derive(Clone, Copy)]
+struct Acts<'a, A> {
+    blocks: &'a [A],
+    scales: &'a [[f32; 2]],
+}
+
+/// An activation block type: its scale and, for Q8_1, its `d * sum(qs)`,
+/// as the scalar kernels convert them.
+trait ActBlock: Pod {
+    /// `[d, s]` as f32 (`s` is 0 for the formats without it).
+    fn scales(&self) -> [f32; 2];
+}
+
+impl ActBlock for BlockQ8_0 {
+    fn scales(&self) -> [f32; 2] {
+        [fp16(self.d), 0.0]
+    }
+}
+
+impl ActBlock for BlockQ8_1 {
+    fn scales(&self) -> [f32; 2] {
+        [fp16(self.d), fp16(self.s)]
+    }
+}
+
+impl ActBlock for BlockQ8K {
+    fn scales(&self) -> [f32; 2] {
+        [self.d, 0.0]
+    }
+}
 
 /// Every weight row of `weights` with every activation row of `acts`: four
 /// weight rows by two activation rows per `k2` call (the weight blocks
@@ -88,6 +125,15 @@ fn tiles<F: Formats>(
         tok_stride,
     } = out;
     let act = |t: usize| blocks::<F::A>(&acts[t * act_bytes..(t + 1) * act_bytes]);
+    let acts: Vec<_> = (0..toks).map(act).collect();
+    let scales: Vec<Vec<[f32; 2]>> = acts
+        .iter()
+        .map(|a| a.iter().map(ActBlock::scales).collect())
+        .collect();
+    let act = |t: usize| Acts {
+        blocks: &acts[t],
+        scales: &scales[t],
+    };
     let mut sink = 0u8;
     for r0 in (0..rows).step_by(4) {
         sink ^= touch_ahead(weights, r0 * row_bytes, 4 * row_bytes);
@@ -113,11 +159,11 @@ fn tiles<F: Formats>(
             let a0 = act(t);
             if t + 1 < toks {
                 let a1 = act(t + 1);
-                let [v0, v1] = k2(wr, [&a0, &a1]);
+                let [v0, v1] = k2(wr, [a0, a1]);
                 put(t, v0);
                 put(t + 1, v1);
             } else {
-                let [v0] = k1(wr, [&a0]);
+                let [v0] = k1(wr, [a0]);
                 put(t, v0);
             }
         }
@@ -130,19 +176,20 @@ trait Formats {
     /// The weight block.
     type W: Pod;
     /// The activation block.
-    type A: Pod;
+    type A: ActBlock;
 }
 
-impl<W: Pod, A: Pod> Formats for (W, A) {
+impl<W: Pod, A: ActBlock> Formats for (W, A) {
     type W = W;
     type A = A;
 }
 
 /// The number of blocks every row of `w` and `a` has.
 #[inline(always)]
-fn common<W, A, const T: usize>(w: &[&[W]; 4], a: &[&[A]; T]) -> usize {
+fn common<W, A, const T: usize>(w: &[&[W]; 4], a: &[Acts<'_, A>; T]) -> usize {
     let nw = w.iter().map(|r| r.len()).min().unwrap_or(0);
-    a.iter().map(|r| r.len()).min().unwrap_or(0).min(nw)
+    let na = a.iter().map(|r| r.blocks.len().min(r.scales.len()));
+    na.min().unwrap_or(0).min(nw)
 }
 
 /// How far ahead of the tile [`touch_ahead`] reads: past the next 4 KiB
@@ -184,15 +231,23 @@ fn hsum4(s: [v128; 4]) -> v128 {
     )
 }
 
-/// Four fp16 as f32 lanes, exactly as `fp16` converts each.
+/// The first four bytes of each row's block, one u32 lane per row: the
+/// fp16 scale in the low half, and for Q4_1 its fp16 minimum in the high
+/// half. Four lane loads, where converting each scale apart cost a dozen
+/// instructions a row.
 #[inline(always)]
-fn h4(h: [f16; 4]) -> v128 {
-    h2f(u32x4(
-        u32::from(h[0].to_bits()),
-        u32::from(h[1].to_bits()),
-        u32::from(h[2].to_bits()),
-        u32::from(h[3].to_bits()),
-    ))
+fn heads<W: Pod>(x: [&W; 4]) -> v128 {
+    let head = |b: &W| {
+        let b = bytemuck::bytes_of(b);
+        u32::from_le_bytes([b[0], b[1], b[2], b[3]])
+    };
+    u32x4(head(x[0]), head(x[1]), head(x[2]), head(x[3]))
+}
+
+/// One scale per lane, each the block's f32 scale times the activation's.
+#[inline(always)]
+fn scale4(dx: v128, dy: f32) -> v128 {
+    f32x4_mul(dx, f32x4_splat(dy))
 }
 
 /// 32 int8 activations, raw (elements 0..16, 16..32) and widened to i16
@@ -253,35 +308,76 @@ fn dot32_s(w0: v128, w1: v128, a: &Act32) -> v128 {
     i32x4_add(i32x4_add(s0, s1), i32x4_add(s2, s3))
 }
 
+/// [`dot32_u`] for 32 nibbles packed as in Q4_0 (`q`'s low nibbles are
+/// elements 0..16, its high nibbles 16..32). Without relaxed SIMD the
+/// nibbles are widened straight to i16: two widenings, two masks and two
+/// shifts, where splitting the bytes first and widening the halves took
+/// four widenings and a byte shift (which x86 does not have).
+#[inline(always)]
+fn dot32_nib(q: v128, a: &Act32) -> v128 {
+    #[cfg(target_feature = "relaxed-simd")]
+    {
+        dot32_u(lo4(q), hi4(q), a)
+    }
+    #[cfg(not(target_feature = "relaxed-simd"))]
+    {
+        let m = u16x8_splat(0x0F);
+        let (l, h) = (u16x8_extend_low_u8x16(q), u16x8_extend_high_u8x16(q));
+        let s0 = i32x4_dot_i16x8(v128_and(l, m), a.wide[0]);
+        let s1 = i32x4_dot_i16x8(v128_and(h, m), a.wide[1]);
+        let s2 = i32x4_dot_i16x8(u16x8_shr(l, 4), a.wide[2]);
+        let s3 = i32x4_dot_i16x8(u16x8_shr(h, 4), a.wide[3]);
+        i32x4_add(i32x4_add(s0, s1), i32x4_add(s2, s3))
+    }
+}
+
 // ------------------------------------------------------- 32-element formats
+
+/// Q4_0 x Q8_0, four rows by `T` activation rows: the unsigned nibbles
+/// dotted, then 8 times the activation sum taken off; `sumi * (dx * dy)`
+/// per block, as the scalar kernel.
+fn q4_0x4<const T: usize>(w: [&[BlockQ4_0]; 4], a: [Acts<'_, BlockQ8_0>; T]) -> [v128; T] {
+    let n = common(&w, &a);
+    let w = w.map(|r| &r[..n]);
+    let a = a.map(|r| (&r.blocks[..n], &r.scales[..n]));
+    let mut acc = [f32x4_splat(0.0); T];
+    let eight = u8x16_splat(8);
+    for b in 0..n {
+        let x = [&w[0][b], &w[1][b], &w[2][b], &w[3][b]];
+        let q = x.map(|bx| ld(&bx.qs, 0));
+        let dx = h2f(heads(x));
+        for t in 0..T {
+            let (by, sy) = (&a[t].0[b], a[t].1[b]);
+            let act = act32(&by.qs, 0);
+            let off = dot32_u(eight, eight, &act);
+            let dot = |q: v128| i32x4_sub(dot32_nib(q, &act), off);
+            let sumi = hsum4([dot(q[0]), dot(q[1]), dot(q[2]), dot(q[3])]);
+            let v = f32x4_mul(f32x4_convert_i32x4(sumi), scale4(dx, sy[0]));
+            acc[t] = f32x4_add(acc[t], v);
+        }
+    }
+    acc
+}
 
 /// Q4_1 x Q8_1, four rows by `T` activation rows: `(dx * dy) * sumi + mx *
 /// sy` per block, as the scalar kernel.
-fn q4_1x4<const T: usize>(w: [&[BlockQ4_1]; 4], a: [&[BlockQ8_1]; T]) -> [v128; T] {
+fn q4_1x4<const T: usize>(w: [&[BlockQ4_1]; 4], a: [Acts<'_, BlockQ8_1>; T]) -> [v128; T] {
     let n = common(&w, &a);
     let w = w.map(|r| &r[..n]);
-    let a = a.map(|r| &r[..n]);
+    let a = a.map(|r| (&r.blocks[..n], &r.scales[..n]));
     let mut acc = [f32x4_splat(0.0); T];
     for b in 0..n {
         let x = [&w[0][b], &w[1][b], &w[2][b], &w[3][b]];
         let q = x.map(|bx| ld(&bx.qs, 0));
-        let (lo, hi) = (q.map(lo4), q.map(hi4));
-        let dx = h4(x.map(|bx| bx.d));
-        let mx = h4(x.map(|bx| bx.m));
+        let dm = heads(x);
+        let (dx, mx) = (h2f(dm), h2f(u32x4_shr(dm, 16)));
         for t in 0..T {
-            let by = &a[t][b];
+            let (by, sy) = (&a[t].0[b], a[t].1[b]);
             let act = act32(&by.qs, 0);
-            let sumi = hsum4([
-                dot32_u(lo[0], hi[0], &act),
-                dot32_u(lo[1], hi[1], &act),
-                dot32_u(lo[2], hi[2], &act),
-                dot32_u(lo[3], hi[3], &act),
-            ]);
-            let dy = f32x4_splat(fp16(by.d));
-            let sy = f32x4_splat(fp16(by.s));
+            let sumi = hsum4(q.map(|q| dot32_nib(q, &act)));
             let v = f32x4_add(
-                f32x4_mul(f32x4_mul(dx, dy), f32x4_convert_i32x4(sumi)),
-                f32x4_mul(mx, sy),
+                f32x4_mul(scale4(dx, sy[0]), f32x4_convert_i32x4(sumi)),
+                scale4(mx, sy[1]),
             );
             acc[t] = f32x4_add(acc[t], v);
         }
@@ -292,10 +388,10 @@ fn q4_1x4<const T: usize>(w: [&[BlockQ4_1]; 4], a: [&[BlockQ8_1]; T]) -> [v128; 
 /// Q5_0 x Q8_0, four rows by `T` activation rows: the unsigned quants
 /// (0..32) dotted, then 16 times the activation sum taken off; `(dx * dy)
 /// * sumi` per block.
-fn q5_0x4<const T: usize>(w: [&[BlockQ5_0]; 4], a: [&[BlockQ8_0]; T]) -> [v128; T] {
+fn q5_0x4<const T: usize>(w: [&[BlockQ5_0]; 4], a: [Acts<'_, BlockQ8_0>; T]) -> [v128; T] {
     let n = common(&w, &a);
     let w = w.map(|r| &r[..n]);
-    let a = a.map(|r| &r[..n]);
+    let a = a.map(|r| (&r.blocks[..n], &r.scales[..n]));
     let mut acc = [f32x4_splat(0.0); T];
     let sixteen = u8x16_splat(16);
     for b in 0..n {
@@ -305,15 +401,14 @@ fn q5_0x4<const T: usize>(w: [&[BlockQ5_0]; 4], a: [&[BlockQ8_0]; T]) -> [v128; 
             let (h0, h1) = q5_high(bx.qh);
             (v128_or(lo4(q), h0), v128_or(hi4(q), h1))
         });
-        let dx = h4(x.map(|bx| bx.d));
+        let dx = h2f(heads(x));
         for t in 0..T {
-            let by = &a[t][b];
+            let (by, sy) = (&a[t].0[b], a[t].1[b]);
             let act = act32(&by.qs, 0);
             let off = dot32_u(sixteen, sixteen, &act);
             let dot = |(w0, w1): (v128, v128)| i32x4_sub(dot32_u(w0, w1, &act), off);
             let sumi = hsum4([dot(q[0]), dot(q[1]), dot(q[2]), dot(q[3])]);
-            let dy = f32x4_splat(fp16(by.d));
-            let v = f32x4_mul(f32x4_mul(dx, dy), f32x4_convert_i32x4(sumi));
+            let v = f32x4_mul(scale4(dx, sy[0]), f32x4_convert_i32x4(sumi));
             acc[t] = f32x4_add(acc[t], v);
         }
     }
@@ -322,21 +417,20 @@ fn q5_0x4<const T: usize>(w: [&[BlockQ5_0]; 4], a: [&[BlockQ8_0]; T]) -> [v128; 
 
 /// Q8_0 x Q8_0, four rows by `T` activation rows: `sumi * (dx * dy)` per
 /// block, as the scalar kernel.
-fn q8_0x4<const T: usize>(w: [&[BlockQ8_0]; 4], a: [&[BlockQ8_0]; T]) -> [v128; T] {
+fn q8_0x4<const T: usize>(w: [&[BlockQ8_0]; 4], a: [Acts<'_, BlockQ8_0>; T]) -> [v128; T] {
     let n = common(&w, &a);
     let w = w.map(|r| &r[..n]);
-    let a = a.map(|r| &r[..n]);
+    let a = a.map(|r| (&r.blocks[..n], &r.scales[..n]));
     let mut acc = [f32x4_splat(0.0); T];
     for b in 0..n {
         let x = [&w[0][b], &w[1][b], &w[2][b], &w[3][b]];
-        let dx = h4(x.map(|bx| bx.d));
+        let dx = h2f(heads(x));
         for t in 0..T {
-            let by = &a[t][b];
+            let (by, sy) = (&a[t].0[b], a[t].1[b]);
             let act = act32(&by.qs, 0);
             let dot = |q: &[i8; 32]| dot32_s(ldi(q, 0), ldi(q, 16), &act);
             let sumi = hsum4([dot(&x[0].qs), dot(&x[1].qs), dot(&x[2].qs), dot(&x[3].qs)]);
-            let dy = f32x4_splat(fp16(by.d));
-            let v = f32x4_mul(f32x4_convert_i32x4(sumi), f32x4_mul(dx, dy));
+            let v = f32x4_mul(f32x4_convert_i32x4(sumi), scale4(dx, sy[0]));
             acc[t] = f32x4_add(acc[t], v);
         }
     }
@@ -348,9 +442,9 @@ fn q8_0x4<const T: usize>(w: [&[BlockQ8_0]; 4], a: [&[BlockQ8_0]; T]) -> [v128; 
 /// Q4_K x Q8_K, four rows: each block's exact `sum_j sc_j * dot_j` and
 /// `sum_j min_j * bsum_j`, then `d * dy * isum - dmin * dy * mins` per lane
 /// (the SIMD128 per-row kernel's order).
-fn q4_kx4(w: [&[BlockQ4K]; 4], a: [&[BlockQ8K]; 1]) -> [v128; 1] {
+fn q4_kx4(w: [&[BlockQ4K]; 4], a: [Acts<'_, BlockQ8K>; 1]) -> [v128; 1] {
     let n = common(&w, &a);
-    let a = a[0];
+    let a = a[0].blocks;
     let (w0, w1, w2, w3) = (&w[0][..n], &w[1][..n], &w[2][..n], &w[3][..n]);
     let mut acc = f32x4_splat(0.0);
     for (b, by) in a[..n].iter().enumerate() {
@@ -373,8 +467,8 @@ fn q4_kx4(w: [&[BlockQ4K]; 4], a: [&[BlockQ8K]; 1]) -> [v128; 1] {
         let isum = f32x4_convert_i32x4(hsum4(s));
         let mins = x.map(|bx| scaled_bsums(by, |j| i32::from(scale_min_k4(j / 2, &bx.scales).1)));
         let mins = f32x4_convert_i32x4(i32x4(mins[0], mins[1], mins[2], mins[3]));
-        let d = h4(x.map(|bx| bx.d));
-        let dmin = h4(x.map(|bx| bx.dmin));
+        let dm = heads(x);
+        let (d, dmin) = (h2f(dm), h2f(u32x4_shr(dm, 16)));
         let dy = f32x4_splat(by.d);
         let t = f32x4_sub(
             f32x4_mul(f32x4_mul(d, dy), isum),

@@ -445,17 +445,21 @@ pub fn vec_dot_f32(x: &[f32], y: &[f32]) -> f32 {
     lanes8(a0, a1).iter().sum::<f32>() + tail
 }
 
-/// Four fp16 (zero-extended in u32 lanes) to f32, exactly as [`fp16`].
+/// Four fp16 (the low 16 bits of each u32 lane; the high bits are ignored)
+/// to f32, exactly as [`fp16`].
+///
+/// Shifting the half into the top of the lane and back arithmetically by
+/// three puts its sign at bit 31 and its exponent and mantissa at bits
+/// 13..28, an f32 that times 2^112 is the half's value for every finite
+/// input (subnormals included: the f32 is then subnormal too, and wasm
+/// does not flush). Infinities and NaNs keep their bits with the f32
+/// exponent all ones.
 #[inline(always)]
 pub(crate) fn h2f(h: v128) -> v128 {
-    let sign = i32x4_shl(v128_and(h, u32x4_splat(0x8000)), 16);
-    let em = v128_and(h, u32x4_splat(0x7FFF));
-    let bits = i32x4_shl(em, 13);
-    // Normal and subnormal halves: the bits as an f32 times 2^112 (exact).
+    let bits = v128_and(i32x4_shr(i32x4_shl(h, 16), 3), u32x4_splat(0x8FFF_E000));
     let scaled = f32x4_mul(bits, f32x4_splat(f32::from_bits((127 + 112) << 23)));
-    let special = v128_or(bits, u32x4_splat(0x7F80_0000));
-    let is_special = u32x4_ge(em, u32x4_splat(0x7C00));
-    v128_or(v128_bitselect(special, scaled, is_special), sign)
+    let special = i32x4_eq(v128_and(h, u32x4_splat(0x7C00)), u32x4_splat(0x7C00));
+    v128_bitselect(v128_or(bits, u32x4_splat(0x7F80_0000)), scaled, special)
 }
 
 /// Dot of two rows of 16-bit floats widened by `wide` (four u32 lanes of
