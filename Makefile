@@ -88,7 +88,7 @@ setup-neon:
 	bash scripts/setup-neon.sh
 
 test-wasm-kernels:
-	$(CARGO) test -p hearth --target wasm32-wasip1 --test backend_kernels_isa --test cpu_attention
+	$(CARGO) test -p hearth --target wasm32-wasip1 --test backend_kernels_isa --test backend_matmul --test cpu_attention
 
 test-wasm-relaxed:
 	CARGO_TARGET_WASM32_WASIP1_RUSTFLAGS="$(WASM_RELAXED_FLAGS)" \

@@ -2,7 +2,8 @@
 //! dot loop it replaced (`vec_dot` per row and token), in one process:
 //! the best of many short trials, so a busy machine disturbs it little.
 //!
-//! `cargo run --release --example matmul_speed [threads] [type,type...]`
+//! `cargo run --release --example matmul_speed [threads] [type,type...] [COLSxROWS]`
+//! (a shape given replaces the built-in ones, for each type named).
 //!
 //! Shapes are the real models' (`cols x rows`): SmolLM2-135M (Q4_1, Q8_0),
 //! Gemma-3-270M (Q4_K, Q6_K, Q5_0, Q8_0 where rows are whole blocks; the
@@ -66,6 +67,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     // Gemma's k-quant tensors are those whose rows are whole 256-blocks.
     shapes.retain(|(ty, cols, _)| cols % ty.block_elems() == 0);
+    if let Some((cols, rows)) = std::env::args().nth(3).and_then(|s| {
+        let (c, r) = s.split_once('x')?;
+        Some((c.parse::<usize>().ok()?, r.parse::<usize>().ok()?))
+    }) {
+        let mut types: Vec<GgmlType> = Vec::new();
+        for (ty, _, _) in &shapes {
+            if !types.contains(ty) {
+                types.push(*ty);
+            }
+        }
+        shapes = types.into_iter().map(|ty| (ty, cols, rows)).collect();
+    }
     if let Some(only) = &only {
         let names: Vec<&str> = only.split(',').collect();
         shapes.retain(|(ty, _, _)| names.iter().any(|n| n.eq_ignore_ascii_case(ty.name())));
@@ -87,6 +100,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .collect();
         let w = Weight::new(&table, "w", ty, cols, rows, words, wq.len())?;
         let k = table.weight(ty).ok_or("no kernel")?;
+        let rb = w.row_bytes;
         for n in [1usize, 64] {
             let x: Vec<f32> = (0..n * cols).map(|_| next()).collect();
             let mut y = vec![0.0f32; n * rows];
@@ -101,7 +115,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     if let Ok(acts) = quantize_acts(&table, &w, &x) {
                         for t in 0..n {
                             for r in 0..rows {
-                                y2[t * rows + r] = (k.vec_dot)(w.row(r), acts.row(t));
+                                y2[t * rows + r] =
+                                    (k.vec_dot)(&wq[r * rb..(r + 1) * rb], acts.row(t));
                             }
                         }
                     }

@@ -15,7 +15,9 @@
 #[allow(dead_code)]
 mod rng;
 
-use hearth::backend::cpu::kernels::{Isa, KernelTable, WEIGHT_TYPES};
+use hearth::backend::cpu::kernels::{
+    interleave_rows, plain_row, Isa, KernelTable, WeightKernels, GROUP_ROWS, WEIGHT_TYPES,
+};
 use hearth::quant::reference;
 use hearth::quant::GgmlType;
 use rng::Rng;
@@ -277,6 +279,41 @@ fn quantized_rows(rng: &mut Rng, ty: GgmlType, k: usize, n: usize) -> (Vec<f32>,
     (x, q)
 }
 
+/// Weight rows `wq` (rows of `rb` bytes of `ty`) in the layout `k`'s tiles
+/// read: interleaved in groups of rows where they want that.
+fn laid_out(k: &WeightKernels, ty: GgmlType, wq: &[u8], rb: usize) -> Vec<u8> {
+    let mut w = wq.to_vec();
+    if k.interleave {
+        interleave_rows(&mut w, rb, ty.block_bytes());
+    }
+    w
+}
+
+#[test]
+fn interleaved_rows_read_back_as_the_plain_rows() {
+    let mut rng = Rng::new(77);
+    for ty in [GgmlType::Q8_0, GgmlType::Q4_1, GgmlType::Q4_K] {
+        for rows in [1, 3, 4, 5, 8, 11] {
+            let (_, wq) = quantized_rows(&mut rng, ty, rows, 2 * ty.block_elems());
+            let rb = wq.len() / rows;
+            let mut w = wq.clone();
+            interleave_rows(&mut w, rb, ty.block_bytes());
+            let whole = rows / GROUP_ROWS * GROUP_ROWS;
+            // The tail past the last whole group is untouched; a group
+            // keeps its bytes, rearranged.
+            assert_eq!(w[whole * rb..], wq[whole * rb..], "{ty} {rows}");
+            if whole > 0 {
+                assert_ne!(w[..whole * rb], wq[..whole * rb], "{ty} {rows}");
+            }
+            for r in 0..rows {
+                let got = plain_row(&w, rows, rb, ty.block_bytes(), r);
+                assert_eq!(&*got, &wq[r * rb..(r + 1) * rb], "{ty} {rows} row {r}");
+            }
+            assert!(plain_row(&w, rows, rb, ty.block_bytes(), rows).is_empty());
+        }
+    }
+}
+
 #[test]
 fn isa_gemm_tiles_match_the_per_row_dots() {
     // Ragged shapes: rows and tokens not multiples of the tiles (4 x 4,
@@ -318,7 +355,7 @@ fn isa_gemm_tiles_match_the_per_row_dots() {
                         row_stride,
                         tok_stride,
                     };
-                    gemm(&wq, rb, &aq, ab, o);
+                    gemm(&laid_out(&k, ty, &wq, rb), rb, &aq, ab, o);
                     let ctx = format!("{isa} {ty} seed {seed} {rows}x{toks}x{blocks}");
                     let mut written = 0;
                     for r in 0..rows {
@@ -371,7 +408,7 @@ fn isa_gemm_results_do_not_depend_on_the_batch() {
                 row_stride: 1,
                 tok_stride: rows,
             };
-            gemm(&wq, rb, &aq, ab, o);
+            gemm(&laid_out(&k, ty, &wq, rb), rb, &aq, ab, o);
             for t in [0, 5, 16, 36] {
                 let mut one = vec![0.0f32; rows];
                 let o = hearth::backend::cpu::kernels::Out {
@@ -379,7 +416,13 @@ fn isa_gemm_results_do_not_depend_on_the_batch() {
                     row_stride: 1,
                     tok_stride: rows,
                 };
-                gemm(&wq, rb, &aq[t * ab..(t + 1) * ab], ab, o);
+                gemm(
+                    &laid_out(&k, ty, &wq, rb),
+                    rb,
+                    &aq[t * ab..(t + 1) * ab],
+                    ab,
+                    o,
+                );
                 for r in 0..rows {
                     assert_eq!(
                         one[r].to_bits(),
@@ -433,7 +476,7 @@ fn isa_gemm_integer_tiles_are_exact() {
                 row_stride: 1,
                 tok_stride: rows,
             };
-            gemm(&wq, rb, &aq, ab, o);
+            gemm(&laid_out(&k, ty, &wq, rb), rb, &aq, ab, o);
             for r in 0..rows {
                 for t in 0..toks {
                     let want = reference::vec_dot(
@@ -494,7 +537,7 @@ fn one_token_tiles_equal_the_per_row_dots_bit_for_bit() {
                     row_stride: toks,
                     tok_stride: 1,
                 };
-                gemm(&wq, rb, &aq, ab, o);
+                gemm(&laid_out(&k, ty, &wq, rb), rb, &aq, ab, o);
                 for r in 0..rows {
                     for t in 0..toks {
                         let (wrow, arow) = (&wq[r * rb..(r + 1) * rb], &aq[t * ab..(t + 1) * ab]);

@@ -44,7 +44,7 @@ fn busy() -> BackendError {
 impl CpuBuffer {
     fn bytes(&self) -> Result<Vec<u8>, BackendError> {
         if let Some(w) = self.weight.get() {
-            return Ok(w.bytes().to_vec());
+            return Ok(w.plain_bytes().into_owned());
         }
         let d = self.data.try_borrow().map_err(|_| busy())?;
         Ok(bytemuck::cast_slice::<u32, u8>(&d)[..self.len as usize].to_vec())

@@ -3,14 +3,17 @@
 //! ggml's CPU scheme: the activations are quantized ONCE per matmul to the
 //! weight type's `vec_dot_type` (Q8_0, Q8_1, Q8_K, fp16, bf16), then every
 //! output element is one `vec_dot` of a weight row with an activation row.
-//! Weights stay in their GGUF blocks (never a dequantized copy). The exact-f32
+//! Weights stay in their GGUF blocks (never a dequantized copy; where the
+//! tiles want it, each group of four rows is interleaved block by block,
+//! [`crate::backend::cpu::kernels::interleave_rows`]). The exact-f32
 //! mode instead expands one weight row at a time into scratch and dots it with
 //! the f32 activations (for tests).
 
+use std::borrow::Cow;
 use std::ops::Range;
 
 use super::hostmem::HostMem;
-use super::kernels::{KernelTable, Out, WeightKernels};
+use super::kernels::{interleave_rows, plain_row, KernelTable, Out, WeightKernels, GROUP_ROWS};
 use super::threads::Threads;
 use crate::backend::BackendError;
 use crate::quant::GgmlType;
@@ -78,6 +81,11 @@ impl Weight {
                 "tensor '{name}': {data_len} bytes do not hold {rows} rows of {cols} {ty}"
             )));
         }
+        let mut data = data;
+        if kernels.interleave {
+            let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut data[..]);
+            interleave_rows(&mut bytes[..data_len], row_bytes, ty.block_bytes());
+        }
         Ok(Self {
             name: name.to_string(),
             ty,
@@ -90,14 +98,34 @@ impl Weight {
         })
     }
 
-    /// All bytes of the weight.
+    /// All bytes of the weight, as the kernels read them: whole groups of
+    /// rows interleaved where the tiles want that
+    /// ([`crate::backend::cpu::kernels::WeightKernels::interleave`]).
     pub fn bytes(&self) -> &[u8] {
         &bytemuck::cast_slice(&self.data[..])[..self.data_len]
     }
 
-    /// The raw bytes of row `r` (`r < rows`).
-    pub fn row(&self, r: usize) -> &[u8] {
-        &self.bytes()[r * self.row_bytes..(r + 1) * self.row_bytes]
+    /// All bytes of the weight in the GGUF layout (a copy where the
+    /// kernels' layout differs).
+    pub fn plain_bytes(&self) -> Cow<'_, [u8]> {
+        if !self.kernels.interleave {
+            return Cow::Borrowed(self.bytes());
+        }
+        Cow::Owned(
+            (0..self.rows)
+                .flat_map(|r| self.row(r).into_owned())
+                .collect(),
+        )
+    }
+
+    /// The bytes of row `r` (`r < rows`) in the GGUF layout: borrowed, or
+    /// gathered from an interleaved group.
+    pub fn row(&self, r: usize) -> Cow<'_, [u8]> {
+        if self.kernels.interleave {
+            let bb = self.ty.block_bytes();
+            return plain_row(self.bytes(), self.rows, self.row_bytes, bb, r);
+        }
+        Cow::Borrowed(&self.bytes()[r * self.row_bytes..(r + 1) * self.row_bytes])
     }
 
     /// Whether a one-token matmul runs the tiled kernel (as batches do, so
@@ -111,7 +139,7 @@ impl Weight {
 
     /// Expands row `r` to f32 into `out` (`out.len() == cols`).
     pub fn dequantize_row(&self, r: usize, out: &mut [f32]) {
-        (self.kernels.dequantize_row)(self.row(r), out);
+        (self.kernels.dequantize_row)(&self.row(r), out);
     }
 }
 
@@ -232,6 +260,23 @@ pub fn matmul(
     }
     let mut acts = ACTS.take();
     let act_bytes = quantize_into(threads, table, w, x, &mut acts);
+    let whole = |r: usize| r.is_multiple_of(GROUP_ROWS) || r == w.rows;
+    if w.kernels.interleave && !(whole(rows.start) && whole(rows.end)) {
+        // A range that cuts a group of interleaved rows: each row gathered
+        // and dotted alone (no model asks for one; experts' ranges are
+        // whole groups).
+        if let Ok(act_bytes) = act_bytes {
+            let a: &[u8] = &bytemuck::cast_slice(&acts)[..n * act_bytes];
+            for (i, r) in rows.enumerate() {
+                let row = w.row(r);
+                for (t, arow) in a.chunks_exact(act_bytes).enumerate() {
+                    y[t * m + i] = (w.kernels.vec_dot)(&row, arow);
+                }
+            }
+        }
+        ACTS.set(acts);
+        return act_bytes.map(|_| ());
+    }
     if let Ok(act_bytes) = act_bytes {
         let a: &[u8] = &bytemuck::cast_slice(&acts)[..n * act_bytes];
         let wr = &w.bytes()[rows.start * w.row_bytes..rows.end * w.row_bytes];
@@ -339,7 +384,8 @@ impl Product<'_> {
         // every tile shape, so then a token's results do not depend on the
         // batch it is in. Elsewhere one token dots row by row (the same
         // products, summed in another order: equal within f32 rounding).
-        let tiles = if self.n == 1 && !self.one_token_tiles {
+        // (Interleaved weights are only read by their tiles.)
+        let tiles = if self.n == 1 && !self.one_token_tiles && !self.w.kernels.interleave {
             None
         } else {
             self.w.kernels.gemm

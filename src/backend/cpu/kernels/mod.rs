@@ -191,6 +191,66 @@ pub struct WeightKernels {
     /// measured faster for this format). With `false`, a token alone and the
     /// same token in a batch agree within f32 rounding, not bit for bit.
     pub gemm_one_token: bool,
+    /// Whether [`WeightKernels::gemm`] reads each whole group of
+    /// [`GROUP_ROWS`] rows interleaved block by block ([`interleave_rows`]),
+    /// so that a tile of four rows reads one sequential stream. The weight
+    /// is then stored that way; rows past the last whole group stay plain.
+    pub interleave: bool,
+}
+
+/// Rows per group of the interleaved layout ([`WeightKernels::interleave`]).
+pub const GROUP_ROWS: usize = 4;
+
+/// Rearranges each whole group of [`GROUP_ROWS`] rows of `bytes` (rows of
+/// `row_bytes`, made of blocks of `block_bytes`) so that block `b` of the
+/// group's row `r` comes at block `GROUP_ROWS * b + r` of the group. A group
+/// keeps the bytes its rows had, so ranges of whole groups slice as before;
+/// rows past the last whole group stay as they are. Nothing changes when
+/// the sizes do not divide.
+pub fn interleave_rows(bytes: &mut [u8], row_bytes: usize, block_bytes: usize) {
+    let group = GROUP_ROWS * row_bytes;
+    if block_bytes == 0 || row_bytes == 0 || !row_bytes.is_multiple_of(block_bytes) {
+        return;
+    }
+    let blocks = row_bytes / block_bytes;
+    let mut plain = vec![0u8; group];
+    for g in bytes.chunks_exact_mut(group) {
+        plain.copy_from_slice(g);
+        for (r, row) in plain.chunks_exact(row_bytes).enumerate() {
+            for (b, block) in row.chunks_exact(block_bytes).enumerate() {
+                let at = (GROUP_ROWS * b + r) * block_bytes;
+                g[at..at + block_bytes].copy_from_slice(block);
+            }
+        }
+        debug_assert_eq!(blocks * GROUP_ROWS * block_bytes, group);
+    }
+}
+
+/// Row `r` of `bytes` laid out by [`interleave_rows`] (`rows` rows in
+/// all), in the plain layout: borrowed past the last whole group, gathered
+/// inside one. Empty when `r` is out of range.
+pub fn plain_row(
+    bytes: &[u8],
+    rows: usize,
+    row_bytes: usize,
+    block_bytes: usize,
+    r: usize,
+) -> Cow<'_, [u8]> {
+    let whole = rows / GROUP_ROWS * GROUP_ROWS;
+    let plain = block_bytes == 0 || !row_bytes.is_multiple_of(block_bytes);
+    if r >= whole || plain {
+        return Cow::Borrowed(bytes.get(r * row_bytes..(r + 1) * row_bytes).unwrap_or(&[]));
+    }
+    let group = &bytes[r / GROUP_ROWS * GROUP_ROWS * row_bytes..][..GROUP_ROWS * row_bytes];
+    let i = r % GROUP_ROWS;
+    let out = group
+        .chunks_exact(block_bytes)
+        .skip(i)
+        .step_by(GROUP_ROWS)
+        .flatten()
+        .copied()
+        .collect();
+    Cow::Owned(out)
 }
 
 impl std::fmt::Debug for WeightKernels {
@@ -322,6 +382,7 @@ fn scalar_weight_kernels(ty: GgmlType) -> Option<WeightKernels> {
         dequantize_row,
         gemm: None,
         gemm_one_token: false,
+        interleave: false,
     })
 }
 
@@ -367,6 +428,7 @@ fn scalar_kquant_kernels(ty: GgmlType) -> Option<WeightKernels> {
         dequantize_row,
         gemm: None,
         gemm_one_token: false,
+        interleave: false,
     })
 }
 
@@ -468,6 +530,7 @@ impl KernelTable {
         if let Some(gemm) = wasm::gemm(self.isa, ty) {
             k.gemm = Some(gemm);
             k.gemm_one_token = true;
+            k.interleave = true;
         }
         Some(k)
     }
