@@ -100,7 +100,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .collect();
         let w = Weight::new(&table, "w", ty, cols, rows, words, wq.len())?;
         let k = table.weight(ty).ok_or("no kernel")?;
-        let rb = w.row_bytes;
+        let rb = wq.len() / rows;
         for n in [1usize, 64] {
             let x: Vec<f32> = (0..n * cols).map(|_| next()).collect();
             let mut y = vec![0.0f32; n * rows];

@@ -13,7 +13,9 @@ use std::borrow::Cow;
 use std::ops::Range;
 
 use super::hostmem::HostMem;
-use super::kernels::{interleave_rows, plain_row, KernelTable, Out, WeightKernels, GROUP_ROWS};
+use super::kernels::{
+    interleave_rows, plain_row, KernelTable, Out, WeightKernels, Widen, GROUP_ROWS,
+};
 use super::threads::Threads;
 use crate::backend::BackendError;
 use crate::quant::GgmlType;
@@ -24,18 +26,24 @@ use crate::quant::GgmlType;
 pub struct Weight {
     /// Tensor name, for errors.
     pub name: String,
-    /// Element type.
+    /// Element type (the GGUF tensor's).
     pub ty: GgmlType,
+    /// The type the bytes are stored as: `ty`, or a lossless re-encoding
+    /// whose kernels run faster here
+    /// ([`crate::backend::cpu::kernels::WeightKernels::widen`]).
+    pub stored: GgmlType,
     /// Elements per row (`ne[0]`).
     pub cols: usize,
     /// Number of rows (product of `ne[1..]`).
     pub rows: usize,
-    /// Bytes per row.
+    /// Bytes per stored row.
     pub row_bytes: usize,
     /// The raw blocks, 4-byte aligned storage (`data_len` bytes used).
     data: HostMem,
     data_len: usize,
     kernels: WeightKernels,
+    /// How the GGUF type was re-encoded as `stored`, if it was.
+    widen: Option<Widen>,
 }
 
 impl Weight {
@@ -63,12 +71,11 @@ impl Weight {
         data: HostMem,
         data_len: usize,
     ) -> Result<Self, BackendError> {
-        let kernels = table
-            .weight(ty)
-            .ok_or_else(|| BackendError::UnsupportedType {
-                tensor: name.to_string(),
-                ty,
-            })?;
+        let unsupported = |ty| BackendError::UnsupportedType {
+            tensor: name.to_string(),
+            ty,
+        };
+        let kernels = table.weight(ty).ok_or_else(|| unsupported(ty))?;
         let be = ty.block_elems();
         if !cols.is_multiple_of(be) {
             return Err(BackendError::Shape(format!(
@@ -81,20 +88,36 @@ impl Weight {
                 "tensor '{name}': {data_len} bytes do not hold {rows} rows of {cols} {ty}"
             )));
         }
-        let mut data = data;
+        let widen = kernels.widen.filter(|w| w.to.block_elems() == be);
+        let (stored, kernels, mut data, data_len, row_bytes) = match widen {
+            Some(w) => {
+                let sk = table.weight(w.to).ok_or_else(|| unsupported(w.to))?;
+                let rb = cols / be * w.to.block_bytes();
+                let mut wide = vec![0u32; (rb * rows).div_ceil(4)];
+                let from: &[u8] = &bytemuck::cast_slice(&data[..])[..data_len];
+                (w.encode)(
+                    from,
+                    &mut bytemuck::cast_slice_mut(&mut wide[..])[..rb * rows],
+                );
+                (w.to, sk, HostMem::Heap(wide), rb * rows, rb)
+            }
+            _ => (ty, kernels, data, data_len, row_bytes),
+        };
         if kernels.interleave {
             let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut data[..]);
-            interleave_rows(&mut bytes[..data_len], row_bytes, ty.block_bytes());
+            interleave_rows(&mut bytes[..data_len], row_bytes, stored.block_bytes());
         }
         Ok(Self {
             name: name.to_string(),
             ty,
+            stored,
             cols,
             rows,
             row_bytes,
             data,
             data_len,
             kernels,
+            widen,
         })
     }
 
@@ -105,10 +128,10 @@ impl Weight {
         &bytemuck::cast_slice(&self.data[..])[..self.data_len]
     }
 
-    /// All bytes of the weight in the GGUF layout (a copy where the
-    /// kernels' layout differs).
+    /// All bytes of the weight in the GGUF encoding and layout (a copy
+    /// where the stored ones differ).
     pub fn plain_bytes(&self) -> Cow<'_, [u8]> {
-        if !self.kernels.interleave {
+        if self.stored == self.ty && !self.kernels.interleave {
             return Cow::Borrowed(self.bytes());
         }
         Cow::Owned(
@@ -118,11 +141,25 @@ impl Weight {
         )
     }
 
-    /// The bytes of row `r` (`r < rows`) in the GGUF layout: borrowed, or
-    /// gathered from an interleaved group.
+    /// The bytes of row `r` (`r < rows`) in the GGUF encoding and layout:
+    /// borrowed, or gathered from an interleaved group and decoded from the
+    /// stored type.
     pub fn row(&self, r: usize) -> Cow<'_, [u8]> {
+        let row = self.stored_row(r);
+        match self.widen {
+            Some(Widen { decode, .. }) => {
+                let mut out = vec![0u8; self.cols / self.ty.block_elems() * self.ty.block_bytes()];
+                decode(&row, &mut out);
+                Cow::Owned(out)
+            }
+            None => row,
+        }
+    }
+
+    /// Row `r` as stored (type [`Weight::stored`]), in the plain layout.
+    fn stored_row(&self, r: usize) -> Cow<'_, [u8]> {
         if self.kernels.interleave {
-            let bb = self.ty.block_bytes();
+            let bb = self.stored.block_bytes();
             return plain_row(self.bytes(), self.rows, self.row_bytes, bb, r);
         }
         Cow::Borrowed(&self.bytes()[r * self.row_bytes..(r + 1) * self.row_bytes])
@@ -139,7 +176,7 @@ impl Weight {
 
     /// Expands row `r` to f32 into `out` (`out.len() == cols`).
     pub fn dequantize_row(&self, r: usize, out: &mut [f32]) {
-        (self.kernels.dequantize_row)(&self.row(r), out);
+        (self.kernels.dequantize_row)(&self.stored_row(r), out);
     }
 }
 
@@ -268,7 +305,7 @@ pub fn matmul(
         if let Ok(act_bytes) = act_bytes {
             let a: &[u8] = &bytemuck::cast_slice(&acts)[..n * act_bytes];
             for (i, r) in rows.enumerate() {
-                let row = w.row(r);
+                let row = w.stored_row(r);
                 for (t, arow) in a.chunks_exact(act_bytes).enumerate() {
                     y[t * m + i] = (w.kernels.vec_dot)(&row, arow);
                 }

@@ -94,6 +94,35 @@ fn q5_values(qs: &[u8; 16], qh: [u8; 4], offset: i8) -> [i8; 32] {
     v
 }
 
+/// Q5_0 blocks re-encoded as Q8_0 blocks of the same values: the scale
+/// kept, each quant `q - 16` as an int8. Every dot of the two encodings
+/// computes the same integer sum times the same two scales, so the results
+/// are bit-identical; the Q8_0 form takes 34 bytes a block instead of 22 and
+/// skips the fifth-bit decode. Extra blocks of either side are left alone.
+pub fn q5_0_to_q8_0(x: &[BlockQ5_0], y: &mut [BlockQ8_0]) {
+    for (b, o) in x.iter().zip(y) {
+        o.d = b.d;
+        o.qs = q5_values(&b.qs, b.qh, 16);
+    }
+}
+
+/// The inverse of [`q5_0_to_q8_0`], for Q8_0 blocks whose quants lie in
+/// -16..16 (others lose their high bits).
+pub fn q8_0_to_q5_0(x: &[BlockQ8_0], y: &mut [BlockQ5_0]) {
+    for (b, o) in x.iter().zip(y) {
+        let q = b.qs.map(|v| (v.wrapping_add(16) as u8) & 0x1F);
+        o.d = b.d;
+        let mut qh = 0u32;
+        for (j, &v) in q.iter().enumerate() {
+            qh |= u32::from(v >> 4) << j;
+        }
+        o.qh = qh.to_le_bytes();
+        for (j, byte) in o.qs.iter_mut().enumerate() {
+            *byte = (q[j] & 0x0F) | ((q[j + 16] & 0x0F) << 4);
+        }
+    }
+}
+
 /// Integer dot of 32 int8 pairs (the shape SIMD `maddubs`/`dpbusd` computes).
 ///
 /// Wrapping ops: 32 products of magnitude <= 2^14 cannot overflow an i32,

@@ -196,6 +196,23 @@ pub struct WeightKernels {
     /// so that a tile of four rows reads one sequential stream. The weight
     /// is then stored that way; rows past the last whole group stay plain.
     pub interleave: bool,
+    /// A lossless re-encoding the weight is stored in instead, whose
+    /// kernels run faster here ([`Widen`]); the other fields are then not
+    /// used for it.
+    pub widen: Option<Widen>,
+}
+
+/// A weight type stored as another that holds the same values exactly
+/// (more bytes, cheaper to decode), and the conversions both ways between
+/// rows of whole blocks.
+#[derive(Clone, Copy, Debug)]
+pub struct Widen {
+    /// The type the weight is stored as.
+    pub to: GgmlType,
+    /// Blocks of the GGUF type to blocks of `to` (as many as both hold).
+    pub encode: fn(from: &[u8], to: &mut [u8]),
+    /// Blocks of `to` back to the GGUF type.
+    pub decode: fn(from: &[u8], to: &mut [u8]),
 }
 
 /// Rows per group of the interleaved layout ([`WeightKernels::interleave`]).
@@ -383,6 +400,7 @@ fn scalar_weight_kernels(ty: GgmlType) -> Option<WeightKernels> {
         gemm: None,
         gemm_one_token: false,
         interleave: false,
+        widen: None,
     })
 }
 
@@ -429,6 +447,7 @@ fn scalar_kquant_kernels(ty: GgmlType) -> Option<WeightKernels> {
         gemm: None,
         gemm_one_token: false,
         interleave: false,
+        widen: None,
     })
 }
 
@@ -531,6 +550,10 @@ impl KernelTable {
             k.gemm = Some(gemm);
             k.gemm_one_token = true;
             k.interleave = true;
+        }
+        #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+        {
+            k.widen = wasm::widen(self.isa, ty);
         }
         Some(k)
     }

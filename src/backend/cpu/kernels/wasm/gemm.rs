@@ -23,6 +23,8 @@
 //! results do not depend on its batch, and the 32-element formats stay
 //! bit-identical to the scalar kernels.
 //!
+//! Q5_0 weights are stored as Q8_0 (`wasm::widen`) and use its tile.
+//!
 //! Q6_K keeps the per-row dot: its four-row form measured slower (the
 //! decode of six-bit quants leaves no registers for four rows).
 //!
@@ -35,12 +37,10 @@ use core::arch::wasm32::*;
 
 use bytemuck::Pod;
 
-use super::simd128::{h2f, hi4, ld, ldi, lo4, q5_high, scaled_bsums};
+use super::simd128::{h2f, hi4, ld, ldi, lo4, scaled_bsums};
 use crate::backend::cpu::kernels::kquants::scale_min_k4;
 use crate::backend::cpu::kernels::{blocks, fp16, GemmFn, Out, GROUP_ROWS};
-use crate::quant::blocks::{
-    BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ8K, BlockQ8_0, BlockQ8_1,
-};
+use crate::quant::blocks::{BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ8K, BlockQ8_0, BlockQ8_1};
 use crate::quant::GgmlType;
 
 /// The tiled kernel of weight type `ty`, `None` where the matmul keeps
@@ -49,7 +49,6 @@ pub(super) fn gemm(ty: GgmlType) -> Option<GemmFn> {
     let f: GemmFn = match ty {
         GgmlType::Q4_0 => tiles::<Q40>,
         GgmlType::Q4_1 => tiles::<Q41>,
-        GgmlType::Q5_0 => tiles::<Q50>,
         GgmlType::Q8_0 => tiles::<Q80>,
         GgmlType::Q4_K => tiles::<Q4K>,
         _ => return None,
@@ -238,8 +237,6 @@ fn common<W, R: Rows<W>, A, const T: usize>(w: &R, a: &[Acts<'_, A>; T]) -> usiz
 struct Q40;
 /// Q4_1 x Q8_1.
 struct Q41;
-/// Q5_0 x Q8_0.
-struct Q50;
 /// Q8_0 x Q8_0.
 struct Q80;
 /// Q4_K x Q8_K (one activation row at a time).
@@ -258,14 +255,6 @@ impl Tile for Q41 {
     type A = BlockQ8_1;
     fn dot<R: Rows<BlockQ4_1>, const T: usize>(w: R, a: [Acts<'_, BlockQ8_1>; T]) -> [v128; T] {
         q4_1x4(w, a)
-    }
-}
-
-impl Tile for Q50 {
-    type W = BlockQ5_0;
-    type A = BlockQ8_0;
-    fn dot<R: Rows<BlockQ5_0>, const T: usize>(w: R, a: [Acts<'_, BlockQ8_0>; T]) -> [v128; T] {
-        q5_0x4(w, a)
     }
 }
 
@@ -450,35 +439,6 @@ fn q4_1x4<R: Rows<BlockQ4_1>, const T: usize>(w: R, a: [Acts<'_, BlockQ8_1>; T])
                 f32x4_mul(scale4(dx, sy[0]), f32x4_convert_i32x4(sumi)),
                 scale4(mx, sy[1]),
             );
-            acc[t] = f32x4_add(acc[t], v);
-        }
-    }
-    acc
-}
-
-/// Q5_0 x Q8_0, four rows by `T` activation rows: the unsigned quants
-/// (0..32) dotted, then 16 times the activation sum taken off; `(dx * dy)
-/// * sumi` per block.
-fn q5_0x4<R: Rows<BlockQ5_0>, const T: usize>(w: R, a: [Acts<'_, BlockQ8_0>; T]) -> [v128; T] {
-    let n = common(&w, &a);
-    let a = a.map(|r| (&r.blocks[..n], &r.scales[..n]));
-    let mut acc = [f32x4_splat(0.0); T];
-    let sixteen = u8x16_splat(16);
-    for b in 0..n {
-        let x = w.blocks(b);
-        let q = x.map(|bx| {
-            let q = ld(&bx.qs, 0);
-            let (h0, h1) = q5_high(bx.qh);
-            (v128_or(lo4(q), h0), v128_or(hi4(q), h1))
-        });
-        let dx = h2f(heads(x));
-        for t in 0..T {
-            let (by, sy) = (&a[t].0[b], a[t].1[b]);
-            let act = act32(&by.qs, 0);
-            let off = dot32_u(sixteen, sixteen, &act);
-            let dot = |(w0, w1): (v128, v128)| i32x4_sub(dot32_u(w0, w1, &act), off);
-            let sumi = hsum4([dot(q[0]), dot(q[1]), dot(q[2]), dot(q[3])]);
-            let v = f32x4_mul(scale4(dx, sy[0]), f32x4_convert_i32x4(sumi));
             acc[t] = f32x4_add(acc[t], v);
         }
     }

@@ -17,7 +17,9 @@ mod simd128;
 
 pub(crate) use simd128::{h2f, vec_dot_f32};
 
-use super::{DotFn, GemmFn, Isa, QuantizeFn};
+use bytemuck::Pod;
+
+use super::{DotFn, GemmFn, Isa, QuantizeFn, Widen};
 use crate::quant::GgmlType;
 
 /// Whether this build runs `isa`'s kernels (SIMD128 is fixed at compile time).
@@ -50,5 +52,34 @@ pub(super) fn gemm(isa: Isa, ty: GgmlType) -> Option<GemmFn> {
     match isa {
         Isa::Simd128 => gemm::gemm(ty),
         _ => None,
+    }
+}
+
+/// The re-encoding weights of type `ty` are stored in under `isa`, `None`
+/// for the GGUF one. Q5_0 is stored as Q8_0 (exact, see
+/// `legacy::q5_0_to_q8_0`): its tile decoded the fifth bits at half the
+/// speed of Q8_0's, and in wasm decode is bound by instructions more than
+/// by bytes. That costs 34 bytes a block instead of 22.
+pub(super) fn widen(isa: Isa, ty: GgmlType) -> Option<Widen> {
+    use crate::backend::cpu::kernels::legacy::{q5_0_to_q8_0, q8_0_to_q5_0};
+    use crate::quant::blocks::{BlockQ5_0, BlockQ8_0};
+    match (isa, ty) {
+        (Isa::Simd128, GgmlType::Q5_0) => Some(Widen {
+            to: GgmlType::Q8_0,
+            encode: |from, to| per_block::<BlockQ5_0, BlockQ8_0>(from, to, q5_0_to_q8_0),
+            decode: |from, to| per_block::<BlockQ8_0, BlockQ5_0>(from, to, q8_0_to_q5_0),
+        }),
+        _ => None,
+    }
+}
+
+/// `f` on each block of `from` (unaligned bytes) into the same block of `to`.
+fn per_block<A: Pod, B: Pod>(from: &[u8], to: &mut [u8], f: fn(&[A], &mut [B])) {
+    let (sa, sb) = (std::mem::size_of::<A>(), std::mem::size_of::<B>());
+    for (x, y) in from.chunks_exact(sa).zip(to.chunks_exact_mut(sb)) {
+        let a: A = bytemuck::pod_read_unaligned(x);
+        let mut b = B::zeroed();
+        f(std::slice::from_ref(&a), std::slice::from_mut(&mut b));
+        y.copy_from_slice(bytemuck::bytes_of(&b));
     }
 }
