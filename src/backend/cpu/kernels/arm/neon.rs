@@ -320,11 +320,13 @@ unsafe fn round16(x: *const f32, s: f32) -> int8x16_t {
 #[inline]
 #[target_feature(enable = "neon")]
 unsafe fn absmax(x: &[f32]) -> f32 {
+    // maxNum, not max: a NaN is skipped as the scalar `f32::max` skips it
+    // (`fmax` would carry it into the scale).
     let mut m = vdupq_n_f32(0.0);
     for c in x.chunks_exact(4) {
-        m = vmaxq_f32(m, vabsq_f32(vld1q_f32(c.as_ptr())));
+        m = vmaxnmq_f32(m, vabsq_f32(vld1q_f32(c.as_ptr())));
     }
-    vmaxvq_f32(m)
+    vmaxnmvq_f32(m)
 }
 
 /// Quantizes 32 values as the scalar `quantize_32` does (scale `127 /
