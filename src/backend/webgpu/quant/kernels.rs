@@ -18,7 +18,7 @@ use super::super::caps::GpuCaps;
 use super::super::fuse::{Held, QUANTIZE_X_GATED};
 use super::super::shader::{ConstValue, PipelineKey};
 use super::layout::{packed_layout, PackedLayout};
-use super::sources::{has_int8, variant, Kernel, KernelConfig};
+use super::sources::{has_int8, variant, Kernel, KernelConfig, MvShape};
 use crate::backend::BackendError;
 use crate::quant::GgmlType;
 
@@ -244,13 +244,24 @@ impl QuantKernels {
         // Rows (and parts) at multiples of 16 bytes may be read as vec4s.
         let aligned =
             layout.row_words().is_multiple_of(4) && a.w.iter().all(|p| p.offset.is_multiple_of(16));
-        let v = self.variant(kernel, a.ty, tokens, aligned)?;
+        // Rows per team from the largest part (all parts share a pipeline).
+        let teams = self.cfg.teams(int8, tokens);
+        let lane_rows = if int8 {
+            let most = a.w.iter().map(|p| p.rows).max().unwrap_or(a.n);
+            self.cfg.lane_rows_for(most, teams)
+        } else {
+            1
+        };
+        let shape = MvShape {
+            tokens,
+            aligned,
+            lane_rows,
+        };
+        let v = self.variant(kernel, a.ty, shape)?;
         let pipeline = be.pipeline(&v.key, &v.parts);
+        let rows_per_group = u64::from(teams * lane_rows);
         for part in a.w {
-            let groups = u32_of(
-                part.rows.div_ceil(u64::from(self.cfg.mv_rows)),
-                "row groups",
-            )?;
+            let groups = u32_of(part.rows.div_ceil(rows_per_group), "row groups")?;
             let params = KernelParams {
                 n: u32_of(part.rows, "part rows")?,
                 first_row: u32_of(part.first_row, "first row")?,
@@ -282,7 +293,7 @@ impl QuantKernels {
         x: Bind,
         y: Bind,
     ) -> Result<(), BackendError> {
-        let v = self.variant(Kernel::Tiled, a.ty, 1, false)?;
+        let v = self.variant(Kernel::Tiled, a.ty, MvShape::new(1, false))?;
         let pipeline = be.pipeline(&v.key, &v.parts);
         let token_tiles = base.m.div_ceil(self.cfg.tile_m);
         for part in a.w {
@@ -379,7 +390,7 @@ impl QuantKernels {
             }
             _ => {}
         }
-        let v = self.variant(Kernel::QuantizeX, a.ty, 1, false)?;
+        let v = self.variant(Kernel::QuantizeX, a.ty, MvShape::new(1, false))?;
         let pipeline = be.pipeline(&v.key, &v.parts);
         let xq = Bind {
             buf: xq,
@@ -459,7 +470,7 @@ impl QuantKernels {
         if a.count == 0 {
             return Ok(());
         }
-        let v = self.variant(Kernel::GetRows, a.ty, 1, false)?;
+        let v = self.variant(Kernel::GetRows, a.ty, MvShape::new(1, false))?;
         let pipeline = be.pipeline(&v.key, &v.parts);
         let items = u32_of(a.count * (a.k / 8), "lookups x groups")?;
         for part in a.w {
@@ -501,10 +512,9 @@ impl QuantKernels {
         &self,
         kernel: Kernel,
         ty: GgmlType,
-        tokens: u32,
-        aligned: bool,
+        mv: MvShape,
     ) -> Result<super::sources::Variant, BackendError> {
-        variant(kernel, ty, &self.caps, &self.cfg, tokens, aligned).ok_or_else(|| {
+        variant(kernel, ty, &self.caps, &self.cfg, mv).ok_or_else(|| {
             BackendError::UnsupportedType {
                 tensor: format!("{} weight", kernel.name()),
                 ty,

@@ -229,9 +229,18 @@ fn matvec_matches_reference_on_gpu() {
     // 16-byte item files need rows at multiples of 16 bytes: Q6_K's of 8
     // blocks are, of 1 are not). The 16-byte loads are off by default
     // (slower on the H200) and checked here all the same.
+    // Several rows per team (min groups 1, so that the 37 rows keep them):
+    // 4 and 8 rows, ragged at the parts' ends.
     check_matmul(
         &[(1, K), (3, K), (1, 8 * K), (3, 8 * K)],
-        &[(false, false, ""), (true, false, ""), (true, true, "")],
+        &[
+            (false, false, ""),
+            (true, false, ""),
+            (true, true, ""),
+            (true, false, "mv_lane_rows=4,mv_min_groups=1"),
+            (true, true, "mv_lane_rows=8,mv_min_groups=1"),
+            (true, false, "mv_lane_rows=2,mv_lane_items=2,mv_min_groups=1"),
+        ],
         |int8, _, _| if int8 { 1e-8 } else { 1e-11 },
     );
 }
