@@ -14,6 +14,12 @@
 //
 // Rows past the part's end read its last row (and write nothing), so that
 // every load stays in the binding without a branch around it.
+//
+// Up to three weights of one shape over the same activations (q, k and v;
+// gate and up) run as one dispatch: rows 0..n1 are the first weight's (at
+// word 0 of `w`, output y), n1..n2 the second's (word base1, y2), n2..n the
+// third's (base2, y3), each output `[tokens, its rows]`. A lone weight has
+// n1 = n2 = n, and y2, y3 bound to a spare buffer.
 
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> w: array<u32>;
@@ -21,6 +27,30 @@
 @group(0) @binding(3) var<storage, read_write> y: array<f32>;
 // Two (d, d * sum) pairs per element: xs[i] covers values 16 i .. 16 i + 15.
 @group(0) @binding(4) var<storage, read> xs: array<vec4<f32>>;
+@group(0) @binding(5) var<storage, read_write> y2: array<f32>;
+@group(0) @binding(6) var<storage, read_write> y3: array<f32>;
+
+// The first word of row `row` (of all the joined weights' rows).
+fn row_base(row: u32) -> u32 {
+    if row < p.n1 {
+        return row * p.row_words;
+    }
+    if row < p.n2 {
+        return p.base1 + (row - p.n1) * p.row_words;
+    }
+    return p.base2 + (row - p.n2) * p.row_words;
+}
+
+// Writes token `tok`'s dot with row `row` to its weight's output.
+fn store(row: u32, tok: u32, v: f32) {
+    if row < p.n1 {
+        y[p.y_off + tok * p.y_stride + p.first_row + row] = v;
+    } else if row < p.n2 {
+        y2[tok * (p.n2 - p.n1) + row - p.n1] = v;
+    } else {
+        y3[tok * (p.n - p.n2) + row - p.n2] = v;
+    }
+}
 
 const TEAM: u32 = WG / MV_ROWS;
 
@@ -73,7 +103,7 @@ fn main(
     if row0 < p.n && gi / p.groups < (p.m + MV_TOKENS - 1u) / MV_TOKENS {
         var base: array<u32, MV_LR>;
         for (var r = 0u; r < MV_LR; r++) {
-            base[r] = min(row0 + r, p.n - 1u) * p.row_words;
+            base[r] = row_base(min(row0 + r, p.n - 1u));
         }
         var c = t;
         // With MV_LU = 2, two items of each row loaded before any is used.
@@ -121,7 +151,7 @@ fn main(
         if t == 0u && row < p.n {
             for (var j = 0u; j < MV_TOKENS; j++) {
                 if tok0 + j < p.m {
-                    y[p.y_off + (tok0 + j) * p.y_stride + p.first_row + row] = s[j];
+                    store(row, tok0 + j, s[j]);
                 }
             }
         }

@@ -168,7 +168,9 @@ pub struct KernelConfig {
     /// loads each item's activations once for all of a team's rows).
     pub mv_lane_rows: u32,
     /// Items of each row an invocation of the several-rows kernel loads
-    /// before using any (1 or 2).
+    /// before using any (1 or 2), at one token per workgroup (several
+    /// tokens take 1). On the H200, 2 decoded at 173.5 tokens/s against
+    /// 180.2 at 1.
     pub mv_lane_items: u32,
     /// Fewest workgroups a matrix-vector dispatch should have: the rows per
     /// team are halved (down to 1) while a weight part would have fewer, so
@@ -396,6 +398,9 @@ pub struct MvShape {
     pub aligned: bool,
     /// Weight rows per team of the int8 kernel (a power of two).
     pub lane_rows: u32,
+    /// Several weights' rows in one dispatch (the int8 kernel of several
+    /// rows per team, even at one).
+    pub joined: bool,
 }
 
 impl MvShape {
@@ -405,6 +410,7 @@ impl MvShape {
             tokens,
             aligned,
             lane_rows: 1,
+            joined: false,
         }
     }
 }
@@ -421,7 +427,10 @@ pub fn variant(
     mv: MvShape,
 ) -> Option<Variant> {
     let MvShape {
-        tokens, aligned, ..
+        tokens,
+        aligned,
+        joined,
+        ..
     } = mv;
     if kernel != Kernel::QuantizeX && !kernel.runs(ty) {
         return None;
@@ -453,22 +462,30 @@ pub fn variant(
             } else {
                 1
             };
+            // The several-rows kernel: its outputs 2 and 3 take binding 5,
+            // so it reads the weights through `w` alone.
+            let rows_kernel = kernel == Kernel::MatVecI8 && (lane_rows > 1 || joined);
+            let lane_items = if tokens == 1 {
+                cfg.mv_lane_items.clamp(1, 2)
+            } else {
+                1
+            };
             if kernel == Kernel::MatVecI8 {
-                let item = item_w4_source(ty).filter(|_| cfg.mv_w4 && aligned);
+                let item = item_w4_source(ty).filter(|_| cfg.mv_w4 && aligned && !rows_kernel);
                 w4 = item.is_some();
                 parts.push(item.unwrap_or(ITEM_Q32_WGSL));
                 key = key.with_const("MV_W4", ConstValue::Bool(w4));
-                if lane_rows > 1 {
+                if rows_kernel {
                     key = key
                         .with_const("MV_LR", ConstValue::U32(lane_rows))
-                        .with_const("MV_LU", ConstValue::U32(cfg.mv_lane_items.clamp(1, 2)));
+                        .with_const("MV_LU", ConstValue::U32(lane_items));
                 }
             }
             parts.push(if sg { REDUCE_SG_WGSL } else { REDUCE_WGSL });
-            parts.push(match (kernel, lane_rows) {
-                (Kernel::MatVec, _) => MATVEC_WGSL,
-                (_, 1) => MATVEC_I8_WGSL,
-                _ => MATVEC_I8_ROWS_WGSL,
+            parts.push(match kernel {
+                Kernel::MatVec => MATVEC_WGSL,
+                _ if rows_kernel => MATVEC_I8_ROWS_WGSL,
+                _ => MATVEC_I8_WGSL,
             });
             Variant { key, parts, w4 }
         }

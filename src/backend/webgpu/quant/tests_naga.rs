@@ -74,12 +74,21 @@ fn every_variant_composes_and_validates() {
                 let cfg = cfg.fit(&caps);
                 for kernel in Kernel::ALL {
                     for ty in SUPPORTED_TYPES {
-                        let shapes = [(1, false, 1), (1, true, 1), (4, true, 1), (1, true, 4), (4, false, 2)];
-                        for (tokens, aligned, lane_rows) in shapes {
+                        let shapes = [
+                            (1, false, 1, false),
+                            (1, true, 1, false),
+                            (4, true, 1, false),
+                            (1, true, 4, false),
+                            (4, false, 2, false),
+                            (1, true, 1, true),
+                            (4, true, 4, true),
+                        ];
+                        for (tokens, aligned, lane_rows, joined) in shapes {
                             let mv = MvShape {
                                 tokens,
                                 aligned,
                                 lane_rows,
+                                joined,
                             };
                             let Some(v) = variant(kernel, ty, &caps, &cfg, mv) else {
                                 assert!(kernel == Kernel::MatVecI8, "{kernel:?} {ty}");
@@ -131,6 +140,10 @@ fn params_struct_matches_the_wgsl() {
         "groups",
         "first_row",
         "count",
+        "n1",
+        "n2",
+        "base1",
+        "base2",
     ];
     assert_eq!(fields, expect);
     assert_eq!(std::mem::size_of::<KernelParams>(), 4 * expect.len());
