@@ -79,8 +79,10 @@ pub struct Dispatch {
 /// step has one workgroup per head and span, so short spans spread even a
 /// short context over the device. On the H200 (Vulkan), an 8B model at
 /// tg128: spans of 32 keys decoded at 174.5 tokens/s (4 sequences 564.5),
-/// of 64 at 172.3, of 256 at 157.6 (498.7).
-pub const DEFAULT_SPLIT_KEYS: u32 = 32;
+/// of 64 at 172.3, of 256 at 157.6 (498.7); with the joined matvecs, 16
+/// keys 182.4 (546.1) against 32 keys' 173.5 (531.6), and 8 keys 187.3
+/// (502.0) against 16 keys' 177.4-179.1 (500.6-513.1) in another call.
+pub const DEFAULT_SPLIT_KEYS: u32 = 8;
 
 /// The WebGPU backend.
 #[derive(Debug)]
@@ -117,10 +119,12 @@ pub struct WebGpuBackend {
     pub(super) offer: Option<super::fuse::Held>,
 }
 
-/// Dispatches per piece of a step, by default: about eight Llama layers
-/// (14 dispatches each in decode), so that the first piece starts the GPU
-/// early and a step of an 8B model is about four submissions.
-pub const DEFAULT_SUBMIT_EVERY: usize = 112;
+/// Dispatches per piece of a step, by default: about four Llama layers
+/// (12-14 dispatches each in decode), so that the first piece starts the
+/// GPU early and a step of an 8B model is about seven submissions. On the
+/// H200 (Vulkan), an 8B model: 56 decoded at 183.0 tokens/s, 112 at
+/// 177.4-179.1, 200 at 167.3.
+pub const DEFAULT_SUBMIT_EVERY: usize = 56;
 
 /// Most bytes of one wgpu buffer holding several weights
 /// ([`Backend::alloc_weights`]).
