@@ -117,7 +117,7 @@ compare() {
     echo "logits nrmse vs cpu exact-f32: $(nrmse /tmp/exact.f32 /tmp/gpu.f32)" | tee -a "$out/compare-$b.txt"
     ".h200/$b" bench -m "$model" --backend webgpu -p 512 -n 128 --seqs 1,4 -r 3 2>&1 \
       | grep -E '^\|' | tee -a "$out/compare-$b.txt"
-    HEARTH_PROFILE=gpu ".h200/$b" bench -m "$model" --backend webgpu -p 0 -n 32 --seqs 1,4 -r 1 \
+    HEARTH_PROFILE=gpu ".h200/$b" bench -m "$model" --backend webgpu -p 0 -n 128 --seqs 1,4 -r 1 \
       2>&1 >/dev/null | grep -v '^gpu step (' | tee -a "$out/compare-$b.txt"
   done
   [ ! -s .h200/sweep.txt ] || sweep_variants

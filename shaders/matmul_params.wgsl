@@ -14,4 +14,11 @@ struct Params {
     groups: u32,     // row groups of the 2-D grid (matvec, matmul); see group_index
     first_row: u32,  // the part's first row in the whole weight
     count: u32,      // items for the one-thread-per-item kernels
+    // A matvec over joined weights (matmul_vec_i8_rows.wgsl): rows 0..n1 are
+    // the first weight's, n1..n2 the second's, n2..n the third's; the second
+    // and third start at words base1, base2 of the binding.
+    n1: u32,
+    n2: u32,
+    base1: u32,
+    base2: u32,
 }

@@ -98,6 +98,14 @@ pub trait Backend {
     fn caps(&self) -> &Caps;
     /// Allocates `bytes` of zeroed memory.
     fn alloc(&self, bytes: u64, kind: BufKind) -> Result<Self::Buffer, BackendError>;
+    /// Allocates the zeroed buffers of a model's weights, of `sizes` bytes
+    /// each, in order (a backend may place neighbours side by side).
+    fn alloc_weights(&self, sizes: &[u64]) -> Result<Vec<Self::Buffer>, BackendError> {
+        sizes
+            .iter()
+            .map(|&b| self.alloc(b, BufKind::Weights))
+            .collect()
+    }
     /// Copies `src` into `dst` at `offset`.
     fn upload(&self, dst: &Self::Buffer, offset: u64, src: &[u8]) -> Result<(), BackendError>;
     /// Bytes a weight of `rows` rows of `cols` values of `ty` takes on the

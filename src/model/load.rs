@@ -201,16 +201,14 @@ fn vector_f32(name: &str, ty: GgmlType, n: usize, bytes: &[u8]) -> crate::Result
 
 /// Allocates every slot's buffer on `backend`.
 fn alloc_weights<B: Backend>(backend: &B, slots: &[Slot]) -> crate::Result<Vec<B::Buffer>> {
-    slots
+    let sizes: Vec<u64> = slots
         .iter()
-        .map(|s| {
-            let bytes = match s.kind {
-                SlotKind::Matrix { ty, cols, rows } => backend.weight_bytes(ty, cols, rows),
-                SlotKind::Vector { n, .. } => (n * 4) as u64,
-            };
-            Ok(backend.alloc(bytes, BufKind::Weights)?)
+        .map(|s| match s.kind {
+            SlotKind::Matrix { ty, cols, rows } => backend.weight_bytes(ty, cols, rows),
+            SlotKind::Vector { n, .. } => (n * 4) as u64,
         })
-        .collect()
+        .collect();
+    Ok(backend.alloc_weights(&sizes)?)
 }
 
 /// Streams every tensor of `model` the layout needs from `sources` (one

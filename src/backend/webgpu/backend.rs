@@ -55,8 +55,8 @@ impl Bind {
     pub fn whole(b: &GpuBuffer) -> Self {
         Self {
             buf: b.raw.clone(),
-            offset: 0,
-            size: None,
+            offset: b.offset,
+            size: b.bound_size(),
         }
     }
 }
@@ -75,8 +75,14 @@ pub struct Dispatch {
     pub groups: (u32, u32),
 }
 
-/// Keys per span of split-context decode attention, by default.
-pub const DEFAULT_SPLIT_KEYS: u32 = 256;
+/// Keys per span of split-context decode attention, by default: a decode
+/// step has one workgroup per head and span, so short spans spread even a
+/// short context over the device. On the H200 (Vulkan), an 8B model at
+/// tg128: spans of 32 keys decoded at 174.5 tokens/s (4 sequences 564.5),
+/// of 64 at 172.3, of 256 at 157.6 (498.7); with the joined matvecs, 16
+/// keys 182.4 (546.1) against 32 keys' 173.5 (531.6), and 8 keys 187.3
+/// (502.0) against 16 keys' 177.4-179.1 (500.6-513.1) in another call.
+pub const DEFAULT_SPLIT_KEYS: u32 = 8;
 
 /// The WebGPU backend.
 #[derive(Debug)]
@@ -113,10 +119,16 @@ pub struct WebGpuBackend {
     pub(super) offer: Option<super::fuse::Held>,
 }
 
-/// Dispatches per piece of a step, by default: about eight Llama layers
-/// (14 dispatches each in decode), so that the first piece starts the GPU
-/// early and a step of an 8B model is about four submissions.
-pub const DEFAULT_SUBMIT_EVERY: usize = 112;
+/// Dispatches per piece of a step, by default: about four Llama layers
+/// (12-14 dispatches each in decode), so that the first piece starts the
+/// GPU early and a step of an 8B model is about seven submissions. On the
+/// H200 (Vulkan), an 8B model: 56 decoded at 183.0 tokens/s, 112 at
+/// 177.4-179.1, 200 at 167.3.
+pub const DEFAULT_SUBMIT_EVERY: usize = 56;
+
+/// Most bytes of one wgpu buffer holding several weights
+/// ([`Backend::alloc_weights`]).
+pub const WEIGHT_GROUP_BYTES: u64 = 128 << 20;
 
 /// Locks `m`, whether or not a panic poisoned it.
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -142,6 +154,11 @@ impl WebGpuBackend {
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(DEFAULT_SUBMIT_EVERY)
         });
+        // `HEARTH_GPU_ATTN_SPLIT`: for tuning on a new adapter.
+        let attn_split_keys = std::env::var("HEARTH_GPU_ATTN_SPLIT")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(DEFAULT_SPLIT_KEYS);
         let prof = ctx
             .profile
             .then(|| Arc::new(Mutex::new(Profiler::new(&ctx.queue, ctx.timestamps))));
@@ -154,7 +171,7 @@ impl WebGpuBackend {
             pool: ActPool::default(),
             staging: Arc::new(Mutex::new(None)),
             counters: Arc::new(Counters::default()),
-            attn_split_keys: DEFAULT_SPLIT_KEYS,
+            attn_split_keys,
             attn_partials: None,
             sel_partials: None,
             prof,
@@ -241,10 +258,27 @@ impl WebGpuBackend {
         (x, n.div_ceil(x).max(1))
     }
 
-    /// Queues a dispatch for the next [`Backend::submit`].
+    /// Queues a held dispatch (recorded before anything now offered).
+    pub(super) fn enqueue_held(&mut self, d: Dispatch) {
+        if let Some(prof) = &self.prof {
+            lock(prof).touch();
+        }
+        self.rec.push(d);
+    }
+
+    /// Queues a dispatch for the next [`Backend::submit`], after the
+    /// matvec held for joining, if any.
     pub fn enqueue(&mut self, d: Dispatch) {
         if let Some(prof) = &self.prof {
             lock(prof).touch();
+        }
+        let quant = self.quant.clone();
+        if let Err(e) = quant.flush_join(self) {
+            // Its shapes were checked when it was held: a failure here is
+            // a device limit, reported as the submission's error.
+            self.ctx
+                .errors
+                .push(format!("queueing a joined matvec: {e}"));
         }
         if self.offer.is_some() {
             self.emit_offer();
@@ -261,6 +295,13 @@ impl WebGpuBackend {
     /// Encodes and submits every queued dispatch, then `copy`; `end_step`:
     /// the last piece of the step.
     fn flush_piece(&mut self, copy: Option<&CopyOut>, end_step: bool) -> Result<(), GpuError> {
+        let quant = self.quant.clone();
+        if let Err(e) = quant.flush_join(self) {
+            return Err(GpuError::Device {
+                during: "queueing a joined matvec".into(),
+                detail: e.to_string(),
+            });
+        }
         if let Err(e) = self.emit_held() {
             return Err(GpuError::Device {
                 during: "queueing a held op".into(),
@@ -358,9 +399,55 @@ impl Backend for WebGpuBackend {
         self.counters.add(Event::Buffer);
         Ok(GpuBuffer {
             raw,
+            offset: 0,
             len: bytes,
             kind,
         })
+    }
+
+    /// Weights of up to [`WEIGHT_GROUP_BYTES`] side by side in shared
+    /// wgpu buffers, in order (each at a multiple of the storage offset
+    /// alignment), so that neighbouring weights (q, k, v; gate, up) can be
+    /// bound as one range; larger ones alone.
+    fn alloc_weights(&self, sizes: &[u64]) -> Result<Vec<GpuBuffer>, BackendError> {
+        let align = u64::from(self.ctx.caps.storage_offset_alignment.max(4));
+        let cap = WEIGHT_GROUP_BYTES
+            .min(self.ctx.caps.max_buffer)
+            .min(self.ctx.caps.max_storage_binding);
+        let words = |b: u64| b.div_ceil(4).max(1) * 4;
+        let mut out = Vec::with_capacity(sizes.len());
+        let mut i = 0;
+        while i < sizes.len() {
+            // The run of weights from i that fits one shared buffer.
+            let (mut end, mut total) = (i, 0u64);
+            while end < sizes.len() {
+                let at = total.next_multiple_of(align);
+                if at + words(sizes[end]) > cap {
+                    break;
+                }
+                total = at + words(sizes[end]);
+                end += 1;
+            }
+            if end == i {
+                out.push(self.alloc(sizes[i], BufKind::Weights)?);
+                i += 1;
+                continue;
+            }
+            let shared = self.alloc(total, BufKind::Weights)?;
+            let mut at = 0u64;
+            for &bytes in &sizes[i..end] {
+                at = at.next_multiple_of(align);
+                out.push(GpuBuffer {
+                    raw: shared.raw.clone(),
+                    offset: at,
+                    len: bytes,
+                    kind: BufKind::Weights,
+                });
+                at += words(bytes);
+            }
+            i = end;
+        }
+        Ok(out)
     }
 
     fn upload(&self, dst: &GpuBuffer, offset: u64, src: &[u8]) -> Result<(), BackendError> {
@@ -373,11 +460,15 @@ impl Backend for WebGpuBackend {
         }
         self.counters.add(Event::Upload);
         if src.len().is_multiple_of(4) {
-            self.ctx.queue.write_buffer(&dst.raw, offset, src);
+            self.ctx
+                .queue
+                .write_buffer(&dst.raw, dst.offset + offset, src);
         } else {
             let mut padded = src.to_vec();
             padded.resize(src.len().div_ceil(4) * 4, 0);
-            self.ctx.queue.write_buffer(&dst.raw, offset, &padded);
+            self.ctx
+                .queue
+                .write_buffer(&dst.raw, dst.offset + offset, &padded);
         }
         Ok(())
     }

@@ -17,6 +17,12 @@ use crate::backend::BufKind;
 pub struct GpuBuffer {
     /// The wgpu buffer (a cheap handle: clones refer to the same memory).
     pub raw: wgpu::Buffer,
+    /// Where this buffer's bytes start in `raw`: 0, except for weights
+    /// placed side by side in one wgpu buffer ([`Backend::alloc_weights`]),
+    /// at multiples of the storage offset alignment.
+    ///
+    /// [`Backend::alloc_weights`]: crate::backend::Backend::alloc_weights
+    pub offset: u64,
     /// Bytes asked for (the buffer may be up to 3 bytes larger).
     pub len: u64,
     /// What it was allocated for.
@@ -26,7 +32,23 @@ pub struct GpuBuffer {
 impl GpuBuffer {
     /// The whole buffer as a binding.
     pub fn binding(&self) -> wgpu::BindingResource<'_> {
-        self.raw.as_entire_binding()
+        match self.bound_size() {
+            None => self.raw.as_entire_binding(),
+            size => wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                buffer: &self.raw,
+                offset: self.offset,
+                size,
+            }),
+        }
+    }
+
+    /// The size of a binding of the whole buffer: `None` (the rest of
+    /// `raw`) for a buffer of its own, its words for one sharing `raw`.
+    pub fn bound_size(&self) -> Option<std::num::NonZeroU64> {
+        if self.offset == 0 && self.raw.size() <= self.len.div_ceil(4) * 4 {
+            return None;
+        }
+        std::num::NonZeroU64::new(self.len.div_ceil(4).max(1) * 4)
     }
 }
 
@@ -178,7 +200,7 @@ pub async fn read_back(
     let mut enc = device.create_command_encoder(&wgpu::CommandEncoderDescriptor {
         label: Some("readback"),
     });
-    enc.copy_buffer_to_buffer(&src.raw, start, &staging, 0, size);
+    enc.copy_buffer_to_buffer(&src.raw, src.offset + start, &staging, 0, size);
     queue.submit([enc.finish()]);
     let (out, _) = PendingMap::start(staging, size, at, len as usize)
         .finish(device)

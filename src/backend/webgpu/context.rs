@@ -51,6 +51,14 @@ impl GpuOptions {
 pub struct ErrorSink(Arc<Mutex<Vec<String>>>);
 
 impl ErrorSink {
+    /// Adds an error found outside wgpu's callback.
+    pub fn push(&self, e: String) {
+        match self.0.lock() {
+            Ok(mut v) => v.push(e),
+            Err(p) => p.into_inner().push(e),
+        }
+    }
+
     /// Takes the errors reported so far.
     pub fn take(&self) -> Vec<String> {
         match self.0.lock() {

@@ -369,7 +369,7 @@ impl WebGpuBackend {
     }
 
     /// A small buffer bound where a kernel reads and writes nothing.
-    fn unused_buffer(&mut self) -> Result<GpuBuffer, BackendError> {
+    pub(super) fn unused_buffer(&mut self) -> Result<GpuBuffer, BackendError> {
         if let Some(b) = &self.unused {
             return Ok(b.clone());
         }

@@ -56,6 +56,7 @@ impl ActPool {
             }
             out.push(GpuBuffer {
                 raw: self.slots[i].clone(),
+                offset: 0,
                 len: bytes,
                 kind: BufKind::Activations,
             });

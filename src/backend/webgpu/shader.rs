@@ -125,6 +125,10 @@ impl PipelineKey {
             if *name == "MODE" {
                 let _ = write!(s, ".mode{}", v.to_string().trim_end_matches('u'));
             }
+            // Rows per team of the int8 matrix-vector kernel: by weight shape.
+            if *name == "MV_LR" {
+                let _ = write!(s, ".lr{}", v.to_string().trim_end_matches('u'));
+            }
         }
         s
     }

@@ -156,7 +156,10 @@ impl WebGpuBackend {
             return self.record_dense(op, io);
         }
         let kernels = self.quant.clone();
-        let parts = place.parts(&w.raw);
+        let mut parts = place.parts(&w.raw);
+        for p in &mut parts {
+            p.offset += w.offset;
+        }
         match *op {
             Op::MatMul { k, .. } => {
                 let (x, y) = (nth(io.inputs, 0, op)?, nth(io.outputs, 0, op)?);

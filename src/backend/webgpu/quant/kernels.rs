@@ -18,7 +18,7 @@ use super::super::caps::GpuCaps;
 use super::super::fuse::{Held, QUANTIZE_X_GATED};
 use super::super::shader::{ConstValue, PipelineKey};
 use super::layout::{packed_layout, PackedLayout};
-use super::sources::{has_int8, variant, Kernel, KernelConfig};
+use super::sources::{has_int8, item_w4_source, variant, Kernel, KernelConfig, MvShape};
 use crate::backend::BackendError;
 use crate::quant::GgmlType;
 
@@ -114,6 +114,14 @@ pub struct KernelParams {
     pub first_row: u32,
     /// Items of the one-thread-per-item kernels.
     pub count: u32,
+    /// Joined matvec: the first weight's rows (all of `n` otherwise).
+    pub n1: u32,
+    /// Joined matvec: the first two weights' rows.
+    pub n2: u32,
+    /// Joined matvec: the second weight's first word in the binding.
+    pub base1: u32,
+    /// Joined matvec: the third weight's first word in the binding.
+    pub base2: u32,
 }
 
 /// Device scratch of the int8 path: quantized activations and their scales.
@@ -141,6 +149,34 @@ struct QuantizedX {
     xs: Bind,
 }
 
+/// One weight of a held matvec.
+#[derive(Debug)]
+struct JoinPart {
+    /// Its first byte in the held buffer.
+    offset: u64,
+    rows: u64,
+    /// Its packed bytes.
+    bytes: u64,
+    /// Its output, `[tokens, rows]` from byte 0.
+    y: wgpu::Buffer,
+}
+
+/// An int8 matvec held for the next one over the same activations, whose
+/// weights follow in the same buffer ([`QuantKernels::join_matvec`]).
+#[derive(Debug)]
+struct Join {
+    ty: GgmlType,
+    /// The buffer holding every part's weight.
+    w: wgpu::Buffer,
+    /// The first part's parameters (x, shape; y_stride its rows).
+    base: KernelParams,
+    tokens: u32,
+    aligned: bool,
+    xq: Bind,
+    xs: Bind,
+    parts: Vec<JoinPart>,
+}
+
 /// The quantized weight kernels of one device.
 #[derive(Debug)]
 pub struct QuantKernels {
@@ -148,6 +184,15 @@ pub struct QuantKernels {
     cfg: KernelConfig,
     scratch: Mutex<Option<Scratch>>,
     last_x: Mutex<Option<QuantizedX>>,
+    join: Mutex<Option<Join>>,
+}
+
+/// Locks `m`, whether or not a panic poisoned it.
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    match m.lock() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    }
 }
 
 fn u32_of(v: u64, what: &str) -> Result<u32, BackendError> {
@@ -167,6 +212,7 @@ impl QuantKernels {
             cfg: cfg.fit(caps),
             scratch: Mutex::new(None),
             last_x: Mutex::new(None),
+            join: Mutex::new(None),
         }
     }
 
@@ -244,15 +290,51 @@ impl QuantKernels {
         // Rows (and parts) at multiples of 16 bytes may be read as vec4s.
         let aligned =
             layout.row_words().is_multiple_of(4) && a.w.iter().all(|p| p.offset.is_multiple_of(16));
-        let v = self.variant(kernel, a.ty, tokens, aligned)?;
+        // The 16-byte item files take binding 5, which the several-rows
+        // kernel gives to its joined outputs: they run one row per team.
+        let w4 = int8 && self.cfg.mv_w4 && aligned && item_w4_source(a.ty).is_some();
+        let teams = self.cfg.teams(int8, tokens);
+        // Joined at one token per workgroup only: on the H200, joining
+        // decoded one sequence at 180.2 tokens/s against 173.4 but four at
+        // 537.3 against 570.9.
+        if int8 && !w4 && tokens == 1 && a.w.len() == 1 && a.y.offset == 0 {
+            let part = JoinPart {
+                offset: a.w[0].offset,
+                rows: a.n,
+                bytes: layout.part_bytes(a.n),
+                y: a.y.buffer.clone(),
+            };
+            let shape = (a.ty, base, tokens, aligned);
+            return self.join_matvec(be, a.w[0].buffer, part, shape, &xbinds);
+        }
+        // Rows per team from the largest part (all parts share a pipeline).
+        let lane_rows = if int8 && !w4 {
+            let most = a.w.iter().map(|p| p.rows).max().unwrap_or(a.n);
+            self.cfg.lane_rows_for(most, teams)
+        } else {
+            1
+        };
+        let shape = MvShape {
+            tokens,
+            aligned,
+            lane_rows,
+            joined: false,
+        };
+        let v = self.variant(kernel, a.ty, shape)?;
         let pipeline = be.pipeline(&v.key, &v.parts);
+        let rows_per_group = u64::from(teams * lane_rows);
+        let spare = if lane_rows > 1 {
+            Some(Bind::whole(&be.unused_buffer()?))
+        } else {
+            None
+        };
         for part in a.w {
-            let groups = u32_of(
-                part.rows.div_ceil(u64::from(self.cfg.mv_rows)),
-                "row groups",
-            )?;
+            let groups = u32_of(part.rows.div_ceil(rows_per_group), "row groups")?;
+            let n = u32_of(part.rows, "part rows")?;
             let params = KernelParams {
-                n: u32_of(part.rows, "part rows")?,
+                n,
+                n1: n,
+                n2: n,
                 first_row: u32_of(part.first_row, "first row")?,
                 groups,
                 ..base
@@ -263,12 +345,161 @@ impl QuantKernels {
             if v.w4 {
                 binds.push(weight_bind(part, &layout));
             }
+            if let Some(s) = &spare {
+                binds.extend([s.clone(), s.clone()]);
+            }
             be.enqueue(Dispatch {
                 pipeline: pipeline.clone(),
                 params: bytemuck::cast_slice(&[params]).to_vec(),
                 binds,
                 groups: be.grid(total),
             });
+        }
+        Ok(())
+    }
+
+    /// Holds the int8 matvec of one weight (`part` of buffer `w`) until
+    /// the next is recorded: a matvec over the same quantized activations
+    /// whose weight has the same shape and follows in the same buffer
+    /// (q, k, v; gate, up) joins it, up to three, as one dispatch; anything
+    /// else queued first queues it ([`QuantKernels::flush_join`]).
+    fn join_matvec(
+        &self,
+        be: &mut WebGpuBackend,
+        w: &wgpu::Buffer,
+        part: JoinPart,
+        (ty, base, tokens, aligned): (GgmlType, KernelParams, u32, bool),
+        xbinds: &[Bind],
+    ) -> Result<(), BackendError> {
+        let max = be.context().caps.max_storage_binding;
+        let mut pending = lock(&self.join);
+        if let Some(j) = pending.as_mut() {
+            let last = j.parts.last().map_or(0, |p| p.offset + p.bytes);
+            let first = j.parts.first().map_or(0, |p| p.offset);
+            let fits = j.parts.len() < 3
+                && j.ty == ty
+                && j.w == *w
+                && j.xq.buf == xbinds[0].buf
+                && j.xs.buf == xbinds[2].buf
+                && (j.base.k, j.base.m, j.base.row_words) == (base.k, base.m, base.row_words)
+                && j.tokens == tokens
+                && part.offset >= last
+                && part.offset + part.bytes - first <= max;
+            if fits {
+                j.parts.push(part);
+                return Ok(());
+            }
+        }
+        let prev = pending.take();
+        let job = Join {
+            ty,
+            w: w.clone(),
+            base,
+            tokens,
+            aligned,
+            xq: xbinds[0].clone(),
+            xs: xbinds[2].clone(),
+            parts: vec![part],
+        };
+        // An op offered to this product and not taken was recorded before
+        // it and is queued before its first dispatch: no holding then.
+        let now = if be.offer.is_none() {
+            *pending = Some(job);
+            None
+        } else {
+            Some(job)
+        };
+        drop(pending);
+        if let Some(j) = prev {
+            self.emit_join(be, j, true)?;
+        }
+        match now {
+            Some(j) => self.emit_join(be, j, false),
+            None => Ok(()),
+        }
+    }
+
+    /// Queues the held matvec, if any (before any other dispatch, and
+    /// before a submission).
+    pub fn flush_join(&self, be: &mut WebGpuBackend) -> Result<(), BackendError> {
+        let held = lock(&self.join).take();
+        match held {
+            Some(j) => self.emit_join(be, j, true),
+            None => Ok(()),
+        }
+    }
+
+    /// Queues `j` as one dispatch: the one-row kernel for a lone weight
+    /// that gets one row per team, the several-rows kernel otherwise.
+    /// `held`: it was held, so it goes straight into the queue, ahead of
+    /// any op offered to a later product.
+    fn emit_join(&self, be: &mut WebGpuBackend, j: Join, held: bool) -> Result<(), BackendError> {
+        let rows: Vec<u64> = j.parts.iter().map(|p| p.rows).collect();
+        let n: u64 = rows.iter().sum();
+        let teams = self.cfg.teams(true, j.tokens);
+        let lane_rows = self.cfg.lane_rows_for(n, teams);
+        let joined = j.parts.len() > 1;
+        let shape = MvShape {
+            tokens: j.tokens,
+            aligned: j.aligned,
+            lane_rows,
+            joined,
+        };
+        let v = self.variant(Kernel::MatVecI8, j.ty, shape)?;
+        let pipeline = be.pipeline(&v.key, &v.parts);
+        let first = j.parts[0].offset;
+        let end = j.parts.last().map_or(first, |p| p.offset + p.bytes);
+        let words = |p: Option<&JoinPart>| {
+            p.map_or(Ok(0), |p| u32_of((p.offset - first) / 4, "weight offset"))
+        };
+        let n1 = rows[0];
+        let n2 = n1 + rows.get(1).copied().unwrap_or(0);
+        let n2 = if j.parts.len() > 2 { n2 } else { n };
+        let groups = u32_of(n.div_ceil(u64::from(teams * lane_rows)), "row groups")?;
+        let params = KernelParams {
+            n: u32_of(n, "rows")?,
+            n1: u32_of(n1, "rows")?,
+            n2: u32_of(n2, "rows")?,
+            base1: words(j.parts.get(1))?,
+            base2: words(j.parts.get(2))?,
+            y_stride: u32_of(n1, "rows")?,
+            first_row: 0,
+            groups,
+            ..j.base
+        };
+        let token_groups = j.base.m.div_ceil(j.tokens);
+        let total = u32_of(u64::from(groups) * u64::from(token_groups), "workgroups")?;
+        let y = |i: usize| Bind::whole_raw(j.parts[i].y.clone());
+        let mut binds = vec![
+            Bind {
+                buf: j.w.clone(),
+                offset: first,
+                size: std::num::NonZeroU64::new(end - first),
+            },
+            j.xq.clone(),
+            y(0),
+            j.xs.clone(),
+        ];
+        if lane_rows > 1 || joined {
+            let spare = Bind::whole(&be.unused_buffer()?);
+            for i in 1..3 {
+                binds.push(if i < j.parts.len() {
+                    y(i)
+                } else {
+                    spare.clone()
+                });
+            }
+        }
+        let d = Dispatch {
+            pipeline,
+            params: bytemuck::cast_slice(&[params]).to_vec(),
+            binds,
+            groups: be.grid(total),
+        };
+        if held {
+            be.enqueue_held(d);
+        } else {
+            be.enqueue(d);
         }
         Ok(())
     }
@@ -282,7 +513,7 @@ impl QuantKernels {
         x: Bind,
         y: Bind,
     ) -> Result<(), BackendError> {
-        let v = self.variant(Kernel::Tiled, a.ty, 1, false)?;
+        let v = self.variant(Kernel::Tiled, a.ty, MvShape::new(1, false))?;
         let pipeline = be.pipeline(&v.key, &v.parts);
         let token_tiles = base.m.div_ceil(self.cfg.tile_m);
         for part in a.w {
@@ -379,7 +610,7 @@ impl QuantKernels {
             }
             _ => {}
         }
-        let v = self.variant(Kernel::QuantizeX, a.ty, 1, false)?;
+        let v = self.variant(Kernel::QuantizeX, a.ty, MvShape::new(1, false))?;
         let pipeline = be.pipeline(&v.key, &v.parts);
         let xq = Bind {
             buf: xq,
@@ -459,7 +690,7 @@ impl QuantKernels {
         if a.count == 0 {
             return Ok(());
         }
-        let v = self.variant(Kernel::GetRows, a.ty, 1, false)?;
+        let v = self.variant(Kernel::GetRows, a.ty, MvShape::new(1, false))?;
         let pipeline = be.pipeline(&v.key, &v.parts);
         let items = u32_of(a.count * (a.k / 8), "lookups x groups")?;
         for part in a.w {
@@ -501,10 +732,9 @@ impl QuantKernels {
         &self,
         kernel: Kernel,
         ty: GgmlType,
-        tokens: u32,
-        aligned: bool,
+        mv: MvShape,
     ) -> Result<super::sources::Variant, BackendError> {
-        variant(kernel, ty, &self.caps, &self.cfg, tokens, aligned).ok_or_else(|| {
+        variant(kernel, ty, &self.caps, &self.cfg, mv).ok_or_else(|| {
             BackendError::UnsupportedType {
                 tensor: format!("{} weight", kernel.name()),
                 ty,

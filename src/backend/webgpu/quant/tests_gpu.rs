@@ -229,9 +229,22 @@ fn matvec_matches_reference_on_gpu() {
     // 16-byte item files need rows at multiples of 16 bytes: Q6_K's of 8
     // blocks are, of 1 are not). The 16-byte loads are off by default
     // (slower on the H200) and checked here all the same.
+    // Several rows per team (min groups 1, so that the 37 rows keep them):
+    // 4 and 8 rows, ragged at the parts' ends.
     check_matmul(
         &[(1, K), (3, K), (1, 8 * K), (3, 8 * K)],
-        &[(false, false, ""), (true, false, ""), (true, true, "")],
+        &[
+            (false, false, ""),
+            (true, false, ""),
+            (true, true, ""),
+            (true, false, "mv_lane_rows=4,mv_min_groups=1"),
+            (true, true, "mv_lane_rows=8,mv_min_groups=1"),
+            (
+                true,
+                false,
+                "mv_lane_rows=2,mv_lane_items=2,mv_min_groups=1",
+            ),
+        ],
         |int8, _, _| if int8 { 1e-8 } else { 1e-11 },
     );
 }
@@ -303,6 +316,99 @@ fn get_rows_matches_dequantize_on_gpu() {
                     (g - w).abs() <= 1e-6 * (1.0 + w.abs()),
                     "{ty} id {id} value {j}: {g} vs {w} (seed {seed:#x})"
                 );
+            }
+        }
+    }
+}
+
+/// Three weights side by side in one buffer ([`Backend::alloc_weights`])
+/// over the same activations, as q, k and v: their matvecs join into one
+/// dispatch at one token (one row per team, and four), each output as its
+/// own matvec's; three tokens run them apart.
+#[test]
+fn joined_matvecs_match_reference_on_gpu() {
+    let Some(mut be) = backend() else { return };
+    let caps = be.context().caps.clone();
+    for cfg in ["", "mv_min_groups=1"] {
+        let mut c = KernelConfig::default();
+        for o in cfg.split(',').filter(|o| !o.is_empty()) {
+            c.set(o).expect("a valid override");
+        }
+        let qk = QuantKernels::new(&caps, c);
+        for (i, ty) in [GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q8_0]
+            .into_iter()
+            .enumerate()
+        {
+            for m in [1u64, 3] {
+                let k = 8 * K;
+                let seed = 0x6E8_0000 + (i as u64) * 16 + m;
+                let weights: Vec<_> = (0..3).map(|j| weight(ty, k, seed + 100 * j)).collect();
+                let bytes = packed_layout(ty, N, k).expect("layout").part_bytes(N);
+                let bufs = be.alloc_weights(&[bytes; 3]).expect("alloc");
+                assert!(
+                    bufs.iter().all(|b| b.raw == bufs[0].raw),
+                    "one shared buffer"
+                );
+                for (b, (gguf, _)) in bufs.iter().zip(&weights) {
+                    be.upload_weight_rows(b, ty, k as usize, 0, gguf)
+                        .expect("upload");
+                }
+                let x = values(seed ^ 0xA5A5, (m * k) as usize);
+                let xb = f32_buffer(&be, &x);
+                let ys: Vec<_> = (0..3)
+                    .map(|_| f32_buffer(&be, &vec![f32::NAN; (m * N) as usize]))
+                    .collect();
+                let before = be.counters().dispatches;
+                for (b, y) in bufs.iter().zip(&ys) {
+                    let w = [WeightPart {
+                        buffer: &b.raw,
+                        offset: b.offset,
+                        first_row: 0,
+                        rows: N,
+                    }];
+                    let args = MatmulArgs {
+                        ty,
+                        k,
+                        n: N,
+                        m,
+                        x: BufRef {
+                            buffer: &xb.raw,
+                            offset: 0,
+                        },
+                        w: &w,
+                        y: BufRef {
+                            buffer: &y.raw,
+                            offset: 0,
+                        },
+                    };
+                    qk.encode_matmul(&mut be, &args).expect("encode");
+                }
+                qk.flush_join(&mut be).expect("flush");
+                be.submit().expect("submit");
+                // Joined at one token per workgroup only.
+                let want = if m == 1 { 2 } else { 4 };
+                assert_eq!(
+                    be.counters().dispatches - before,
+                    want,
+                    "{ty} {cfg} m={m}: the quantizer and the matvecs"
+                );
+                let xr = q8_round_trip(&x);
+                for (j, ((_, deq), y)) in weights.iter().zip(&ys).enumerate() {
+                    let mut want = vec![0.0f64; (m * N) as usize];
+                    for t in 0..m as usize {
+                        for r in 0..N as usize {
+                            let row = &deq[r * k as usize..(r + 1) * k as usize];
+                            let xt = &xr[t * k as usize..(t + 1) * k as usize];
+                            want[t * N as usize + r] =
+                                row.iter().zip(xt).map(|(&a, &b)| f64::from(a) * b).sum();
+                        }
+                    }
+                    let e = nmse(&download_f32(&be, y), &want);
+                    assert!(
+                        e < 1e-8,
+                        "{ty} {cfg} m={m} weight {j}: nmse {e:.3e} (seed {seed:#x})"
+                    );
+                }
             }
         }
     }

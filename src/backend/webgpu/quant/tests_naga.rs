@@ -1,7 +1,7 @@
 //! Every shader variant composed and validated by naga, with no GPU.
 
 use super::super::caps::GpuCaps;
-use super::sources::{variant, Kernel, KernelConfig, PARAMS_WGSL};
+use super::sources::{variant, Kernel, KernelConfig, MvShape, PARAMS_WGSL};
 use super::{KernelParams, SUPPORTED_TYPES};
 
 fn validate(label: &str, source: &str, f16: bool, sg: bool) {
@@ -37,6 +37,11 @@ fn every_variant_composes_and_validates() {
                     mv_w4: true,
                     ..KernelConfig::default()
                 },
+                // Two items of each of a team's rows in flight.
+                KernelConfig {
+                    mv_lane_items: 2,
+                    ..KernelConfig::default()
+                },
                 // Teams of 64: subgroup reductions on the validation caps.
                 KernelConfig {
                     mv_rows: 4,
@@ -69,8 +74,23 @@ fn every_variant_composes_and_validates() {
                 let cfg = cfg.fit(&caps);
                 for kernel in Kernel::ALL {
                     for ty in SUPPORTED_TYPES {
-                        for (tokens, aligned) in [(1, false), (1, true), (4, true)] {
-                            let Some(v) = variant(kernel, ty, &caps, &cfg, tokens, aligned) else {
+                        let shapes = [
+                            (1, false, 1, false),
+                            (1, true, 1, false),
+                            (4, true, 1, false),
+                            (1, true, 4, false),
+                            (4, false, 2, false),
+                            (1, true, 1, true),
+                            (4, true, 4, true),
+                        ];
+                        for (tokens, aligned, lane_rows, joined) in shapes {
+                            let mv = MvShape {
+                                tokens,
+                                aligned,
+                                lane_rows,
+                                joined,
+                            };
+                            let Some(v) = variant(kernel, ty, &caps, &cfg, mv) else {
                                 assert!(kernel == Kernel::MatVecI8, "{kernel:?} {ty}");
                                 continue;
                             };
@@ -120,6 +140,10 @@ fn params_struct_matches_the_wgsl() {
         "groups",
         "first_row",
         "count",
+        "n1",
+        "n2",
+        "base1",
+        "base2",
     ];
     assert_eq!(fields, expect);
     assert_eq!(std::mem::size_of::<KernelParams>(), 4 * expect.len());
