@@ -25,7 +25,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec
     let u = i / p.hv;
     let dv = i % p.hv;
     let stride = p.hv + 2u;
-    var mx = -3.4028235e38;
+    var mx = -3.4028234663852886e38;
     for (var s = 0u; s < p.splits; s = s + 1u) {
         mx = max(mx, part[(u * p.splits + s) * stride]);
     }

@@ -294,6 +294,60 @@ mod tests {
         assert_eq!(k.to_string(), "rms_norm.wg64.mode2u");
     }
 
+    /// The float literals of `src`: digit runs with a point or an exponent
+    /// that do not continue an identifier.
+    fn float_literals(src: &str) -> Vec<&str> {
+        let b = src.as_bytes();
+        let ident = |c: u8| c.is_ascii_alphanumeric() || c == b'_';
+        let mut out = Vec::new();
+        let mut i = 0;
+        while i < b.len() {
+            if b[i].is_ascii_digit() && (i == 0 || !ident(b[i - 1])) {
+                let start = i;
+                while i < b.len()
+                    && (b[i].is_ascii_digit()
+                        || b[i] == b'.'
+                        || b[i] == b'e'
+                        || b[i] == b'E'
+                        || ((b[i] == b'-' || b[i] == b'+') && matches!(b[i - 1], b'e' | b'E')))
+                {
+                    i += 1;
+                }
+                let lit = &src[start..i];
+                // (`0..7` in a comment is a range, not a number.)
+                if lit.contains(['.', 'e', 'E']) && !lit.contains("..") {
+                    out.push(lit);
+                }
+            }
+            i += 1;
+        }
+        out
+    }
+
+    #[test]
+    fn float_literals_fit_f32_as_written() {
+        // Tint (Chromium) rejects a literal whose decimal lies past
+        // f32::MAX, such as 3.4028235e38 (f32::MAX's shortest form), where
+        // naga rounds it; so every shader writes -3.4028234663852886e38.
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/shaders");
+        let mut checked = 0;
+        for entry in std::fs::read_dir(dir).expect("shaders/") {
+            let path = entry.expect("entry").path();
+            if path.extension().is_none_or(|e| e != "wgsl") {
+                continue;
+            }
+            let src = std::fs::read_to_string(&path).expect("shader text");
+            for lit in float_literals(&src) {
+                let v: f64 = lit.parse().unwrap_or_else(|_| panic!("{path:?}: {lit}"));
+                assert!(v <= f64::from(f32::MAX), "{path:?}: {lit} is not an f32");
+                checked += 1;
+            }
+        }
+        assert!(checked > 0, "no float literal found in {dir}");
+        assert_eq!(float_literals("let q4_k = 1.5e2 + x2.0"), vec!["1.5e2"]);
+        assert_eq!(float_literals("a = -3.4028235e38;"), vec!["3.4028235e38"]);
+    }
+
     #[test]
     fn enable_lines_follow_the_target() {
         let caps = GpuCaps::for_validation(true, true);
