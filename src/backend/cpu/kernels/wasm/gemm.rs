@@ -233,38 +233,29 @@ fn common<W, R: Rows<W>, A, const T: usize>(w: &R, a: &[Acts<'_, A>; T]) -> usiz
     na.min().unwrap_or(0).min(w.len())
 }
 
-/// Q4_0 x Q8_0.
-struct Q40;
-/// Q4_1 x Q8_1.
-struct Q41;
-/// Q8_0 x Q8_0.
-struct Q80;
+/// A [`Tile`] named `$name` whose kernel `$f` takes every activation row
+/// of a call at once.
+macro_rules! tile {
+    ($name:ident, $w:ty, $a:ty, $f:ident, $doc:literal) => {
+        #[doc = $doc]
+        struct $name;
+
+        impl Tile for $name {
+            type W = $w;
+            type A = $a;
+            fn dot<R: Rows<$w>, const T: usize>(w: R, a: [Acts<'_, $a>; T]) -> [v128; T] {
+                $f(w, a)
+            }
+        }
+    };
+}
+
+tile!(Q40, BlockQ4_0, BlockQ8_0, q4_0x4, "Q4_0 x Q8_0.");
+tile!(Q41, BlockQ4_1, BlockQ8_1, q4_1x4, "Q4_1 x Q8_1.");
+tile!(Q80, BlockQ8_0, BlockQ8_0, q8_0x4, "Q8_0 x Q8_0.");
+
 /// Q4_K x Q8_K (one activation row at a time).
 struct Q4K;
-
-impl Tile for Q40 {
-    type W = BlockQ4_0;
-    type A = BlockQ8_0;
-    fn dot<R: Rows<BlockQ4_0>, const T: usize>(w: R, a: [Acts<'_, BlockQ8_0>; T]) -> [v128; T] {
-        q4_0x4(w, a)
-    }
-}
-
-impl Tile for Q41 {
-    type W = BlockQ4_1;
-    type A = BlockQ8_1;
-    fn dot<R: Rows<BlockQ4_1>, const T: usize>(w: R, a: [Acts<'_, BlockQ8_1>; T]) -> [v128; T] {
-        q4_1x4(w, a)
-    }
-}
-
-impl Tile for Q80 {
-    type W = BlockQ8_0;
-    type A = BlockQ8_0;
-    fn dot<R: Rows<BlockQ8_0>, const T: usize>(w: R, a: [Acts<'_, BlockQ8_0>; T]) -> [v128; T] {
-        q8_0x4(w, a)
-    }
-}
 
 impl Tile for Q4K {
     type W = BlockQ4K;
