@@ -93,7 +93,15 @@ impl Weight {
             Some(w) => {
                 let sk = table.weight(w.to).ok_or_else(|| unsupported(w.to))?;
                 let rb = cols / be * w.to.block_bytes();
-                let mut wide = vec![0u32; (rb * rows).div_ceil(4)];
+                let words = (rb * rows).div_ceil(4);
+                let mut wide = Vec::new();
+                wide.try_reserve_exact(words)
+                    .map_err(|e| BackendError::OutOfMemory {
+                        bytes: (words * 4) as u64,
+                        what: format!("tensor '{name}' stored as {}", w.to),
+                        detail: e.to_string(),
+                    })?;
+                wide.resize(words, 0u32);
                 let from: &[u8] = &bytemuck::cast_slice(&data[..])[..data_len];
                 (w.encode)(
                     from,
