@@ -305,23 +305,10 @@ pub fn matmul(
     }
     let mut acts = ACTS.take();
     let act_bytes = quantize_into(threads, table, w, x, &mut acts);
+    // A range that cuts a group of interleaved rows cannot go to the tiles
+    // (no model asks for one; experts' ranges are whole groups).
     let whole = |r: usize| r.is_multiple_of(GROUP_ROWS) || r == w.rows;
-    if w.kernels.interleave && !(whole(rows.start) && whole(rows.end)) {
-        // A range that cuts a group of interleaved rows: each row gathered
-        // and dotted alone (no model asks for one; experts' ranges are
-        // whole groups).
-        if let Ok(act_bytes) = act_bytes {
-            let a: &[u8] = &bytemuck::cast_slice(&acts)[..n * act_bytes];
-            for (i, r) in rows.enumerate() {
-                let row = w.stored_row(r);
-                for (t, arow) in a.chunks_exact(act_bytes).enumerate() {
-                    y[t * m + i] = (w.kernels.vec_dot)(&row, arow);
-                }
-            }
-        }
-        ACTS.set(acts);
-        return act_bytes.map(|_| ());
-    }
+    let cuts_group = w.kernels.interleave && !(whole(rows.start) && whole(rows.end));
     if let Ok(act_bytes) = act_bytes {
         let a: &[u8] = &bytemuck::cast_slice(&acts)[..n * act_bytes];
         let wr = &w.bytes()[rows.start * w.row_bytes..rows.end * w.row_bytes];
@@ -332,6 +319,8 @@ pub fn matmul(
             act_bytes,
             n,
             m,
+            first: rows.start,
+            tiles: !cuts_group,
             one_token_tiles: w.one_token_runs_tiles(),
         };
         p.run(threads, y);
@@ -349,6 +338,10 @@ struct Product<'a> {
     act_bytes: usize,
     n: usize,
     m: usize,
+    /// The weight row `wr` starts at.
+    first: usize,
+    /// Whether the tiles may run (not where the rows cut an interleaved group).
+    tiles: bool,
     /// [`Weight::one_token_runs_tiles`] for the rows in use.
     one_token_tiles: bool,
 }
@@ -429,8 +422,7 @@ impl Product<'_> {
         // every tile shape, so then a token's results do not depend on the
         // batch it is in. Elsewhere one token dots row by row (the same
         // products, summed in another order: equal within f32 rounding).
-        // (Interleaved weights are only read by their tiles.)
-        let tiles = if self.n == 1 && !self.one_token_tiles && !self.w.kernels.interleave {
+        let tiles = if !self.tiles || (self.n == 1 && !self.one_token_tiles) {
             None
         } else {
             self.w.kernels.gemm
@@ -445,10 +437,11 @@ impl Product<'_> {
                 gemm(wr, rb, a, self.act_bytes, out);
             }
             None => {
+                // Rows in the plain layout (gathered where interleaved).
                 let dot = self.w.kernels.vec_dot;
-                for (r, wrow) in wr.chunks_exact(rb).enumerate() {
+                for (r, wr) in rows.map(|r| self.w.stored_row(self.first + r)).enumerate() {
                     for (t, arow) in a.chunks_exact(self.act_bytes).enumerate() {
-                        out[r * row_stride + t * tok_stride] = dot(wrow, arow);
+                        out[r * row_stride + t * tok_stride] = dot(&wr, arow);
                     }
                 }
             }

@@ -229,7 +229,6 @@ pub fn interleave_rows(bytes: &mut [u8], row_bytes: usize, block_bytes: usize) {
     if block_bytes == 0 || row_bytes == 0 || !row_bytes.is_multiple_of(block_bytes) {
         return;
     }
-    let blocks = row_bytes / block_bytes;
     let mut plain = vec![0u8; group];
     for g in bytes.chunks_exact_mut(group) {
         plain.copy_from_slice(g);
@@ -239,7 +238,6 @@ pub fn interleave_rows(bytes: &mut [u8], row_bytes: usize, block_bytes: usize) {
                 g[at..at + block_bytes].copy_from_slice(block);
             }
         }
-        debug_assert_eq!(blocks * GROUP_ROWS * block_bytes, group);
     }
 }
 
