@@ -2,8 +2,9 @@
 //! dot loop it replaced (`vec_dot` per row and token), in one process:
 //! the best of many short trials, so a busy machine disturbs it little.
 //!
-//! `cargo run --release --example matmul_speed [threads] [type,type...] [COLSxROWS]`
-//! (a shape given replaces the built-in ones, for each type named).
+//! `cargo run --release --example matmul_speed [threads] [type,type...] [COLSxROWS] [N,N...]`
+//! (a shape given replaces the built-in ones, for each type named; `N`:
+//! the activation rows, tokens, of each timing, 1 and 64 by default).
 //!
 //! Shapes are the real models' (`cols x rows`): SmolLM2-135M (Q4_1, Q8_0),
 //! Gemma-3-270M (Q4_K, Q6_K, Q5_0, Q8_0 where rows are whole blocks; the
@@ -83,6 +84,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let names: Vec<&str> = only.split(',').collect();
         shapes.retain(|(ty, _, _)| names.iter().any(|n| n.eq_ignore_ascii_case(ty.name())));
     }
+    let tokens: Vec<usize> = std::env::args()
+        .nth(4)
+        .map(|s| s.split(',').filter_map(|n| n.parse().ok()).collect())
+        .unwrap_or_else(|| vec![1, 64]);
     let mut seed = 1u64;
     let mut next = move || {
         seed = seed
@@ -101,10 +106,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let w = Weight::new(&table, "w", ty, cols, rows, words, wq.len())?;
         let k = table.weight(ty).ok_or("no kernel")?;
         let rb = wq.len() / rows;
-        for n in [1usize, 64] {
+        for &n in &tokens {
             let x: Vec<f32> = (0..n * cols).map(|_| next()).collect();
             let mut y = vec![0.0f32; n * rows];
-            let trials = if n == 1 { 40 } else { 6 };
+            let trials = if n == 1 { 40 } else { (384 / n).clamp(2, 6) };
             let mut y2 = y.clone();
             let (new, old) = best2(
                 trials,

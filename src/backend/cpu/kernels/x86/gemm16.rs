@@ -47,9 +47,13 @@ struct Packed {
     codes: Vec<u32>,
     /// `[g][b][16 tokens]`: block scales (0 for padding tokens).
     d: Vec<f32>,
-    /// `[g][b][j][16 tokens]`: sums of the 16-element groups `j`.
-    sums: Vec<i32>,
+    /// `[g][b][p][16 tokens]`, `PAIRS` words `p` per block: the sums of
+    /// values `2p` and `2p + 1` of [`Format::PAIR_ELEMS`] each, as i16 pairs.
+    pairs: Vec<u32>,
 }
+
+/// Words of activation-sum pairs per block and token in [`Packed::pairs`].
+const PAIRS: usize = 8;
 
 thread_local! {
     /// Transposed activations, reused across calls on each thread.
@@ -81,13 +85,28 @@ pub(super) fn gemm(ty: GgmlType) -> Option<GemmFn> {
 }
 
 /// Decoded weight block: unsigned bytes `u = q + BIAS` (as 64 words),
-/// sub-block scales and mins, `d` and `dmin`.
+/// sub-block scales, the coefficients of the block's correction term as
+/// i16 pairs, `d` and `dmin`.
+///
+/// The correction is `sum_p coef_p * sums_p` over the activation sums of
+/// [`Format::PAIR_ELEMS`] values: the mins against 32-value sums for the
+/// formats with mins (`s2`), the scales against the sub-block sums for
+/// those with a bias (`s1 -= BIAS * correction`, which is
+/// `sum_s sc_s * (sum(u * q8) - BIAS * sum(q8))` regrouped).
 struct Decoded {
     q: [u32; WORDS],
     sc: [i32; 16],
-    mn: [i32; 8],
+    coef: [u32; 8],
     d: f32,
     dmin: f32,
+}
+
+/// Packs `v[2p], v[2p + 1]` (each fitting i16) into one word per pair.
+#[inline]
+fn i16_pairs<const N: usize>(v: impl Fn(usize) -> i32, out: &mut [u32; 8]) {
+    for (p, o) in out.iter_mut().enumerate().take(N) {
+        *o = (v(2 * p) as u16 as u32) | ((v(2 * p + 1) as u16 as u32) << 16);
+    }
 }
 
 /// A weight format of the banded kernel.
@@ -98,6 +117,9 @@ trait Format: Pod {
     const BIAS: i32;
     /// Whether the format has mins (`s2`, `dmin`).
     const MIN: bool;
+    /// Values per activation sum of the correction term: 32 (four i16
+    /// pairs per block) or 16 (eight pairs, Q6_K).
+    const PAIR_ELEMS: usize;
     /// Decodes the block into `out`.
     ///
     /// # Safety
@@ -161,14 +183,15 @@ fn k45_scales(packed: &[u8; 12], out: &mut Decoded) {
     let sm = k4_scales_mins(packed);
     for s in 0..8 {
         out.sc[s] = i32::from(sm[s]);
-        out.mn[s] = i32::from(sm[8 + s]);
     }
+    i16_pairs::<4>(|j| i32::from(sm[8 + j]), &mut out.coef);
 }
 
 impl Format for BlockQ4K {
     const SUB: usize = 8;
     const BIAS: i32 = 0;
     const MIN: bool = true;
+    const PAIR_ELEMS: usize = 32;
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
     unsafe fn decode(&self, out: &mut Decoded) {
@@ -189,6 +212,7 @@ impl Format for BlockQ5K {
     const SUB: usize = 8;
     const BIAS: i32 = 0;
     const MIN: bool = true;
+    const PAIR_ELEMS: usize = 32;
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
     unsafe fn decode(&self, out: &mut Decoded) {
@@ -212,12 +236,14 @@ impl Format for BlockQ6K {
     const SUB: usize = 4;
     const BIAS: i32 = 32;
     const MIN: bool = false;
+    const PAIR_ELEMS: usize = 16;
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
     unsafe fn decode(&self, out: &mut Decoded) {
         for (s, &v) in out.sc.iter_mut().zip(&self.scales) {
             *s = i32::from(v);
         }
+        i16_pairs::<8>(|j| i32::from(self.scales[j]), &mut out.coef);
         out.d = h2f(self.d);
         let m4 = _mm256_set1_epi8(0x0F);
         for h in 0..2 {
@@ -253,6 +279,7 @@ impl Format for BlockIQ4XS {
     const SUB: usize = 8;
     const BIAS: i32 = 128;
     const MIN: bool = false;
+    const PAIR_ELEMS: usize = 32;
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
     unsafe fn decode(&self, out: &mut Decoded) {
@@ -263,6 +290,7 @@ impl Format for BlockIQ4XS {
             let u = _mm256_xor_si256(iq4_levels(qs), _mm256_set1_epi8(i8::MIN));
             _mm256_storeu_si256(out.q.as_mut_ptr().add(8 * ib).cast(), u);
         }
+        i16_pairs::<4>(|j| out.sc[j], &mut out.coef);
         out.d = h2f(self.d);
     }
     #[inline]
@@ -307,22 +335,32 @@ fn xs_scale(b: &BlockIQ4XS, ib: usize) -> i32 {
 
 /// Transposes tokens `t0..t0 + tn` (`tn <= GROUPS * GROUP`) of `a` (rows of
 /// `nb` blocks) into `p`, padding the last group with zero tokens.
-fn pack(a: &[BlockQ8K], nb: usize, t0: usize, tn: usize, p: &mut Packed) {
+fn pack<W: Format>(a: &[BlockQ8K], nb: usize, t0: usize, tn: usize, p: &mut Packed) {
     let ng = tn.div_ceil(GROUP);
     p.codes.clear();
     p.codes.resize(ng * nb * WORDS * GROUP, 0);
     p.d.clear();
     p.d.resize(ng * nb * GROUP, 0.0);
-    p.sums.clear();
-    p.sums.resize(ng * nb * 16 * GROUP, 0);
+    p.pairs.clear();
+    p.pairs.resize(ng * nb * PAIRS * GROUP, 0);
+    // bsums per sum of the correction term: 1 (16 values) or 2 (32).
+    let per = W::PAIR_ELEMS / 16;
     for t in 0..tn {
         let (g, j) = (t / GROUP, t % GROUP);
         let row = &a[(t0 + t) * nb..(t0 + t + 1) * nb];
         for (b, by) in row.iter().enumerate() {
             let gb = g * nb + b;
             p.d[gb * GROUP + j] = by.d;
-            for (s, &sum) in by.bsums.iter().enumerate() {
-                p.sums[(gb * 16 + s) * GROUP + j] = i32::from(sum);
+            let sum = |i: usize| -> i32 {
+                by.bsums[per * i..per * (i + 1)]
+                    .iter()
+                    .map(|&v| i32::from(v))
+                    .sum()
+            };
+            for q in 0..16 / per / 2 {
+                // |sum| <= 32 * 127: each fits i16.
+                let word = (sum(2 * q) as u16 as u32) | ((sum(2 * q + 1) as u16 as u32) << 16);
+                p.pairs[(gb * PAIRS + q) * GROUP + j] = word;
             }
             for (k, q) in by.qs.chunks_exact(4).enumerate() {
                 let word = u32::from_le_bytes([q[0] as u8, q[1] as u8, q[2] as u8, q[3] as u8]);
@@ -360,7 +398,7 @@ unsafe fn run<W: Format>(w: &[u8], row_bytes: usize, a: &[u8], act_bytes: usize,
         let mut p = PACKED.take();
         for t0 in (0..toks).step_by(GROUPS * GROUP) {
             let tn = (toks - t0).min(GROUPS * GROUP);
-            pack(&ab, nb, t0, tn, &mut p);
+            pack::<W>(&ab, nb, t0, tn, &mut p);
             for r0 in (0..banded).step_by(BAND) {
                 // SAFETY: rows r0..r0 + 8 and tokens t0..t0 + tn exist;
                 // `out.fits(rows, toks)` bounds every index written.
@@ -413,7 +451,8 @@ unsafe fn row_dot<W: Format>(w: &[W], a: &[BlockQ8K]) -> f32 {
 }
 
 /// Eight weight rows (`w`, 8 rows of `nb` blocks) by the `tn` packed tokens
-/// of `p`, results at `out[r * rs + t * ts]`.
+/// of `p`, results at `out[r * rs + t * ts]`: each block decoded once,
+/// then tiles of [`TILE_ROWS`] rows by up to [`TILE_GROUPS`] groups.
 ///
 /// # Safety
 /// AVX-512 VNNI as in [`run`]; `out` is valid for every index written.
@@ -428,12 +467,11 @@ unsafe fn band<W: Format>(
     ts: usize,
 ) {
     let ng = tn.div_ceil(GROUP);
-    let ns = WORDS / W::SUB;
     let mut acc = [[_mm512_setzero_ps(); BAND]; GROUPS];
     let mut dec: [Decoded; BAND] = std::array::from_fn(|_| Decoded {
         q: [0; WORDS],
         sc: [0; 16],
-        mn: [0; 8],
+        coef: [0; 8],
         d: 0.0,
         dmin: 0.0,
     });
@@ -441,62 +479,139 @@ unsafe fn band<W: Format>(
         for (r, dr) in dec.iter_mut().enumerate() {
             w[r * nb + b].decode(dr);
         }
-        for g in 0..ng {
-            let gb = g * nb + b;
-            let codes = p.codes.as_ptr().add(gb * WORDS * GROUP);
-            let sums = p.sums.as_ptr().add(gb * 16 * GROUP);
-            let mut s1 = [_mm512_setzero_si512(); BAND];
-            for s in 0..ns {
-                let mut lanes = [_mm512_setzero_si512(); BAND];
-                for k in W::SUB * s..W::SUB * (s + 1) {
-                    let c = _mm512_loadu_si512(codes.add(k * GROUP).cast());
-                    for r in 0..BAND {
-                        let u = _mm512_set1_epi32(dec[r].q[k] as i32);
-                        lanes[r] = _mm512_dpbusd_epi32(lanes[r], u, c);
-                    }
+        for r0 in (0..BAND).step_by(TILE_ROWS) {
+            let rows: &[Decoded; TILE_ROWS] = &*dec.as_ptr().add(r0).cast();
+            let mut g0 = 0;
+            while g0 < ng {
+                let at = Tokens {
+                    codes: p.codes.as_ptr().add((g0 * nb + b) * WORDS * GROUP),
+                    pairs: p.pairs.as_ptr().add((g0 * nb + b) * PAIRS * GROUP),
+                    d: p.d.as_ptr().add((g0 * nb + b) * GROUP),
+                    stride: nb,
+                };
+                if ng - g0 >= TILE_GROUPS {
+                    tile::<W, TILE_GROUPS>(rows, &at, &mut acc[g0..], r0);
+                    g0 += TILE_GROUPS;
+                } else {
+                    tile::<W, 1>(rows, &at, &mut acc[g0..], r0);
+                    g0 += 1;
                 }
-                if W::BIAS != 0 {
-                    // Sub-block sums of the activations (16 or 32 values).
-                    let per = W::SUB / 4;
-                    let mut sum = _mm512_loadu_si512(sums.add(per * s * GROUP).cast());
-                    if per == 2 {
-                        let hi = _mm512_loadu_si512(sums.add((2 * s + 1) * GROUP).cast());
-                        sum = _mm512_add_epi32(sum, hi);
-                    }
-                    let bias = _mm512_mullo_epi32(sum, _mm512_set1_epi32(W::BIAS));
-                    for l in lanes.iter_mut() {
-                        *l = _mm512_sub_epi32(*l, bias);
-                    }
-                }
-                for r in 0..BAND {
-                    let sc = _mm512_set1_epi32(dec[r].sc[s]);
-                    s1[r] = _mm512_add_epi32(s1[r], _mm512_mullo_epi32(lanes[r], sc));
-                }
-            }
-            let d8 = _mm512_loadu_ps(p.d.as_ptr().add(gb * GROUP));
-            for r in 0..BAND {
-                let mut m = _mm512_mul_ps(_mm512_cvtepi32_ps(s1[r]), _mm512_set1_ps(dec[r].d));
-                if W::MIN {
-                    let mut s2 = _mm512_setzero_si512();
-                    for s in 0..8 {
-                        let lo = _mm512_loadu_si512(sums.add(2 * s * GROUP).cast());
-                        let hi = _mm512_loadu_si512(sums.add((2 * s + 1) * GROUP).cast());
-                        let mn = _mm512_set1_epi32(dec[r].mn[s]);
-                        s2 = _mm512_add_epi32(s2, _mm512_mullo_epi32(_mm512_add_epi32(lo, hi), mn));
-                    }
-                    m = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(s2), _mm512_set1_ps(dec[r].dmin), m);
-                }
-                acc[g][r] = _mm512_add_ps(acc[g][r], _mm512_mul_ps(m, d8));
             }
         }
     }
-    for (g, accg) in acc.iter().enumerate().take(ng) {
-        for (r, v) in accg.iter().enumerate() {
-            let mut lanes = [0.0f32; GROUP];
-            _mm512_storeu_ps(lanes.as_mut_ptr(), *v);
-            for (j, &x) in lanes.iter().enumerate().take(tn - g * GROUP) {
-                *out.add(r * rs + (g * GROUP + j) * ts) = x;
+    store(&acc, tn, out, rs, ts);
+}
+
+/// Writes the band's sums `acc[g][r]` (lane `j`: token `16g + j`) of `tn`
+/// tokens to `out[r * rs + t * ts]`: with adjacent rows (`rs == 1`, the
+/// matmul's layout) as eight contiguous floats per token, one store each
+/// rather than eight stores to eight places a token row apart.
+///
+/// # Safety
+/// AVX-512 as in [`run`]; `out` is valid for every index written.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(super) unsafe fn store(
+    acc: &[[__m512; BAND]; GROUPS],
+    tn: usize,
+    out: *mut f32,
+    rs: usize,
+    ts: usize,
+) {
+    let mut lanes = [[0.0f32; GROUP]; BAND];
+    for (g, accg) in acc.iter().enumerate().take(tn.div_ceil(GROUP)) {
+        for (l, v) in lanes.iter_mut().zip(accg) {
+            _mm512_storeu_ps(l.as_mut_ptr(), *v);
+        }
+        let n = (tn - g * GROUP).min(GROUP);
+        if rs == 1 {
+            let rows = _mm256_setr_epi32(0, 16, 32, 48, 64, 80, 96, 112);
+            for j in 0..n {
+                let v = _mm256_i32gather_ps::<4>(lanes.as_ptr().cast::<f32>().add(j), rows);
+                _mm256_storeu_ps(out.add((g * GROUP + j) * ts), v);
             }
+        } else {
+            for (r, l) in lanes.iter().enumerate() {
+                for (j, &x) in l.iter().enumerate().take(n) {
+                    *out.add(r * rs + (g * GROUP + j) * ts) = x;
+                }
+            }
+        }
+    }
+}
+
+/// Weight rows per register tile of [`band`].
+const TILE_ROWS: usize = 4;
+/// Groups of 16 tokens per register tile of [`band`] (a last odd group
+/// runs alone).
+const TILE_GROUPS: usize = 2;
+
+/// One block of the packed tokens of group `g0` (and the next groups, a
+/// stride of `stride` blocks apart).
+struct Tokens {
+    codes: *const u32,
+    pairs: *const u32,
+    d: *const f32,
+    stride: usize,
+}
+
+/// Rows `rows` (decoded, rows `r0..` of the band) by `G` groups of 16
+/// tokens over one block, added to `acc[g][r0 + r]`: `TILE_ROWS * G`
+/// accumulators per sub-block, each code load shared by the tile's rows and
+/// each broadcast weight word by its groups.
+///
+/// # Safety
+/// AVX-512 VNNI as in [`run`]; `at` points at `G` whole groups.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn tile<W: Format, const G: usize>(
+    rows: &[Decoded; TILE_ROWS],
+    at: &Tokens,
+    acc: &mut [[__m512; BAND]],
+    r0: usize,
+) {
+    let codes: [*const u32; G] =
+        std::array::from_fn(|g| at.codes.add(g * at.stride * WORDS * GROUP));
+    let mut s1 = [[_mm512_setzero_si512(); G]; TILE_ROWS];
+    for s in 0..WORDS / W::SUB {
+        let mut lanes = [[_mm512_setzero_si512(); G]; TILE_ROWS];
+        for k in W::SUB * s..W::SUB * (s + 1) {
+            let c: [__m512i; G] =
+                std::array::from_fn(|g| _mm512_loadu_si512(codes[g].add(k * GROUP).cast()));
+            for (lr, dr) in lanes.iter_mut().zip(rows) {
+                let u = _mm512_set1_epi32(dr.q[k] as i32);
+                for (l, &cg) in lr.iter_mut().zip(&c) {
+                    *l = _mm512_dpbusd_epi32(*l, u, cg);
+                }
+            }
+        }
+        for ((sr, lr), dr) in s1.iter_mut().zip(&lanes).zip(rows) {
+            let sc = _mm512_set1_epi32(dr.sc[s]);
+            for (x, &l) in sr.iter_mut().zip(lr) {
+                *x = _mm512_add_epi32(*x, _mm512_mullo_epi32(l, sc));
+            }
+        }
+    }
+    let npairs = 16 / (W::PAIR_ELEMS / 16) / 2;
+    for (g, accg) in acc.iter_mut().enumerate().take(G) {
+        let pairs = at.pairs.add(g * at.stride * PAIRS * GROUP);
+        let d8 = _mm512_loadu_ps(at.d.add(g * at.stride * GROUP));
+        for (r, dr) in rows.iter().enumerate() {
+            let mut corr = _mm512_setzero_si512();
+            for q in 0..npairs {
+                let sums = _mm512_loadu_si512(pairs.add(q * GROUP).cast());
+                corr = _mm512_dpwssd_epi32(corr, _mm512_set1_epi32(dr.coef[q] as i32), sums);
+            }
+            let mut s1 = s1[r][g];
+            if W::BIAS != 0 {
+                s1 = _mm512_sub_epi32(s1, _mm512_mullo_epi32(corr, _mm512_set1_epi32(W::BIAS)));
+            }
+            let mut m = _mm512_mul_ps(_mm512_cvtepi32_ps(s1), _mm512_set1_ps(dr.d));
+            if W::MIN {
+                m = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(corr), _mm512_set1_ps(dr.dmin), m);
+            }
+            let a = &mut accg[r0 + r];
+            *a = _mm512_add_ps(*a, _mm512_mul_ps(m, d8));
         }
     }
 }

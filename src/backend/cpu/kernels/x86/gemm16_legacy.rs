@@ -23,6 +23,7 @@ use bytemuck::Pod;
 use super::avx2::{h2f, iq4_levels, nibbles, q5_quants};
 use super::decode512::{gather_f16, row_sums8};
 use super::gemm::prefetch_share;
+use super::gemm16;
 use crate::backend::cpu::kernels::{blocks, GemmFn, Out};
 use crate::quant::blocks::{
     BlockIQ4NL, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, BlockQ8_1, KVALUES_IQ4NL,
@@ -551,13 +552,5 @@ unsafe fn band<W: Format>(
             }
         }
     }
-    for (g, accg) in acc.iter().enumerate().take(ng) {
-        for (r, v) in accg.iter().enumerate() {
-            let mut lanes = [0.0f32; GROUP];
-            _mm512_storeu_ps(lanes.as_mut_ptr(), *v);
-            for (j, &x) in lanes.iter().enumerate().take(tn - g * GROUP) {
-                *out.add(r * rs + (g * GROUP + j) * ts) = x;
-            }
-        }
-    }
+    gemm16::store(&acc, tn, out, rs, ts);
 }
