@@ -3,10 +3,10 @@
 //! run with its greedy continuation teacher-forced in ONE pass.
 //!
 //! - last prompt position vs `*.last.f32`: nrmse <= 0.1, top-1 equal unless
-//!   llama.cpp's top-1/top-2 gap is < 0.5;
+//!   llama.cpp's top-1/top-2 gap is under the model's clear gap;
 //! - every prompt position: top-20 overlap >= 15 with `prompt_pos_top20`;
-//! - every greedy step whose llama.cpp gap is >= 0.5 picks llama.cpp's token
-//!   (close calls are printed).
+//! - every greedy step whose llama.cpp gap is at least the clear gap picks
+//!   llama.cpp's token (close calls are printed).
 
 mod model_support;
 
@@ -16,8 +16,15 @@ use hearth::model::{Batch, KvType, LogitsWanted, SeqInput};
 use model_support::*;
 
 /// Gap under which llama.cpp's own configurations (F16 KV, flash attention)
-/// can flip the top-1 (fixtures README: flips at gaps <= 0.27).
+/// can flip the top-1 (fixtures README: flips at gaps <= 0.27): SmolLM2's.
 const CLEAR_GAP: f32 = 0.5;
+
+/// Gemma 3's: its logits move by a few percent with any rounding-level
+/// change (a float summation order, re-rounding the int8 activations of the
+/// next matmul), and an exact float64 forward differs from llama.cpp's by
+/// up to 1.13 on single logits (`crosscheck.json`, SmolLM2: up to 0.76);
+/// flips at gaps just over 0.5 are that noise, not a wrong result.
+const CLEAR_GAP_GEMMA: f32 = 0.75;
 
 /// Prompts longer than this get the chunked, last-position-only check.
 const LONG: usize = 100;
@@ -58,6 +65,7 @@ fn check_prompt(
     m: &mut hearth::model::CpuModel,
     dir: &Path,
     stem: &str,
+    clear_gap: f32,
 ) -> (f64, Vec<String>, Vec<String>) {
     let meta = read_json(&dir.join(format!("{stem}.json")));
     let prompt = ids(&meta["prompt_ids"]);
@@ -80,7 +88,7 @@ fn check_prompt(
     if e > 0.1 {
         fail.push(format!("{stem}: last-position nrmse {e:.3e}"));
     }
-    if argmax(row(np - 1)) != ref_top[0] && last[ref_top[0]] - last[ref_top[1]] >= CLEAR_GAP {
+    if argmax(row(np - 1)) != ref_top[0] && last[ref_top[0]] - last[ref_top[1]] >= clear_gap {
         fail.push(format!("{stem}: last-position top-1 differs"));
     }
     let tops = meta["prompt_pos_top20"].as_array().expect("top20");
@@ -105,7 +113,7 @@ fn check_prompt(
                 top[0].0,
                 gap(&top)
             );
-            if gap(&top) >= CLEAR_GAP {
+            if gap(&top) >= clear_gap {
                 fail.push(msg);
             } else {
                 close.push(msg);
@@ -115,7 +123,7 @@ fn check_prompt(
     (e, close, fail)
 }
 
-fn check_model(file: &str, fixture_dir: &str) {
+fn check_model(file: &str, fixture_dir: &str, clear_gap: f32) {
     let path = real_model(file);
     // llama.cpp's references use an F32 cache; `HEARTH_TEST_KV=f16` checks
     // the default F16 cache against the same bounds.
@@ -135,7 +143,7 @@ fn check_model(file: &str, fixture_dir: &str) {
     let mut failures = Vec::new();
     for stem in &stems {
         let t = std::time::Instant::now();
-        let (e, close, fail) = check_prompt(&mut m, &dir, stem);
+        let (e, close, fail) = check_prompt(&mut m, &dir, stem, clear_gap);
         println!(
             "{fixture_dir} {stem:<20} last nrmse {e:.3e}  ({:.1} s)",
             t.elapsed().as_secs_f64()
@@ -153,12 +161,17 @@ fn smollm2_matches_llamacpp() {
     check_model(
         "SmolLM2-135M-Instruct.Q4_1.gguf",
         "smollm2-135m-instruct-q4_1",
+        CLEAR_GAP,
     );
 }
 
 #[test]
 fn gemma3_matches_llamacpp() {
-    check_model("gemma-3-270m-q4_k_m.gguf", "gemma-3-270m-q4_k_m");
+    check_model(
+        "gemma-3-270m-q4_k_m.gguf",
+        "gemma-3-270m-q4_k_m",
+        CLEAR_GAP_GEMMA,
+    );
 }
 
 /// Greedy decode of `steps` tokens after `prompt`, one token per forward

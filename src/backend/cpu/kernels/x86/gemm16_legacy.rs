@@ -223,12 +223,14 @@ pub(super) fn gemm(ty: GgmlType) -> Option<GemmFn> {
             }
         };
     }
-    // Q5_0 and Q5_1 stay on `gemm.rs`'s tiles: through this kernel,
-    // Gemma 3's greedy tokens (Q5_0) and a Q5_1 Mixtral's logits drifted
-    // from llama.cpp's beyond the model tests' bounds.
+    // Q5_1 stays on `gemm.rs`'s tiles, whose float order is llama.cpp's
+    // (eight lanes per pair, the mins summed apart): through this kernel a
+    // Q5_1 Mixtral's router picked another expert at one step of the
+    // synthetic tests, and its logits moved past their bounds.
     let f: GemmFn = match ty {
         GgmlType::Q4_0 => entry!(BlockQ4_0),
         GgmlType::Q4_1 => entry!(BlockQ4_1),
+        GgmlType::Q5_0 => entry!(BlockQ5_0),
         GgmlType::Q8_0 => entry!(BlockQ8_0),
         GgmlType::IQ4_NL => entry!(BlockIQ4NL),
         _ => return None,
