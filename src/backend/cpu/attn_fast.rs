@@ -6,7 +6,10 @@
 //! from the paged cache into an f32 scratch tile once, then scores every
 //! query of the item against it (the queries of a GQA group share the tile),
 //! keeping per query the running max `m`, the running sum `l` and the
-//! unnormalised output `acc`. Items of a long decode split the keys
+//! unnormalised output `acc`. Where the ISA has multi-query kernels
+//! ([`super::attn_kernels::MultiKernels`]) the heads of one position, which
+//! see the same keys, are scored and accumulated together against the key
+//! tile transposed once per tile. Items of a long decode split the keys
 //! (split-K) so every thread has work; [`merge`] combines the partial states
 //! of one query with the usual rescaling. Scratch lives in thread-local
 //! buffers that grow once, so the hot loop never allocates.
@@ -14,11 +17,11 @@
 use std::cell::RefCell;
 
 use super::attention::{AttnSeq, AttnShape, LayerKv};
-use super::attn_kernels::AttnKernels;
+use super::attn_kernels::{AttnKernels, MultiKernels, MULTI_TILE};
 use super::threads::Threads;
 
 /// Keys per tile.
-const TILE: usize = 32;
+const TILE: usize = MULTI_TILE;
 /// Query rows (positions) per prefill item.
 const Q_ROWS: usize = 16;
 /// Fewest keys a split of a decode item gets.
@@ -142,13 +145,10 @@ fn merge(c: &Ctx<'_>, items: &[Item], partial: &[f32], stride: usize, out: &mut 
     let rows = out.len() / (nh * hv).max(1);
     let mut ml = vec![(f32::NEG_INFINITY, 0.0f32); rows * nh];
     for (it, st) in items.iter().zip(partial.chunks_exact(stride)) {
-        for (qi, s) in st
-            .chunks_exact(hv + 2)
-            .take((it.r1 - it.r0) * g)
-            .enumerate()
-        {
+        let (accs, mls) = st.split_at(Q_ROWS * g * hv);
+        for qi in 0..(it.r1 - it.r0) * g {
             let (row, h) = (it.r0 + qi / g, it.kvh * g + qi % g);
-            let (m, l, acc) = (s[0], s[1], &s[2..]);
+            let (m, l, acc) = (mls[2 * qi], mls[2 * qi + 1], &accs[qi * hv..][..hv]);
             if l == 0.0 {
                 continue;
             }
@@ -173,7 +173,8 @@ fn merge(c: &Ctx<'_>, items: &[Item], partial: &[f32], stride: usize, out: &mut 
     }
 }
 
-/// Runs one item into its state block `st` (`[queries, 2 + hv]`: m, l, acc).
+/// Runs one item into its state block `st`: `[Q_ROWS * group, hv]` outputs
+/// `acc`, then `[Q_ROWS * group, 2]` running maxima `m` and sums `l`.
 fn run_item(c: &Ctx<'_>, it: &Item, st: &mut [f32]) {
     SCRATCH.with(|cell| {
         let Ok(mut buf) = cell.try_borrow_mut() else {
@@ -182,37 +183,146 @@ fn run_item(c: &Ctx<'_>, it: &Item, st: &mut [f32]) {
         let s = c.shape;
         let (hk, hv, g) = (s.head_dim_k, s.head_dim_v, c.group());
         let nq = (it.r1 - it.r0) * g;
-        let need = TILE * (hk + hv) + nq * hk + TILE;
+        // Scores: one row of TILE per query of a multi-query call.
+        let sc_len = TILE * c.k.multi.map_or(1, |m| m.max_queries.max(1));
+        let need = 2 * TILE * hk + TILE * hv + nq * hk + sc_len;
         if buf.len() < need {
             buf.resize(need, 0.0);
         }
         let (kt, rest) = buf.split_at_mut(TILE * hk);
+        let (ktt, rest) = rest.split_at_mut(TILE * hk);
         let (vt, rest) = rest.split_at_mut(TILE * hv);
         let (qs, rest) = rest.split_at_mut(nq * hk);
-        let sc = &mut rest[..TILE];
+        let sc = &mut rest[..sc_len];
         // Scaled queries of the item: rows r0..r1, heads of kvh's group.
         for (qi, d) in qs.chunks_exact_mut(hk).enumerate() {
             let (row, h) = (it.r0 + qi / g, it.kvh * g + qi % g);
             d.copy_from_slice(&c.q[(row * s.n_head + h) * hk..][..hk]);
             (c.k.scale)(d, s.scale);
         }
-        for q in st.chunks_exact_mut(hv + 2).take(nq) {
-            q[0] = f32::NEG_INFINITY;
-            q[1..].fill(0.0);
+        let (accs, mls) = st.split_at_mut(Q_ROWS * g * hv);
+        accs[..nq * hv].fill(0.0);
+        for ml in mls.chunks_exact_mut(2).take(nq) {
+            ml[0] = f32::NEG_INFINITY;
+            ml[1] = 0.0;
         }
         let seq = &c.seqs[it.seq];
         let slots = &c.seq_slots[it.seq];
-        let tiles = Tiles { kt, vt, qs, sc };
-        run_tiles(c, it, seq, slots, tiles, st);
+        let tiles = Tiles {
+            kt,
+            ktt,
+            vt,
+            qs,
+            sc,
+        };
+        let state = State { accs, mls };
+        match c.k.multi {
+            Some(m) => run_tiles_multi(c, &m, it, seq, slots, tiles, state),
+            None => run_tiles(c, it, seq, slots, tiles, state),
+        }
     });
 }
 
 /// The scratch of one item.
 struct Tiles<'a> {
     kt: &'a mut [f32],
+    /// The key tile transposed (`[hk, TILE]`, zero past the tile's keys),
+    /// for the multi-query kernels.
+    ktt: &'a mut [f32],
     vt: &'a mut [f32],
     qs: &'a mut [f32],
     sc: &'a mut [f32],
+}
+
+/// The online-softmax state of an item's queries.
+struct State<'a> {
+    /// `[queries, hv]`: unnormalised outputs.
+    accs: &'a mut [f32],
+    /// `[queries, 2]`: running max `m` and sum `l`.
+    mls: &'a mut [f32],
+}
+
+/// Folds the scores `sc` (of keys past the running state, softcap not yet
+/// applied) into a query's `ml = [m, l]` and rescales its `acc`; leaves
+/// `sc` holding the probabilities `exp(score - m)` for the accumulation.
+fn softmax_step(c: &Ctx<'_>, sc: &mut [f32], ml: &mut [f32], acc: &mut [f32]) {
+    if let Some(cap) = c.shape.softcap {
+        for v in sc.iter_mut() {
+            *v = cap * (*v / cap).tanh();
+        }
+    }
+    let mx = sc.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+    let m_new = ml[0].max(mx);
+    let corr = (ml[0] - m_new).exp();
+    if corr != 1.0 {
+        (c.k.scale)(acc, corr);
+    }
+    let sum = (c.k.exp_sum)(sc, m_new);
+    ml[1] = ml[1] * corr + sum;
+    ml[0] = m_new;
+}
+
+/// The tile loop of one item, with the multi-query kernels: per tile the
+/// keys are transposed once, then the `group` heads of each position (the
+/// same keys visible to each) go through `m` in calls of up to
+/// `m.max_queries`.
+fn run_tiles_multi(
+    c: &Ctx<'_>,
+    m: &MultiKernels,
+    it: &Item,
+    seq: &AttnSeq<'_>,
+    slots: &[usize],
+    t: Tiles<'_>,
+    st: State<'_>,
+) {
+    let s = c.shape;
+    let (hk, hv, g) = (s.head_dim_k, s.head_dim_v, c.group());
+    let (kw, vw) = (s.n_head_kv * hk, s.n_head_kv * hv);
+    let per_call = m.max_queries.clamp(1, g.max(1));
+    let pos = |r: usize| seq.start + (r - seq.row);
+    let mut a = it.k0;
+    while a < it.k1 {
+        let b = (a + TILE).min(it.k1);
+        if c.first_key(pos(it.r1 - 1)) >= b {
+            a = b;
+            continue;
+        }
+        let n = b - a;
+        (c.k.gather)(c.kv.k, &slots[a..b], kw, it.kvh * hk, &mut t.kt[..n * hk]);
+        (c.k.gather)(c.kv.v, &slots[a..b], vw, it.kvh * hv, &mut t.vt[..n * hv]);
+        for d in 0..hk {
+            let col = &mut t.ktt[d * TILE..][..TILE];
+            for (j, x) in col.iter_mut().enumerate() {
+                *x = if j < n { t.kt[j * hk + d] } else { 0.0 };
+            }
+        }
+        for row in it.r0..it.r1 {
+            let p = pos(row);
+            let (lo, hi) = (c.first_key(p).max(a), (p + 1).min(b));
+            if lo >= hi {
+                continue;
+            }
+            let q_first = (row - it.r0) * g;
+            let mut h = 0;
+            while h < g {
+                let nq = per_call.min(g - h);
+                let q0 = q_first + h;
+                let sc = &mut t.sc[..nq * TILE];
+                (m.scores)(&t.qs[q0 * hk..(q0 + nq) * hk], t.ktt, sc);
+                for i in 0..nq {
+                    let qi = q0 + i;
+                    let row_sc = &mut sc[i * TILE + (lo - a)..i * TILE + (hi - a)];
+                    let acc = &mut st.accs[qi * hv..][..hv];
+                    softmax_step(c, row_sc, &mut st.mls[2 * qi..2 * qi + 2], acc);
+                }
+                let v = &t.vt[(lo - a) * hv..(hi - a) * hv];
+                let accs = &mut st.accs[q0 * hv..(q0 + nq) * hv];
+                (m.accum)(&sc[lo - a..], v, hv, accs);
+                h += nq;
+            }
+        }
+        a = b;
+    }
 }
 
 /// The tile loop of one item.
@@ -222,7 +332,7 @@ fn run_tiles(
     seq: &AttnSeq<'_>,
     slots: &[usize],
     t: Tiles<'_>,
-    st: &mut [f32],
+    st: State<'_>,
 ) {
     let s = c.shape;
     let (hk, hv, g) = (s.head_dim_k, s.head_dim_v, c.group());
@@ -248,22 +358,8 @@ fn run_tiles(
             let sc = &mut t.sc[..hi - lo];
             let q = &t.qs[qi * hk..][..hk];
             (c.k.scores)(q, &t.kt[(lo - a) * hk..(hi - a) * hk], sc);
-            if let Some(cap) = s.softcap {
-                for v in sc.iter_mut() {
-                    *v = cap * (*v / cap).tanh();
-                }
-            }
-            let state = &mut st[qi * (hv + 2)..][..hv + 2];
-            let mx = sc.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
-            let m_new = state[0].max(mx);
-            let corr = (state[0] - m_new).exp();
-            let (ml, acc) = state.split_at_mut(2);
-            if corr != 1.0 {
-                (c.k.scale)(acc, corr);
-            }
-            let sum = (c.k.exp_sum)(sc, m_new);
-            ml[1] = ml[1] * corr + sum;
-            ml[0] = m_new;
+            let acc = &mut st.accs[qi * hv..][..hv];
+            softmax_step(c, sc, &mut st.mls[2 * qi..2 * qi + 2], acc);
             (c.k.accum)(sc, &t.vt[(lo - a) * hv..(hi - a) * hv], acc);
         }
         a = b;

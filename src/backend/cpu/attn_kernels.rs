@@ -23,6 +23,33 @@ pub type ExpSumFn = fn(x: &mut [f32], m: f32) -> f32;
 /// `x *= s` element-wise.
 pub type ScaleFn = fn(x: &mut [f32], s: f32);
 
+/// Keys per tile of the multi-query kernels ([`MultiKernels`]).
+pub const MULTI_TILE: usize = 32;
+
+/// `out[i * MULTI_TILE + j] = q_i · key_j` for the `out.len() / MULTI_TILE`
+/// queries `q_i = q[i * hk..]` and the [`MULTI_TILE`] keys of `kt`, stored
+/// transposed (`kt[d * MULTI_TILE + j]`: dimension `d` of key `j`, so
+/// `hk = kt.len() / MULTI_TILE`).
+pub type ScoresNFn = fn(q: &[f32], kt: &[f32], out: &mut [f32]);
+
+/// `acc[i * hv..][..hv] += Σ_{j < n} p[i * MULTI_TILE + j] * v[j * hv..][..hv]`
+/// for the `acc.len() / hv` queries `i`, where `n = v.len() / hv`.
+pub type AccumNFn = fn(p: &[f32], v: &[f32], hv: usize, acc: &mut [f32]);
+
+/// Kernels that score and accumulate several queries (the heads of one
+/// position that share a K/V head) against one tile of keys per call: each
+/// key and value loaded serves every query, and the scores come out as
+/// whole vectors with no horizontal sums.
+#[derive(Clone, Copy)]
+pub struct MultiKernels {
+    /// Most queries per call.
+    pub max_queries: usize,
+    /// Queries · transposed key tile.
+    pub scores: ScoresNFn,
+    /// Weighted sums of a value tile for each query.
+    pub accum: AccumNFn,
+}
+
 /// The attention kernels of one ISA.
 #[derive(Clone, Copy)]
 pub struct AttnKernels {
@@ -38,6 +65,9 @@ pub struct AttnKernels {
     pub exp_sum: ExpSumFn,
     /// Scaling.
     pub scale: ScaleFn,
+    /// Several queries per key tile, where the ISA has them (the one-query
+    /// kernels above otherwise).
+    pub multi: Option<MultiKernels>,
 }
 
 impl std::fmt::Debug for AttnKernels {
@@ -56,6 +86,7 @@ impl AttnKernels {
             accum: accum_scalar,
             exp_sum: exp_sum_scalar,
             scale: scale_scalar,
+            multi: None,
         }
     }
 

@@ -1,4 +1,5 @@
-//! AVX2 (+FMA, F16C) attention kernels, used under AVX-512 too.
+//! AVX2 (+FMA, F16C) attention kernels, used under AVX-512 too, and the
+//! AVX-512 multi-query kernels ([`MultiKernels`]).
 //!
 //! The safe entries below are only reachable through [`kernels`], which
 //! [`AttnKernels::for_isa`] calls only after `Isa::available` confirmed the
@@ -11,7 +12,9 @@ use std::arch::x86_64::*;
 use half::f16;
 
 use super::attention::KvRef;
-use super::attn_kernels::{f16_to_f32_scalar, gather_scalar, AttnKernels};
+use super::attn_kernels::{
+    f16_to_f32_scalar, gather_scalar, AttnKernels, MultiKernels, MULTI_TILE,
+};
 use super::kernels::Isa;
 
 /// The kernels of `isa` (which the caller has checked this CPU has).
@@ -31,10 +34,19 @@ pub(super) fn kernels(isa: Isa) -> Option<AttnKernels> {
                 // SAFETY: AVX2 was detected (module doc).
                 unsafe { scale_avx2(x, s) }
             },
+            multi: None,
         }),
-        // 512-bit intrinsics are younger than the crate's minimum Rust
-        // version; attention is a small share of a step, so 256-bit it is.
-        Isa::Avx512 => kernels(Isa::Avx2).map(|k| AttnKernels { isa, ..k }),
+        // The one-query kernels stay 256-bit; the multi-query ones, which
+        // prefill spends its attention time in, are 512-bit.
+        Isa::Avx512 => kernels(Isa::Avx2).map(|k| AttnKernels {
+            isa,
+            multi: Some(MultiKernels {
+                max_queries: MAX_QUERIES,
+                scores: scores_n,
+                accum: accum_n,
+            }),
+            ..k
+        }),
         // Other ISAs are not x86: their attention stays scalar.
         _ => None,
     }
@@ -273,6 +285,151 @@ unsafe fn scale_avx2(x: &mut [f32], s: f32) {
     }
     for v in &mut x[i..] {
         *v *= s;
+    }
+}
+
+/// Queries per call of the AVX-512 multi-query kernels: four queries by
+/// 32 keys are 8 score registers, four by 64 value dimensions 16.
+const MAX_QUERIES: usize = 4;
+
+/// [`super::attn_kernels::ScoresNFn`] under AVX-512.
+fn scores_n(q: &[f32], kt: &[f32], out: &mut [f32]) {
+    let hk = kt.len() / MULTI_TILE;
+    let nq = out.len() / MULTI_TILE;
+    if nq == 0 || q.len() < nq * hk {
+        return;
+    }
+    // SAFETY: AVX-512F was detected (module doc); `q` holds `nq` rows of
+    // `hk`, `kt` `hk` rows of MULTI_TILE and `out` `nq` rows of MULTI_TILE.
+    unsafe {
+        match nq {
+            1 => scores_n_avx512::<1>(q, kt, hk, out),
+            2 => scores_n_avx512::<2>(q, kt, hk, out),
+            3 => scores_n_avx512::<3>(q, kt, hk, out),
+            _ => {
+                for (qs, o) in q.chunks(4 * hk).zip(out.chunks_mut(4 * MULTI_TILE)) {
+                    match o.len() / MULTI_TILE {
+                        4 => scores_n_avx512::<4>(qs, kt, hk, o),
+                        n => scores_n(&qs[..n * hk], kt, o),
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `N` queries against the 32 transposed keys: per dimension, two key
+/// vectors and one broadcast per query, 2N independent FMA chains.
+#[target_feature(enable = "avx512f,fma")]
+unsafe fn scores_n_avx512<const N: usize>(q: &[f32], kt: &[f32], hk: usize, out: &mut [f32]) {
+    let (qp, kp) = (q.as_ptr(), kt.as_ptr());
+    let mut s = [[_mm512_setzero_ps(); 2]; N];
+    for d in 0..hk {
+        let k0 = _mm512_loadu_ps(kp.add(d * MULTI_TILE));
+        let k1 = _mm512_loadu_ps(kp.add(d * MULTI_TILE + 16));
+        for (i, si) in s.iter_mut().enumerate() {
+            let b = _mm512_set1_ps(*qp.add(i * hk + d));
+            si[0] = _mm512_fmadd_ps(b, k0, si[0]);
+            si[1] = _mm512_fmadd_ps(b, k1, si[1]);
+        }
+    }
+    for (i, si) in s.iter().enumerate() {
+        let o = out.as_mut_ptr().add(i * MULTI_TILE);
+        _mm512_storeu_ps(o, si[0]);
+        _mm512_storeu_ps(o.add(16), si[1]);
+    }
+}
+
+/// [`super::attn_kernels::AccumNFn`] under AVX-512 (value widths that are
+/// not multiples of 16 run the scalar loop).
+fn accum_n(p: &[f32], v: &[f32], hv: usize, acc: &mut [f32]) {
+    if hv == 0 {
+        return;
+    }
+    let (nq, n) = (acc.len() / hv, (v.len() / hv).min(MULTI_TILE));
+    if nq == 0 || p.len() < (nq - 1) * MULTI_TILE + n {
+        return;
+    }
+    if !hv.is_multiple_of(16) {
+        for (i, a) in acc.chunks_exact_mut(hv).enumerate() {
+            for (j, vj) in v.chunks_exact(hv).take(n).enumerate() {
+                let pj = p[i * MULTI_TILE + j];
+                for (x, &y) in a.iter_mut().zip(vj) {
+                    *x += pj * y;
+                }
+            }
+        }
+        return;
+    }
+    for (c, a) in p.chunks(4 * MULTI_TILE).zip(acc.chunks_mut(4 * hv)) {
+        // SAFETY: AVX-512F was detected (module doc); `c` holds the scores
+        // of `a.len() / hv` queries (n each, row stride MULTI_TILE), `v` n
+        // rows of hv, and hv is a multiple of 16.
+        unsafe {
+            match a.len() / hv {
+                1 => accum_n_avx512::<1>(c, v, n, hv, a),
+                2 => accum_n_avx512::<2>(c, v, n, hv, a),
+                3 => accum_n_avx512::<3>(c, v, n, hv, a),
+                _ => accum_n_avx512::<4>(c, v, n, hv, a),
+            }
+        }
+    }
+}
+
+/// `N` queries' weighted sums of `n` value rows, 64 dimensions (4 registers
+/// per query) at a time: per key, four value vectors and one broadcast per
+/// query.
+#[target_feature(enable = "avx512f,fma")]
+unsafe fn accum_n_avx512<const N: usize>(
+    p: &[f32],
+    v: &[f32],
+    n: usize,
+    hv: usize,
+    acc: &mut [f32],
+) {
+    let (pp, vp, ap) = (p.as_ptr(), v.as_ptr(), acc.as_mut_ptr());
+    let mut c0 = 0;
+    while c0 < hv {
+        let w = ((hv - c0) / 16).min(4);
+        let mut a = [[_mm512_setzero_ps(); 4]; N];
+        for (i, ai) in a.iter_mut().enumerate() {
+            for (k, x) in ai.iter_mut().enumerate().take(w) {
+                *x = _mm512_loadu_ps(ap.add(i * hv + c0 + 16 * k));
+            }
+        }
+        if w == 4 {
+            for j in 0..n {
+                let row = vp.add(j * hv + c0);
+                let vv = [
+                    _mm512_loadu_ps(row),
+                    _mm512_loadu_ps(row.add(16)),
+                    _mm512_loadu_ps(row.add(32)),
+                    _mm512_loadu_ps(row.add(48)),
+                ];
+                for (i, ai) in a.iter_mut().enumerate() {
+                    let b = _mm512_set1_ps(*pp.add(i * MULTI_TILE + j));
+                    for (x, &y) in ai.iter_mut().zip(&vv) {
+                        *x = _mm512_fmadd_ps(b, y, *x);
+                    }
+                }
+            }
+        } else {
+            for j in 0..n {
+                let row = vp.add(j * hv + c0);
+                for (i, ai) in a.iter_mut().enumerate() {
+                    let b = _mm512_set1_ps(*pp.add(i * MULTI_TILE + j));
+                    for (k, x) in ai.iter_mut().enumerate().take(w) {
+                        *x = _mm512_fmadd_ps(b, _mm512_loadu_ps(row.add(16 * k)), *x);
+                    }
+                }
+            }
+        }
+        for (i, ai) in a.iter().enumerate() {
+            for (k, x) in ai.iter().enumerate().take(w) {
+                _mm512_storeu_ps(ap.add(i * hv + c0 + 16 * k), *x);
+            }
+        }
+        c0 += 16 * w;
     }
 }
 
