@@ -18,11 +18,22 @@
 //! the same order ([`XsActs`]). The offset's `128 * sum(q8)` is taken out
 //! of one lane per sub-block, and each sub-block's lanes are multiplied by
 //! its scale: the lanes then sum to the block's exact `s1`.
+//!
+//! Q4_K and Q6_K lanes: a zmm load of packed quants gives, through one
+//! mask and one shift, two registers of 64 values; each 32-bit lane holds
+//! four values of one sub-block, so it is multiplied by that sub-block's
+//! scale (widened from bytes by one shuffle and one `vpmovzxbd` /
+//! `vpmovsxbd`) before the lanes of eight rows are folded. The
+//! activations are read in the same order (Q6_K's are already; Q4_K's
+//! are laid out once per call, [`K4Acts`]), and the terms of the mins
+//! (Q4_K) and of Q6_K's offset of 32 come from `vpmaddwd` of the scales
+//! against the activations' sub-block sums.
 
 use std::arch::x86_64::*;
 
+use super::avx2::k4_scales_mins;
 use super::gemm::prefetch_share;
-use crate::quant::blocks::{BlockIQ4XS, BlockQ8K, KVALUES_IQ4NL};
+use crate::quant::blocks::{BlockIQ4XS, BlockQ4K, BlockQ6K, BlockQ8K, KVALUES_IQ4NL};
 
 /// Weight rows per band.
 pub(super) const BAND: usize = 8;
@@ -195,6 +206,239 @@ pub(super) unsafe fn one_token_iq4_xs(
         let m = _mm256_mul_ps(_mm256_cvtepi32_ps(s1), d);
         acc = _mm256_add_ps(acc, _mm256_mul_ps(m, _mm256_set1_ps(by.d)));
     }
+    let mut v = [0.0f32; BAND];
+    _mm256_storeu_ps(v.as_mut_ptr(), acc);
+    for (r, &x) in v.iter().enumerate() {
+        *out.add(r * rs) = x;
+    }
+}
+
+/// One activation block laid out for Q4_K weights: `q[h][lohi]` holds the
+/// 64 quants that the low (`lohi = 0`) or high nibbles of `qs[64h..64h +
+/// 64]` multiply: values `128h + 32 lohi + l` in bytes `l < 32`, values
+/// `128h + 64 + 32 lohi + l` in bytes `32 + l`. `bs32[j]`: the sum of the
+/// quants of sub-block `j` (32 values; fits i16).
+#[repr(C, align(64))]
+#[derive(Clone, Copy)]
+pub(super) struct K4Acts {
+    q: [[[i8; 64]; 2]; 2],
+    bs32: [i16; 8],
+}
+
+impl K4Acts {
+    /// The layout of `a`.
+    pub(super) fn new(a: &BlockQ8K) -> Self {
+        let mut out = K4Acts {
+            q: [[[0; 64]; 2]; 2],
+            bs32: [0; 8],
+        };
+        for h in 0..2 {
+            for lohi in 0..2 {
+                let v0 = 128 * h + 32 * lohi;
+                out.q[h][lohi][..32].copy_from_slice(&a.qs[v0..v0 + 32]);
+                out.q[h][lohi][32..].copy_from_slice(&a.qs[v0 + 64..v0 + 96]);
+            }
+        }
+        for (j, s) in out.bs32.iter_mut().enumerate() {
+            *s = a.bsums[2 * j] + a.bsums[2 * j + 1];
+        }
+        out
+    }
+}
+
+/// Each 32-bit lane's sub-block scale: byte `idx[4 i]` of `sc` widened to
+/// lane `i` (`signed`: as i8, else as u8).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn lane_scales(sc: __m128i, idx: __m128i, signed: bool) -> __m512i {
+    let b = _mm_shuffle_epi8(sc, idx);
+    if signed {
+        _mm512_cvtepi8_epi32(b)
+    } else {
+        _mm512_cvtepu8_epi32(b)
+    }
+}
+
+/// A shuffle index of 16 bytes: `a` for the first 8 lanes' bytes, `b` for
+/// the last 8 (so that [`lane_scales`] gives 8 lanes of each), as i8.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn halves(a: i8, b: i8) -> __m128i {
+    _mm_set_epi8(b, b, b, b, b, b, b, b, a, a, a, a, a, a, a, a)
+}
+
+/// Four quarters of a 16-byte shuffle index: bytes `a`, `b`, `c`, `d`,
+/// four of each (so that [`lane_scales`] gives 4 lanes of each).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn quarters(a: i8, b: i8, c: i8, d: i8) -> __m128i {
+    _mm_set_epi8(d, d, d, d, c, c, c, c, b, b, b, b, a, a, a, a)
+}
+
+/// The lanes of one Q4_K block against its laid-out activations (they sum
+/// to the block's exact `s1`), and the lanes of its exact `s2 = sum_j
+/// min_j * bs32_j` (low 128 bits; zero above).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn k4_lanes(bx: &BlockQ4K, a: &K4Acts) -> (__m512i, __m512i) {
+    let sm = k4_scales_mins(&bx.scales);
+    let sm = _mm_loadu_si128(sm.as_ptr().cast());
+    let m4 = _mm512_set1_epi8(0x0F);
+    let mut lanes = _mm512_setzero_si512();
+    for h in 0..2 {
+        let j = 4 * h as i8;
+        let v = _mm512_loadu_si512(bx.qs.as_ptr().add(64 * h).cast());
+        let lo = _mm512_and_si512(v, m4);
+        let hi = _mm512_and_si512(_mm512_srli_epi16::<4>(v), m4);
+        let slo = _mm512_dpbusd_epi32(
+            _mm512_setzero_si512(),
+            lo,
+            _mm512_load_si512(a.q[h][0].as_ptr().cast()),
+        );
+        let shi = _mm512_dpbusd_epi32(
+            _mm512_setzero_si512(),
+            hi,
+            _mm512_load_si512(a.q[h][1].as_ptr().cast()),
+        );
+        // Low nibbles: sub-blocks 4h, 4h + 2; high: 4h + 1, 4h + 3.
+        let clo = lane_scales(sm, halves(j, j + 2), false);
+        let chi = lane_scales(sm, halves(j + 1, j + 3), false);
+        lanes = _mm512_add_epi32(lanes, _mm512_mullo_epi32(slo, clo));
+        lanes = _mm512_add_epi32(lanes, _mm512_mullo_epi32(shi, chi));
+    }
+    let mins = _mm_cvtepu8_epi16(_mm_srli_si128::<8>(sm));
+    let s2 = _mm_madd_epi16(mins, _mm_load_si128(a.bs32.as_ptr().cast()));
+    (lanes, _mm512_zextsi128_si512(s2))
+}
+
+/// The lanes of one Q6_K block against an activation block: they sum to
+/// the block's exact `s1 = sum_s scale_s * sum((q - 32) * q8)`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn q6_lanes(bx: &BlockQ6K, a: &BlockQ8K) -> __m512i {
+    let sc = _mm_loadu_si128(bx.scales.as_ptr().cast());
+    let m4 = _mm512_set1_epi8(0x0F);
+    let m3 = _mm512_set1_epi8(0x03);
+    // qh bits 2c, 2c + 1 of byte l: the high bits of value 32c + l (of the
+    // half); shift counts per 256-bit half: c = 0 | 1 and 2 | 3.
+    let (sh_lo, sh_hi) = (
+        _mm512_set_epi64(2, 2, 2, 2, 0, 0, 0, 0),
+        _mm512_set_epi64(6, 6, 6, 6, 4, 4, 4, 4),
+    );
+    let mut lanes = _mm512_setzero_si512();
+    for h in 0..2 {
+        let ql = _mm512_loadu_si512(bx.ql.as_ptr().add(64 * h).cast());
+        let qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(bx.qh.as_ptr().add(32 * h).cast()));
+        let hb_lo = _mm512_and_si512(_mm512_srlv_epi64(qh, sh_lo), m3);
+        let hb_hi = _mm512_and_si512(_mm512_srlv_epi64(qh, sh_hi), m3);
+        let ulo = _mm512_or_si512(_mm512_and_si512(ql, m4), _mm512_slli_epi16::<4>(hb_lo));
+        let uhi = _mm512_or_si512(
+            _mm512_and_si512(_mm512_srli_epi16::<4>(ql), m4),
+            _mm512_slli_epi16::<4>(hb_hi),
+        );
+        let q = a.qs.as_ptr().add(128 * h);
+        let slo = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ulo, _mm512_loadu_si512(q.cast()));
+        let shi = _mm512_dpbusd_epi32(
+            _mm512_setzero_si512(),
+            uhi,
+            _mm512_loadu_si512(q.add(64).cast()),
+        );
+        // Lanes of 4 values: sub-blocks 8h + 0..4 (low nibbles), + 4..8.
+        let s = 8 * h as i8;
+        let clo = lane_scales(sc, quarters(s, s + 1, s + 2, s + 3), true);
+        let chi = lane_scales(sc, quarters(s + 4, s + 5, s + 6, s + 7), true);
+        lanes = _mm512_add_epi32(lanes, _mm512_mullo_epi32(slo, clo));
+        lanes = _mm512_add_epi32(lanes, _mm512_mullo_epi32(shi, chi));
+    }
+    // The offset: 32 * sum_s scale_s * bsum_s, taken out of lanes 0..8.
+    let sc16 = _mm256_cvtepi8_epi16(sc);
+    let bs = _mm256_loadu_si256(a.bsums.as_ptr().cast());
+    let corr = _mm256_slli_epi32::<5>(_mm256_madd_epi16(sc16, bs));
+    _mm512_sub_epi32(lanes, _mm512_zextsi256_si512(corr))
+}
+
+/// Eight Q4_K rows (`w`, 8 rows of `nb` blocks) by one activation row
+/// laid out as `acts`, results at `out[r * rs]`: per block, `row_dot`'s
+/// `acc += (s1 * d - s2 * dmin) * d8` lane by lane.
+///
+/// # Safety
+/// AVX-512 VNNI as in `gemm16::run`; `w` holds 8 rows of `nb` blocks,
+/// `a` and `acts` at least `nb`; `out` is valid for every index written.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(super) unsafe fn one_token_q4_k(
+    w: &[BlockQ4K],
+    nb: usize,
+    a: &[BlockQ8K],
+    acts: &[K4Acts],
+    out: *mut f32,
+    rs: usize,
+) {
+    let mut acc = _mm256_setzero_ps();
+    for (b, (by, ba)) in a.iter().zip(acts).enumerate().take(nb) {
+        prefetch_share(
+            w.as_ptr().add(BAND * nb).cast(),
+            BAND * size_of::<BlockQ4K>(),
+            b,
+        );
+        let mut z1 = [_mm512_setzero_si512(); BAND];
+        let mut z2 = [_mm512_setzero_si512(); BAND];
+        for r in 0..BAND {
+            (z1[r], z2[r]) = k4_lanes(&w[r * nb + b], ba);
+        }
+        let (s1, s2) = (fold8(&z1), fold8(&z2));
+        let d = gather_f16(|r| w[r * nb + b].d.to_bits());
+        let dmin = gather_f16(|r| w[r * nb + b].dmin.to_bits());
+        let m = _mm256_fnmadd_ps(
+            _mm256_cvtepi32_ps(s2),
+            dmin,
+            _mm256_mul_ps(_mm256_cvtepi32_ps(s1), d),
+        );
+        acc = _mm256_add_ps(acc, _mm256_mul_ps(m, _mm256_set1_ps(by.d)));
+    }
+    store8(acc, out, rs);
+}
+
+/// Eight Q6_K rows (`w`, 8 rows of `nb` blocks) by one activation row,
+/// results at `out[r * rs]`: per block, `row_dot`'s `acc += (s1 * d) * d8`
+/// lane by lane.
+///
+/// # Safety
+/// AVX-512 VNNI as in `gemm16::run`; `w` holds 8 rows of `nb` blocks, `a`
+/// at least `nb`; `out` is valid for every index written.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(super) unsafe fn one_token_q6_k(
+    w: &[BlockQ6K],
+    nb: usize,
+    a: &[BlockQ8K],
+    out: *mut f32,
+    rs: usize,
+) {
+    let mut acc = _mm256_setzero_ps();
+    for (b, by) in a.iter().enumerate().take(nb) {
+        prefetch_share(
+            w.as_ptr().add(BAND * nb).cast(),
+            BAND * size_of::<BlockQ6K>(),
+            b,
+        );
+        let mut z = [_mm512_setzero_si512(); BAND];
+        for (r, zr) in z.iter_mut().enumerate() {
+            *zr = q6_lanes(&w[r * nb + b], by);
+        }
+        let s1 = fold8(&z);
+        let d = gather_f16(|r| w[r * nb + b].d.to_bits());
+        let m = _mm256_mul_ps(_mm256_cvtepi32_ps(s1), d);
+        acc = _mm256_add_ps(acc, _mm256_mul_ps(m, _mm256_set1_ps(by.d)));
+    }
+    store8(acc, out, rs);
+}
+
+/// The eight lanes of `acc` to `out[r * rs]`.
+///
+/// # Safety
+/// `out` is valid for every index written.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn store8(acc: __m256, out: *mut f32, rs: usize) {
     let mut v = [0.0f32; BAND];
     _mm256_storeu_ps(v.as_mut_ptr(), acc);
     for (r, &x) in v.iter().enumerate() {

@@ -26,7 +26,7 @@ use bytemuck::Pod;
 use super::avx2::{
     h2f, hsum, iq4_levels, k45_isum, k4_min_sum, k4_scales_mins, lanes_iq4_xs, q6_k_isum,
 };
-use super::decode512::{self, XsActs};
+use super::decode512::{self, K4Acts, XsActs};
 use crate::backend::cpu::kernels::{blocks, GemmFn, Out};
 use crate::quant::blocks::{BlockIQ4XS, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K};
 use crate::quant::GgmlType;
@@ -60,6 +60,8 @@ thread_local! {
     static PACKED: Cell<Packed> = Cell::new(Packed::default());
     /// One token's activations laid out for IQ4_XS, likewise.
     static XS_ACTS: Cell<Vec<XsActs>> = const { Cell::new(Vec::new()) };
+    /// One token's activations laid out for Q4_K, likewise.
+    static K4_ACTS: Cell<Vec<K4Acts>> = const { Cell::new(Vec::new()) };
 }
 
 /// The 16-token kernel of weight type `ty`, `None` where there is none.
@@ -206,6 +208,27 @@ impl Format for BlockQ4K {
         let s = (k45_isum(&self.qs, None, &sm, a), k4_min_sum(&sm, a));
         (s, (h2f(self.d), h2f(self.dmin)))
     }
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+    unsafe fn one_token_bands(
+        w: &[Self],
+        nb: usize,
+        rows: usize,
+        a: &[BlockQ8K],
+        out: *mut f32,
+        rs: usize,
+    ) -> usize {
+        let mut acts = K4_ACTS.take();
+        acts.clear();
+        acts.extend(a.iter().take(nb).map(K4Acts::new));
+        let banded = rows / decode512::BAND * decode512::BAND;
+        for r0 in (0..banded).step_by(decode512::BAND) {
+            let band = &w[r0 * nb..(r0 + decode512::BAND) * nb];
+            // SAFETY: rows r0..r0 + 8 exist; the caller bounds `out`.
+            unsafe { decode512::one_token_q4_k(band, nb, a, &acts, out.add(r0 * rs), rs) };
+        }
+        K4_ACTS.set(acts);
+        banded
+    }
 }
 
 impl Format for BlockQ5K {
@@ -272,6 +295,23 @@ impl Format for BlockQ6K {
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
     unsafe fn ints(&self, a: &BlockQ8K) -> ((i32, i32), (f32, f32)) {
         ((q6_k_isum(self, a), 0), (h2f(self.d), 0.0))
+    }
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+    unsafe fn one_token_bands(
+        w: &[Self],
+        nb: usize,
+        rows: usize,
+        a: &[BlockQ8K],
+        out: *mut f32,
+        rs: usize,
+    ) -> usize {
+        let banded = rows / decode512::BAND * decode512::BAND;
+        for r0 in (0..banded).step_by(decode512::BAND) {
+            let band = &w[r0 * nb..(r0 + decode512::BAND) * nb];
+            // SAFETY: rows r0..r0 + 8 exist; the caller bounds `out`.
+            unsafe { decode512::one_token_q6_k(band, nb, a, out.add(r0 * rs), rs) };
+        }
+        banded
     }
 }
 
