@@ -55,6 +55,16 @@ impl CpuBuffer {
         Ok(bytemuck::cast_slice::<u32, f32>(&d)[..self.len as usize / 4].to_vec())
     }
 
+    /// Runs `f` on the buffer's values in place: no copy, for the ops that
+    /// only read a large input (a 262144-value row of logits copied cost
+    /// a fresh allocation and its page faults, a third of a millisecond).
+    pub(super) fn with_f32s<R>(&self, f: impl FnOnce(&[f32]) -> R) -> Result<R, BackendError> {
+        let d = self.data.try_borrow().map_err(|_| busy())?;
+        Ok(f(
+            &bytemuck::cast_slice::<u32, f32>(&d)[..self.len as usize / 4]
+        ))
+    }
+
     pub(super) fn u32s(&self) -> Result<Vec<u32>, BackendError> {
         let d = self.data.try_borrow().map_err(|_| busy())?;
         Ok(d[..self.len as usize / 4].to_vec())
@@ -448,17 +458,17 @@ fn rope(
 /// [`Op::Argmax`]: the index of each row's largest value (lowest on ties;
 /// [`crate::graph::NON_FINITE_ROW`] for a row with a NaN or an infinity).
 fn argmax_rows(op: &Op, io: &OpIo<'_, CpuBuffer>, width: usize) -> Result<(), BackendError> {
-    let x = nth(io.inputs, 0, op)?.f32s()?;
-    if width == 0 || x.len() % width != 0 {
-        return Err(BackendError::Shape(format!(
-            "{op:?}: {} values are not whole rows",
-            x.len()
-        )));
-    }
-    let ids: Vec<u32> = x
-        .chunks_exact(width)
-        .map(crate::graph::argmax_row)
-        .collect();
+    let ids = nth(io.inputs, 0, op)?.with_f32s(|x| {
+        if width == 0 || x.len() % width != 0 {
+            return Err(BackendError::Shape(format!(
+                "{op:?}: {} values are not whole rows",
+                x.len()
+            )));
+        }
+        Ok(x.chunks_exact(width)
+            .map(ops::argmax_row)
+            .collect::<Vec<u32>>())
+    })??;
     nth(io.outputs, 0, op)?.set_f32s(bytemuck::cast_slice(&ids))
 }
 
@@ -469,19 +479,19 @@ fn top_k_rows(
     width: usize,
     k: usize,
 ) -> Result<(), BackendError> {
-    let x = nth(io.inputs, 0, op)?.f32s()?;
-    if width == 0 || x.len() % width != 0 || k == 0 || k > width.min(crate::graph::MAX_TOP_K) {
-        return Err(BackendError::Shape(format!(
-            "{op:?}: {} values are not whole rows, or k is out of 1..={}",
-            x.len(),
-            width.min(crate::graph::MAX_TOP_K)
-        )));
-    }
-    let pairs: Vec<f32> = x
-        .chunks_exact(width)
-        .flat_map(|row| crate::graph::top_k_row(row, k))
-        .flat_map(|(i, v)| [f32::from_bits(i), v])
-        .collect();
+    let pairs = nth(io.inputs, 0, op)?.with_f32s(|x| {
+        if width == 0 || x.len() % width != 0 || k == 0 || k > width.min(crate::graph::MAX_TOP_K) {
+            return Err(BackendError::Shape(format!(
+                "{op:?}: {} values are not whole rows, or k is out of 1..={}",
+                x.len(),
+                width.min(crate::graph::MAX_TOP_K)
+            )));
+        }
+        Ok(x.chunks_exact(width)
+            .flat_map(|row| crate::graph::top_k_row(row, k))
+            .flat_map(|(i, v)| [f32::from_bits(i), v])
+            .collect::<Vec<f32>>())
+    })??;
     nth(io.outputs, 0, op)?.set_f32s(&pairs)
 }
 

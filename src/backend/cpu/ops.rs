@@ -231,3 +231,34 @@ pub fn softmax(x: &mut [f32]) {
         *v *= inv;
     }
 }
+
+/// [`crate::graph::argmax_row`] in two vectorizable passes: the largest
+/// value and whether any value is non-finite (sixteen independent lanes),
+/// then the first index holding that value. Same results: `>` keeps the
+/// lowest index of a tie, and `-0.0 == 0.0` makes the second pass find the
+/// first of either zero where the reference keeps the first.
+pub fn argmax_row(row: &[f32]) -> u32 {
+    const LANES: usize = 16;
+    let mut max = [f32::NEG_INFINITY; LANES];
+    let mut bad = [0u32; LANES];
+    let chunks = row.chunks_exact(LANES);
+    let tail = chunks.remainder();
+    for c in chunks {
+        for ((m, b), &v) in max.iter_mut().zip(&mut bad).zip(c) {
+            *m = m.max(v);
+            *b |= u32::from(v.to_bits() & 0x7f80_0000 == 0x7f80_0000);
+        }
+    }
+    let mut m = max.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+    let mut any_bad = bad.iter().any(|&b| b != 0);
+    for &v in tail {
+        m = m.max(v);
+        any_bad |= !v.is_finite();
+    }
+    if any_bad || row.is_empty() {
+        return crate::graph::NON_FINITE_ROW;
+    }
+    row.iter()
+        .position(|&v| v == m)
+        .map_or(crate::graph::NON_FINITE_ROW, |i| i as u32)
+}
