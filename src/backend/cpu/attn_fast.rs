@@ -288,14 +288,13 @@ fn run_tiles_multi(
             continue;
         }
         let n = b - a;
-        (c.k.gather)(c.kv.k, &slots[a..b], kw, it.kvh * hk, &mut t.kt[..n * hk]);
+        (m.gather_t)(c.kv.k, &slots[a..b], kw, it.kvh * hk, t.ktt);
         (c.k.gather)(c.kv.v, &slots[a..b], vw, it.kvh * hv, &mut t.vt[..n * hv]);
-        for d in 0..hk {
-            let col = &mut t.ktt[d * TILE..][..TILE];
-            for (j, x) in col.iter_mut().enumerate() {
-                *x = if j < n { t.kt[j * hk + d] } else { 0.0 };
-            }
-        }
+        // The cache rows are scattered over pages: ask for the next tile's
+        // while this one is scored.
+        let next = &slots[b..(b + TILE).min(it.k1)];
+        (m.prefetch)(c.kv.k, next, kw, it.kvh * hk, hk);
+        (m.prefetch)(c.kv.v, next, vw, it.kvh * hv, hv);
         for row in it.r0..it.r1 {
             let p = pos(row);
             let (lo, hi) = (c.first_key(p).max(a), (p + 1).min(b));

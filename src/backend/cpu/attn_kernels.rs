@@ -36,6 +36,17 @@ pub type ScoresNFn = fn(q: &[f32], kt: &[f32], out: &mut [f32]);
 /// for the `acc.len() / hv` queries `i`, where `n = v.len() / hv`.
 pub type AccumNFn = fn(p: &[f32], v: &[f32], hv: usize, acc: &mut [f32]);
 
+/// [`GatherFn`] into the layout of [`ScoresNFn`]: `kt[d * MULTI_TILE + j]`
+/// = value `d` of the row of `slots[j]` (at `slot * stride + off` of the
+/// cache, as f32), for the `hk = kt.len() / MULTI_TILE` values of each of
+/// the (at most [`MULTI_TILE`]) slots, zero for `j >= slots.len()`.
+/// Callers have bounds-checked every row.
+pub type GatherTFn = fn(src: KvRef<'_>, slots: &[usize], stride: usize, off: usize, kt: &mut [f32]);
+
+/// Asks for the cache lines of the rows of `slots` (`width` values at
+/// `slot * stride + off`) ahead of their use; never faults.
+pub type PrefetchFn = fn(src: KvRef<'_>, slots: &[usize], stride: usize, off: usize, width: usize);
+
 /// Kernels that score and accumulate several queries (the heads of one
 /// position that share a K/V head) against one tile of keys per call: each
 /// key and value loaded serves every query, and the scores come out as
@@ -48,6 +59,10 @@ pub struct MultiKernels {
     pub scores: ScoresNFn,
     /// Weighted sums of a value tile for each query.
     pub accum: AccumNFn,
+    /// Rows of the cache to a key tile in the layout of `scores`.
+    pub gather_t: GatherTFn,
+    /// The next tile's rows asked for while this one is computed.
+    pub prefetch: PrefetchFn,
 }
 
 /// The attention kernels of one ISA.

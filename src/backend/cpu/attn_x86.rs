@@ -44,6 +44,8 @@ pub(super) fn kernels(isa: Isa) -> Option<AttnKernels> {
                 max_queries: MAX_QUERIES,
                 scores: scores_n,
                 accum: accum_n,
+                gather_t,
+                prefetch,
             }),
             ..k
         }),
@@ -337,6 +339,123 @@ unsafe fn scores_n_avx512<const N: usize>(q: &[f32], kt: &[f32], hk: usize, out:
         let o = out.as_mut_ptr().add(i * MULTI_TILE);
         _mm512_storeu_ps(o, si[0]);
         _mm512_storeu_ps(o.add(16), si[1]);
+    }
+}
+
+/// [`super::attn_kernels::GatherTFn`] under AVX-512: blocks of 16 keys by
+/// 16 values loaded (f16 rows widened by `vcvtph2ps`), transposed in
+/// registers by four butterfly stages of `vpermt2ps`, and stored as 16
+/// values of 16 keys; the last values and the keys past the tile masked.
+fn gather_t(src: KvRef<'_>, slots: &[usize], stride: usize, off: usize, kt: &mut [f32]) {
+    let hk = kt.len() / MULTI_TILE;
+    let slots = &slots[..slots.len().min(MULTI_TILE)];
+    let len = match src {
+        KvRef::F16(v) => v.len(),
+        KvRef::F32(v) => v.len(),
+    };
+    let fits = slots.iter().all(|&s| {
+        s.checked_mul(stride)
+            .and_then(|x| x.checked_add(off + hk))
+            .is_some_and(|end| end <= len)
+    });
+    if hk == 0 || !fits {
+        // Never for a checked call: the scalar path indexes (and panics).
+        return gather_t_scalar(src, slots, stride, off, kt);
+    }
+    // SAFETY: AVX-512F/BW/VL and F16C were detected (module doc); every
+    // row `slots[j] * stride + off .. + hk` lies in `src` (checked above),
+    // `kt` holds hk rows of MULTI_TILE, and the loads and stores are
+    // masked to those bounds.
+    unsafe { gather_t_avx512(src, slots, stride, off, hk, kt) }
+}
+
+/// The portable [`super::attn_kernels::GatherTFn`].
+fn gather_t_scalar(src: KvRef<'_>, slots: &[usize], stride: usize, off: usize, kt: &mut [f32]) {
+    let hk = kt.len() / MULTI_TILE;
+    kt.fill(0.0);
+    let mut row = vec![0.0f32; hk];
+    for (j, &s) in slots.iter().enumerate() {
+        gather_scalar(src, &[s], stride, off, &mut row);
+        for (d, &x) in row.iter().enumerate() {
+            kt[d * MULTI_TILE + j] = x;
+        }
+    }
+}
+
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,f16c")]
+unsafe fn gather_t_avx512(
+    src: KvRef<'_>,
+    slots: &[usize],
+    stride: usize,
+    off: usize,
+    hk: usize,
+    kt: &mut [f32],
+) {
+    let tp = kt.as_mut_ptr();
+    // Stage with block b: row i (bit b clear) keeps its columns p with bit
+    // b clear and takes row i | b's columns p ^ b for the others; row
+    // i | b the converse.
+    let idx = |b: usize, upper: bool| {
+        let mut v = [0i32; 16];
+        for (p, x) in v.iter_mut().enumerate() {
+            *x = match (p & b == 0, upper) {
+                (true, false) => p as i32,
+                (false, false) => 16 + (p ^ b) as i32,
+                (true, true) => (p ^ b) as i32,
+                (false, true) => 16 + p as i32,
+            };
+        }
+        _mm512_loadu_si512(v.as_ptr().cast())
+    };
+    let stages = [1usize, 2, 4, 8].map(|b| (b, idx(b, false), idx(b, true)));
+    let n = slots.len();
+    for j0 in (0..MULTI_TILE).step_by(16) {
+        for d0 in (0..hk).step_by(16) {
+            let cols = (hk - d0).min(16);
+            let mask: __mmask16 = if cols == 16 { !0 } else { (1u16 << cols) - 1 };
+            let mut r = [_mm512_setzero_ps(); 16];
+            for (i, ri) in r.iter_mut().enumerate() {
+                if j0 + i < n {
+                    let at = slots[j0 + i] * stride + off + d0;
+                    *ri = match src {
+                        KvRef::F16(v) => _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(
+                            mask,
+                            v.as_ptr().add(at).cast(),
+                        )),
+                        KvRef::F32(v) => _mm512_maskz_loadu_ps(mask, v.as_ptr().add(at)),
+                    };
+                }
+            }
+            for &(b, lo, hi) in &stages {
+                for i in (0..16).filter(|i| i & b == 0) {
+                    let (a, c) = (r[i], r[i | b]);
+                    r[i] = _mm512_permutex2var_ps(a, lo, c);
+                    r[i | b] = _mm512_permutex2var_ps(a, hi, c);
+                }
+            }
+            for (i, ri) in r.iter().enumerate().take(cols) {
+                _mm512_storeu_ps(tp.add((d0 + i) * MULTI_TILE + j0), *ri);
+            }
+        }
+    }
+}
+
+/// [`super::attn_kernels::PrefetchFn`]: one `prefetcht0` per cache line.
+fn prefetch(src: KvRef<'_>, slots: &[usize], stride: usize, off: usize, width: usize) {
+    let (base, size) = match src {
+        KvRef::F16(v) => (v.as_ptr().cast::<i8>(), 2),
+        KvRef::F32(v) => (v.as_ptr().cast::<i8>(), 4),
+    };
+    for &s in slots {
+        let row = base.wrapping_add((s * stride + off) * size);
+        // From the start of the row's first line to its last byte.
+        let lead = row as usize & 63;
+        let line0 = row.wrapping_sub(lead);
+        for at in (0..lead + width * size).step_by(64) {
+            // SAFETY: a prefetch never faults, whatever the address;
+            // `wrapping_add` keeps the pointer arithmetic defined.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(line0.wrapping_add(at)) };
+        }
     }
 }
 
