@@ -308,12 +308,16 @@ fn run_tiles_multi(
                 let q0 = q_first + h;
                 let sc = &mut t.sc[..nq * TILE];
                 (m.scores)(&t.qs[q0 * hk..(q0 + nq) * hk], t.ktt, sc);
-                for i in 0..nq {
-                    let qi = q0 + i;
-                    let row_sc = &mut sc[i * TILE + (lo - a)..i * TILE + (hi - a)];
-                    let acc = &mut st.accs[qi * hv..][..hv];
-                    softmax_step(c, row_sc, &mut st.mls[2 * qi..2 * qi + 2], acc);
+                if let Some(cap) = s.softcap {
+                    for i in 0..nq {
+                        for v in &mut sc[i * TILE + (lo - a)..i * TILE + (hi - a)] {
+                            *v = cap * (*v / cap).tanh();
+                        }
+                    }
                 }
+                let mls = &mut st.mls[2 * q0..2 * (q0 + nq)];
+                let accs = &mut st.accs[q0 * hv..(q0 + nq) * hv];
+                (m.softmax)(sc, lo - a, hi - a, mls, accs);
                 let v = &t.vt[(lo - a) * hv..(hi - a) * hv];
                 let accs = &mut st.accs[q0 * hv..(q0 + nq) * hv];
                 (m.accum)(&sc[lo - a..], v, hv, accs);

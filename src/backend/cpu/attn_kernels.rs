@@ -43,6 +43,14 @@ pub type AccumNFn = fn(p: &[f32], v: &[f32], hv: usize, acc: &mut [f32]);
 /// Callers have bounds-checked every row.
 pub type GatherTFn = fn(src: KvRef<'_>, slots: &[usize], stride: usize, off: usize, kt: &mut [f32]);
 
+/// One online-softmax step of several queries over one key tile:
+/// for each query `i` with scores `sc[i * MULTI_TILE + lo..][..hi - lo]`
+/// and state `ml[2 i..2 i + 2] = (m, l)`, outputs `acc[i * hv..][..hv]`
+/// (`hv = acc.len() / queries`): the new maximum `m'`, `acc *= exp(m -
+/// m')`, the scores replaced by `exp(score - m')`, `l = l exp(m - m') +
+/// sum`, `m = m'`. Scores outside `lo..hi` are left undefined.
+pub type SoftmaxNFn = fn(sc: &mut [f32], lo: usize, hi: usize, ml: &mut [f32], acc: &mut [f32]);
+
 /// Asks for the cache lines of the rows of `slots` (`width` values at
 /// `slot * stride + off`) ahead of their use; never faults.
 pub type PrefetchFn = fn(src: KvRef<'_>, slots: &[usize], stride: usize, off: usize, width: usize);
@@ -57,6 +65,8 @@ pub struct MultiKernels {
     pub max_queries: usize,
     /// Queries · transposed key tile.
     pub scores: ScoresNFn,
+    /// The online-softmax step between `scores` and `accum`.
+    pub softmax: SoftmaxNFn,
     /// Weighted sums of a value tile for each query.
     pub accum: AccumNFn,
     /// Rows of the cache to a key tile in the layout of `scores`.

@@ -43,6 +43,7 @@ pub(super) fn kernels(isa: Isa) -> Option<AttnKernels> {
             multi: Some(MultiKernels {
                 max_queries: MAX_QUERIES,
                 scores: scores_n,
+                softmax: softmax_n,
                 accum: accum_n,
                 gather_t,
                 prefetch,
@@ -459,6 +460,68 @@ fn prefetch(src: KvRef<'_>, slots: &[usize], stride: usize, off: usize, width: u
     }
 }
 
+/// [`super::attn_kernels::SoftmaxNFn`] under AVX-512: a query's tile of
+/// scores is two registers, masked to `lo..hi`.
+fn softmax_n(sc: &mut [f32], lo: usize, hi: usize, ml: &mut [f32], acc: &mut [f32]) {
+    let nq = ml.len() / 2;
+    if nq == 0 || lo >= hi || hi > MULTI_TILE || sc.len() < nq * MULTI_TILE {
+        return;
+    }
+    let hv = acc.len() / nq;
+    // Lanes lo..hi of the 32 (bit j: key j).
+    let keys = (u32::MAX >> (32 - (hi - lo))) << lo;
+    for i in 0..nq {
+        let row = &mut sc[i * MULTI_TILE..][..MULTI_TILE];
+        // SAFETY: AVX-512F and FMA were detected (module doc); `row` holds
+        // MULTI_TILE (32) values.
+        let (m, sum) = unsafe { softmax_row_avx512(row, keys, ml[2 * i]) };
+        let corr = (ml[2 * i] - m).exp();
+        if corr != 1.0 {
+            for x in &mut acc[i * hv..(i + 1) * hv] {
+                *x *= corr;
+            }
+        }
+        ml[2 * i + 1] = ml[2 * i + 1] * corr + sum;
+        ml[2 * i] = m;
+    }
+}
+
+/// The new maximum of one query (`m_old` and the scores of the lanes in
+/// `keys`), the scores replaced by `exp(score - max)`, and their sum.
+#[target_feature(enable = "avx512f,fma")]
+unsafe fn softmax_row_avx512(row: &mut [f32], keys: u32, m_old: f32) -> (f32, f32) {
+    let p = row.as_mut_ptr();
+    let (k0, k1) = (keys as __mmask16, (keys >> 16) as __mmask16);
+    let ninf = _mm512_set1_ps(f32::NEG_INFINITY);
+    let v0 = _mm512_mask_loadu_ps(ninf, k0, p);
+    let v1 = _mm512_mask_loadu_ps(ninf, k1, p.add(16));
+    let m = _mm512_reduce_max_ps(_mm512_max_ps(v0, v1)).max(m_old);
+    let (mv, lo) = (_mm512_set1_ps(m), _mm512_set1_ps(EXP_MIN));
+    let e0 = _mm512_maskz_mov_ps(k0, exp16(_mm512_max_ps(_mm512_sub_ps(v0, mv), lo)));
+    let e1 = _mm512_maskz_mov_ps(k1, exp16(_mm512_max_ps(_mm512_sub_ps(v1, mv), lo)));
+    _mm512_storeu_ps(p, e0);
+    _mm512_storeu_ps(p.add(16), e1);
+    (m, _mm512_reduce_add_ps(_mm512_add_ps(e0, e1)))
+}
+
+/// Vector exp of 16 lanes in `[EXP_MIN, 0]` ([`exp8`]'s arithmetic).
+#[inline]
+#[target_feature(enable = "avx512f,fma")]
+unsafe fn exp16(x: __m512) -> __m512 {
+    exp_body!(
+        x,
+        _mm512_set1_ps,
+        _mm512_fmadd_ps,
+        _mm512_fnmadd_ps,
+        _mm512_sub_ps,
+        _mm512_mul_ps,
+        _mm512_castps_si512,
+        _mm512_castsi512_ps,
+        _mm512_slli_epi32,
+        _mm512_add_epi32
+    )
+}
+
 /// [`super::attn_kernels::AccumNFn`] under AVX-512 (value widths that are
 /// not multiples of 16 run the scalar loop).
 fn accum_n(p: &[f32], v: &[f32], hv: usize, acc: &mut [f32]) {
@@ -585,5 +648,33 @@ mod tests {
                 "{isa}"
             );
         }
+    }
+
+    #[test]
+    fn multi_query_softmax_matches_libm() {
+        if !Isa::Avx512.available() {
+            println!("skipped: this CPU has no AVX-512");
+            return;
+        }
+        // One query, keys 3..29 of a tile, from an empty state.
+        let xs: Vec<f32> = (0..MULTI_TILE).map(|j| -40.0 + 1.7 * j as f32).collect();
+        let mut sc = xs.clone();
+        let (mut ml, mut acc) = ([f32::NEG_INFINITY, 0.0], [1.0f32; 16]);
+        softmax_n(&mut sc, 3, 29, &mut ml, &mut acc);
+        let m = xs[28];
+        assert_eq!(ml[0], m);
+        let mut want = 0.0f64;
+        for j in 3..29 {
+            let w = f64::from(xs[j] - m).exp();
+            want += w;
+            assert!(
+                ((f64::from(sc[j]) - w) / w).abs() < 4e-7,
+                "key {j}: {} vs {w}",
+                sc[j]
+            );
+        }
+        assert!(((f64::from(ml[1]) - want) / want).abs() < 1e-6);
+        // The old state rescaled: exp(-inf - m) = 0.
+        assert!(acc.iter().all(|&a| a == 0.0));
     }
 }
