@@ -217,17 +217,12 @@ impl Format for BlockQ4K {
         out: *mut f32,
         rs: usize,
     ) -> usize {
-        let mut acts = K4_ACTS.take();
-        acts.clear();
-        acts.extend(a.iter().take(nb).map(K4Acts::new));
-        let banded = rows / decode512::BAND * decode512::BAND;
-        for r0 in (0..banded).step_by(decode512::BAND) {
-            let band = &w[r0 * nb..(r0 + decode512::BAND) * nb];
-            // SAFETY: rows r0..r0 + 8 exist; the caller bounds `out`.
-            unsafe { decode512::one_token_q4_k(band, nb, a, &acts, out.add(r0 * rs), rs) };
-        }
-        K4_ACTS.set(acts);
-        banded
+        laid_out(&K4_ACTS, &a[..nb.min(a.len())], K4Acts::new, |acts| {
+            bands(w, nb, rows, out, rs, |band, o| {
+                // SAFETY: `bands` hands out 8 whole rows and their results.
+                unsafe { decode512::one_token_q4_k(band, nb, a, acts, o, rs) }
+            })
+        })
     }
 }
 
@@ -305,13 +300,10 @@ impl Format for BlockQ6K {
         out: *mut f32,
         rs: usize,
     ) -> usize {
-        let banded = rows / decode512::BAND * decode512::BAND;
-        for r0 in (0..banded).step_by(decode512::BAND) {
-            let band = &w[r0 * nb..(r0 + decode512::BAND) * nb];
-            // SAFETY: rows r0..r0 + 8 exist; the caller bounds `out`.
-            unsafe { decode512::one_token_q6_k(band, nb, a, out.add(r0 * rs), rs) };
-        }
-        banded
+        bands(w, nb, rows, out, rs, |band, o| {
+            // SAFETY: `bands` hands out 8 whole rows and their results.
+            unsafe { decode512::one_token_q6_k(band, nb, a, o, rs) }
+        })
     }
 }
 
@@ -351,18 +343,53 @@ impl Format for BlockIQ4XS {
         out: *mut f32,
         rs: usize,
     ) -> usize {
-        let mut acts = XS_ACTS.take();
-        acts.clear();
-        acts.extend(a.iter().take(nb).map(XsActs::new));
-        let banded = rows / decode512::BAND * decode512::BAND;
-        for r0 in (0..banded).step_by(decode512::BAND) {
-            let band = &w[r0 * nb..(r0 + decode512::BAND) * nb];
-            // SAFETY: rows r0..r0 + 8 exist; the caller bounds `out`.
-            unsafe { decode512::one_token_iq4_xs(band, nb, a, &acts, out.add(r0 * rs), rs) };
-        }
-        XS_ACTS.set(acts);
-        banded
+        laid_out(&XS_ACTS, &a[..nb.min(a.len())], XsActs::new, |acts| {
+            bands(w, nb, rows, out, rs, |band, o| {
+                // SAFETY: `bands` hands out 8 whole rows and their results.
+                unsafe { decode512::one_token_iq4_xs(band, nb, a, acts, o, rs) }
+            })
+        })
     }
+}
+
+/// Runs `f` on the activation blocks `a` laid out by `new`, in the
+/// thread's reusable buffer `cell`.
+fn laid_out<T, R>(
+    cell: &'static std::thread::LocalKey<Cell<Vec<T>>>,
+    a: &[BlockQ8K],
+    new: fn(&BlockQ8K) -> T,
+    f: impl FnOnce(&[T]) -> R,
+) -> R {
+    let mut acts = cell.take();
+    acts.clear();
+    acts.extend(a.iter().map(new));
+    let r = f(&acts);
+    cell.set(acts);
+    r
+}
+
+/// Runs `f` on each whole band of eight rows of `w` (`rows` rows of `nb`
+/// blocks) with the place of its first result (`out[r0 * rs]`); returns
+/// the rows done.
+///
+/// # Safety
+/// `out` is valid for `rows` results `rs` apart.
+unsafe fn bands<W>(
+    w: &[W],
+    nb: usize,
+    rows: usize,
+    out: *mut f32,
+    rs: usize,
+    mut f: impl FnMut(&[W], *mut f32),
+) -> usize {
+    let banded = rows / decode512::BAND * decode512::BAND;
+    for r0 in (0..banded).step_by(decode512::BAND) {
+        // SAFETY: row r0 < rows, so its first result lies inside `out`.
+        f(&w[r0 * nb..(r0 + decode512::BAND) * nb], unsafe {
+            out.add(r0 * rs)
+        });
+    }
+    banded
 }
 
 /// The signed 6-bit scale of sub-block `ib` of an IQ4_XS block.
