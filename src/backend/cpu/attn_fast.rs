@@ -15,9 +15,11 @@
 //! buffers that grow once, so the hot loop never allocates.
 
 use std::cell::RefCell;
+use std::ops::Range;
 
 use super::attention::{AttnSeq, AttnShape, LayerKv};
 use super::attn_kernels::{AttnKernels, MultiKernels, MULTI_TILE};
+use super::ops;
 use super::threads::Threads;
 
 /// Keys per tile.
@@ -185,12 +187,11 @@ fn run_item(c: &Ctx<'_>, it: &Item, st: &mut [f32]) {
         let nq = (it.r1 - it.r0) * g;
         // Scores: one row of TILE per query of a multi-query call.
         let sc_len = TILE * c.k.multi.map_or(1, |m| m.max_queries.max(1));
-        let need = 2 * TILE * hk + TILE * hv + nq * hk + sc_len;
+        let need = TILE * (hk + hv) + nq * hk + sc_len;
         if buf.len() < need {
             buf.resize(need, 0.0);
         }
         let (kt, rest) = buf.split_at_mut(TILE * hk);
-        let (ktt, rest) = rest.split_at_mut(TILE * hk);
         let (vt, rest) = rest.split_at_mut(TILE * hv);
         let (qs, rest) = rest.split_at_mut(nq * hk);
         let sc = &mut rest[..sc_len];
@@ -208,27 +209,16 @@ fn run_item(c: &Ctx<'_>, it: &Item, st: &mut [f32]) {
         }
         let seq = &c.seqs[it.seq];
         let slots = &c.seq_slots[it.seq];
-        let tiles = Tiles {
-            kt,
-            ktt,
-            vt,
-            qs,
-            sc,
-        };
-        let state = State { accs, mls };
-        match c.k.multi {
-            Some(m) => run_tiles_multi(c, &m, it, seq, slots, tiles, state),
-            None => run_tiles(c, it, seq, slots, tiles, state),
-        }
+        let tiles = Tiles { kt, vt, qs, sc };
+        run_tiles(c, it, seq, slots, tiles, State { accs, mls });
     });
 }
 
 /// The scratch of one item.
 struct Tiles<'a> {
+    /// The key tile: `[keys, hk]`, or with the multi-query kernels
+    /// transposed, `[hk, TILE]` (zero past the tile's keys).
     kt: &'a mut [f32],
-    /// The key tile transposed (`[hk, TILE]`, zero past the tile's keys),
-    /// for the multi-query kernels.
-    ktt: &'a mut [f32],
     vt: &'a mut [f32],
     qs: &'a mut [f32],
     sc: &'a mut [f32],
@@ -242,15 +232,10 @@ struct State<'a> {
     mls: &'a mut [f32],
 }
 
-/// Folds the scores `sc` (of keys past the running state, softcap not yet
+/// Folds the scores `sc` (of keys past the running state, softcap already
 /// applied) into a query's `ml = [m, l]` and rescales its `acc`; leaves
 /// `sc` holding the probabilities `exp(score - m)` for the accumulation.
 fn softmax_step(c: &Ctx<'_>, sc: &mut [f32], ml: &mut [f32], acc: &mut [f32]) {
-    if let Some(cap) = c.shape.softcap {
-        for v in sc.iter_mut() {
-            *v = cap * (*v / cap).tanh();
-        }
-    }
     let mx = sc.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
     let m_new = ml[0].max(mx);
     let corr = (ml[0] - m_new).exp();
@@ -262,80 +247,19 @@ fn softmax_step(c: &Ctx<'_>, sc: &mut [f32], ml: &mut [f32], acc: &mut [f32]) {
     ml[0] = m_new;
 }
 
-/// The tile loop of one item, with the multi-query kernels: per tile the
-/// keys are transposed once, then the `group` heads of each position (the
-/// same keys visible to each) go through `m` in calls of up to
-/// `m.max_queries`.
-fn run_tiles_multi(
-    c: &Ctx<'_>,
-    m: &MultiKernels,
-    it: &Item,
-    seq: &AttnSeq<'_>,
-    slots: &[usize],
-    t: Tiles<'_>,
-    st: State<'_>,
-) {
-    let s = c.shape;
-    let (hk, hv, g) = (s.head_dim_k, s.head_dim_v, c.group());
-    let (kw, vw) = (s.n_head_kv * hk, s.n_head_kv * hv);
-    let per_call = m.max_queries.clamp(1, g.max(1));
-    let pos = |r: usize| seq.start + (r - seq.row);
-    let mut a = it.k0;
-    while a < it.k1 {
-        let b = (a + TILE).min(it.k1);
-        if c.first_key(pos(it.r1 - 1)) >= b {
-            a = b;
-            continue;
-        }
-        let n = b - a;
-        (m.gather_t)(c.kv.k, &slots[a..b], kw, it.kvh * hk, t.ktt);
-        (c.k.gather)(c.kv.v, &slots[a..b], vw, it.kvh * hv, &mut t.vt[..n * hv]);
-        // The cache rows are scattered over pages: ask for the next tile's
-        // while this one is scored.
-        let next = &slots[b..(b + TILE).min(it.k1)];
-        (m.prefetch)(c.kv.k, next, kw, it.kvh * hk, hk);
-        (m.prefetch)(c.kv.v, next, vw, it.kvh * hv, hv);
-        for row in it.r0..it.r1 {
-            let p = pos(row);
-            let (lo, hi) = (c.first_key(p).max(a), (p + 1).min(b));
-            if lo >= hi {
-                continue;
-            }
-            let q_first = (row - it.r0) * g;
-            let mut h = 0;
-            while h < g {
-                let nq = per_call.min(g - h);
-                let q0 = q_first + h;
-                let sc = &mut t.sc[..nq * TILE];
-                (m.scores)(&t.qs[q0 * hk..(q0 + nq) * hk], t.ktt, sc);
-                if let Some(cap) = s.softcap {
-                    for i in 0..nq {
-                        for v in &mut sc[i * TILE + (lo - a)..i * TILE + (hi - a)] {
-                            *v = cap * (*v / cap).tanh();
-                        }
-                    }
-                }
-                let mls = &mut st.mls[2 * q0..2 * (q0 + nq)];
-                let accs = &mut st.accs[q0 * hv..(q0 + nq) * hv];
-                (m.softmax)(sc, lo - a, hi - a, mls, accs);
-                let v = &t.vt[(lo - a) * hv..(hi - a) * hv];
-                let accs = &mut st.accs[q0 * hv..(q0 + nq) * hv];
-                (m.accum)(&sc[lo - a..], v, hv, accs);
-                h += nq;
-            }
-        }
-        a = b;
-    }
-}
-
-/// The tile loop of one item.
+/// The tile loop of one item: per tile of keys, the K and V rows gathered
+/// once, then each position's `group` heads (which see the same keys)
+/// scored, soft-maxed and accumulated. With the multi-query kernels the key
+/// tile is gathered transposed, the heads go through `m` in calls of up to
+/// `m.max_queries`, and the next tile's rows are prefetched; otherwise
+/// each head runs the one-query kernels.
 fn run_tiles(
     c: &Ctx<'_>,
     it: &Item,
     seq: &AttnSeq<'_>,
     slots: &[usize],
-    t: Tiles<'_>,
-    st: State<'_>,
+    mut t: Tiles<'_>,
+    mut st: State<'_>,
 ) {
     let s = c.shape;
     let (hk, hv, g) = (s.head_dim_k, s.head_dim_v, c.group());
@@ -350,21 +274,84 @@ fn run_tiles(
             continue;
         }
         let n = b - a;
-        (c.k.gather)(c.kv.k, &slots[a..b], kw, it.kvh * hk, &mut t.kt[..n * hk]);
-        (c.k.gather)(c.kv.v, &slots[a..b], vw, it.kvh * hv, &mut t.vt[..n * hv]);
-        for qi in 0..(it.r1 - it.r0) * g {
-            let p = pos(it.r0 + qi / g);
+        let (koff, voff) = (it.kvh * hk, it.kvh * hv);
+        match &c.k.multi {
+            Some(m) => (m.gather_t)(c.kv.k, &slots[a..b], kw, koff, t.kt),
+            None => (c.k.gather)(c.kv.k, &slots[a..b], kw, koff, &mut t.kt[..n * hk]),
+        }
+        (c.k.gather)(c.kv.v, &slots[a..b], vw, voff, &mut t.vt[..n * hv]);
+        if let Some(m) = &c.k.multi {
+            // The cache rows are scattered over pages: ask for the next
+            // tile's while this one is scored.
+            let next = &slots[b..(b + TILE).min(it.k1)];
+            (m.prefetch)(c.kv.k, next, kw, koff, hk);
+            (m.prefetch)(c.kv.v, next, vw, voff, hv);
+        }
+        for row in it.r0..it.r1 {
+            let p = pos(row);
             let (lo, hi) = (c.first_key(p).max(a), (p + 1).min(b));
             if lo >= hi {
                 continue;
             }
-            let sc = &mut t.sc[..hi - lo];
-            let q = &t.qs[qi * hk..][..hk];
-            (c.k.scores)(q, &t.kt[(lo - a) * hk..(hi - a) * hk], sc);
-            let acc = &mut st.accs[qi * hv..][..hv];
-            softmax_step(c, sc, &mut st.mls[2 * qi..2 * qi + 2], acc);
-            (c.k.accum)(sc, &t.vt[(lo - a) * hv..(hi - a) * hv], acc);
+            let (q0, keys) = ((row - it.r0) * g, lo - a..hi - a);
+            match &c.k.multi {
+                Some(m) => heads_multi(c, m, q0, keys, &mut t, &mut st),
+                None => heads_one(c, q0, keys, &mut t, &mut st),
+            }
         }
         a = b;
+    }
+}
+
+/// The `group` heads from query `q0` over keys `keys` of the tile (in
+/// tile positions), one query per kernel call.
+fn heads_one(c: &Ctx<'_>, q0: usize, keys: Range<usize>, t: &mut Tiles<'_>, st: &mut State<'_>) {
+    let (hk, hv) = (c.shape.head_dim_k, c.shape.head_dim_v);
+    for qi in q0..q0 + c.group() {
+        let sc = &mut t.sc[..keys.len()];
+        let q = &t.qs[qi * hk..][..hk];
+        (c.k.scores)(q, &t.kt[keys.start * hk..keys.end * hk], sc);
+        if let Some(cap) = c.shape.softcap {
+            ops::softcap(sc, cap);
+        }
+        let acc = &mut st.accs[qi * hv..][..hv];
+        softmax_step(c, sc, &mut st.mls[2 * qi..2 * qi + 2], acc);
+        (c.k.accum)(sc, &t.vt[keys.start * hv..keys.end * hv], acc);
+    }
+}
+
+/// The `group` heads from query `q0` over keys `keys` of the transposed
+/// tile, up to `m.max_queries` per call of the multi-query kernels.
+fn heads_multi(
+    c: &Ctx<'_>,
+    m: &MultiKernels,
+    q0: usize,
+    keys: Range<usize>,
+    t: &mut Tiles<'_>,
+    st: &mut State<'_>,
+) {
+    let (hk, hv, g) = (c.shape.head_dim_k, c.shape.head_dim_v, c.group());
+    let per_call = m.max_queries.clamp(1, g.max(1));
+    let mut q = q0;
+    while q < q0 + g {
+        let nq = per_call.min(q0 + g - q);
+        let sc = &mut t.sc[..nq * TILE];
+        (m.scores)(&t.qs[q * hk..(q + nq) * hk], t.kt, sc);
+        if let Some(cap) = c.shape.softcap {
+            for row in sc.chunks_exact_mut(TILE) {
+                ops::softcap(&mut row[keys.clone()], cap);
+            }
+        }
+        let accs = &mut st.accs[q * hv..(q + nq) * hv];
+        (m.softmax)(
+            sc,
+            keys.start,
+            keys.end,
+            &mut st.mls[2 * q..2 * (q + nq)],
+            accs,
+        );
+        let v = &t.vt[keys.start * hv..keys.end * hv];
+        (m.accum)(&sc[keys.start..], v, hv, accs);
+        q += nq;
     }
 }
