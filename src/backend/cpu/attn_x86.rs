@@ -383,6 +383,33 @@ fn gather_t_scalar(src: KvRef<'_>, slots: &[usize], stride: usize, off: usize, k
     }
 }
 
+/// The `vpermt2ps` indices of the four stages of a 16 x 16 transpose.
+/// Stage `i` swaps bit `b = 1 << i` between row and column: row `r` (bit
+/// `b` clear) keeps its columns `p` with bit `b` clear and takes row
+/// `r | b`'s column `p ^ b` for the others (`[0]`); row `r | b` the
+/// converse (`[1]`). Indices `16..` pick from the second register.
+const BUTTERFLY: [[[i32; 16]; 2]; 4] = {
+    let mut t = [[[0i32; 16]; 2]; 4];
+    let mut i = 0;
+    while i < 4 {
+        let b = 1 << i;
+        let mut p = 0;
+        while p < 16 {
+            let (own, other) = (p as i32, (p ^ b) as i32);
+            if p & b == 0 {
+                t[i][0][p] = own;
+                t[i][1][p] = other;
+            } else {
+                t[i][0][p] = 16 + other;
+                t[i][1][p] = 16 + own;
+            }
+            p += 1;
+        }
+        i += 1;
+    }
+    t
+};
+
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,f16c")]
 unsafe fn gather_t_avx512(
     src: KvRef<'_>,
@@ -393,22 +420,11 @@ unsafe fn gather_t_avx512(
     kt: &mut [f32],
 ) {
     let tp = kt.as_mut_ptr();
-    // Stage with block b: row i (bit b clear) keeps its columns p with bit
-    // b clear and takes row i | b's columns p ^ b for the others; row
-    // i | b the converse.
-    let idx = |b: usize, upper: bool| {
-        let mut v = [0i32; 16];
-        for (p, x) in v.iter_mut().enumerate() {
-            *x = match (p & b == 0, upper) {
-                (true, false) => p as i32,
-                (false, false) => 16 + (p ^ b) as i32,
-                (true, true) => (p ^ b) as i32,
-                (false, true) => 16 + p as i32,
-            };
-        }
-        _mm512_loadu_si512(v.as_ptr().cast())
-    };
-    let stages = [1usize, 2, 4, 8].map(|b| (b, idx(b, false), idx(b, true)));
+    let stages: [(usize, __m512i, __m512i); 4] = std::array::from_fn(|i| {
+        let [lo, hi] = &BUTTERFLY[i];
+        let load = |v: &[i32; 16]| _mm512_loadu_si512(v.as_ptr().cast());
+        (1 << i, load(lo), load(hi))
+    });
     let n = slots.len();
     for j0 in (0..MULTI_TILE).step_by(16) {
         for d0 in (0..hk).step_by(16) {
@@ -477,9 +493,8 @@ fn softmax_n(sc: &mut [f32], lo: usize, hi: usize, ml: &mut [f32], acc: &mut [f3
         let (m, sum) = unsafe { softmax_row_avx512(row, keys, ml[2 * i]) };
         let corr = (ml[2 * i] - m).exp();
         if corr != 1.0 {
-            for x in &mut acc[i * hv..(i + 1) * hv] {
-                *x *= corr;
-            }
+            // SAFETY: AVX2 was detected (module doc).
+            unsafe { scale_avx2(&mut acc[i * hv..(i + 1) * hv], corr) };
         }
         ml[2 * i + 1] = ml[2 * i + 1] * corr + sum;
         ml[2 * i] = m;
