@@ -174,45 +174,6 @@ unsafe fn xs_lanes(bx: &BlockIQ4XS, a: &XsActs) -> __m512i {
     lanes
 }
 
-/// Eight IQ4_XS rows (`w`, 8 rows of `nb` blocks) by one activation row
-/// laid out as `acts`, results at `out[r * rs]`: per block, `row_dot`'s
-/// `acc += (s1 * d) * d8` lane by lane.
-///
-/// # Safety
-/// AVX-512 VNNI as in `gemm16::run`; `w` holds 8 rows of `nb` blocks,
-/// `acts` at least `nb`; `out` is valid for every index written.
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-pub(super) unsafe fn one_token_iq4_xs(
-    w: &[BlockIQ4XS],
-    nb: usize,
-    a: &[BlockQ8K],
-    acts: &[XsActs],
-    out: *mut f32,
-    rs: usize,
-) {
-    let mut acc = _mm256_setzero_ps();
-    for (b, (by, ba)) in a.iter().zip(acts).enumerate().take(nb) {
-        prefetch_share(
-            w.as_ptr().add(BAND * nb).cast(),
-            BAND * size_of::<BlockIQ4XS>(),
-            b,
-        );
-        let mut z = [_mm512_setzero_si512(); BAND];
-        for (r, zr) in z.iter_mut().enumerate() {
-            *zr = xs_lanes(&w[r * nb + b], ba);
-        }
-        let s1 = fold8(&z);
-        let d = gather_f16(|r| w[r * nb + b].d.to_bits());
-        let m = _mm256_mul_ps(_mm256_cvtepi32_ps(s1), d);
-        acc = _mm256_add_ps(acc, _mm256_mul_ps(m, _mm256_set1_ps(by.d)));
-    }
-    let mut v = [0.0f32; BAND];
-    _mm256_storeu_ps(v.as_mut_ptr(), acc);
-    for (r, &x) in v.iter().enumerate() {
-        *out.add(r * rs) = x;
-    }
-}
-
 /// One activation block laid out for Q4_K weights: `q[h][lohi]` holds the
 /// 64 quants that the low (`lohi = 0`) or high nibbles of `qs[64h..64h +
 /// 64]` multiply: values `128h + 32 lohi + l` in bytes `l < 32`, values
@@ -357,88 +318,97 @@ unsafe fn q6_lanes(bx: &BlockQ6K, a: &BlockQ8K) -> __m512i {
     _mm512_sub_epi32(lanes, _mm512_zextsi256_si512(corr))
 }
 
-/// Eight Q4_K rows (`w`, 8 rows of `nb` blocks) by one activation row
-/// laid out as `acts`, results at `out[r * rs]`: per block, `row_dot`'s
-/// `acc += (s1 * d - s2 * dmin) * d8` lane by lane.
+/// A format with a one-token band kernel: its block's exact integer lanes
+/// against one activation block laid out as [`OneToken::Acts`].
+pub(super) trait OneToken: Sized {
+    /// The activation layout the lanes read (`BlockQ8K` itself where the
+    /// quants come in activation order).
+    type Acts;
+    /// Whether the format has mins (`s2`, `dmin`).
+    const MIN: bool;
+    /// Lanes summing to the block's exact `s1`, and to `s2` (zero without
+    /// mins).
+    ///
+    /// # Safety
+    /// The CPU features of `gemm16::run`.
+    unsafe fn lanes(&self, a: &Self::Acts) -> (__m512i, __m512i);
+    /// The raw f16 bits of `d` and `dmin` (0 without mins).
+    fn scale_bits(&self) -> (u16, u16);
+}
+
+impl OneToken for BlockIQ4XS {
+    type Acts = XsActs;
+    const MIN: bool = false;
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+    unsafe fn lanes(&self, a: &XsActs) -> (__m512i, __m512i) {
+        (xs_lanes(self, a), _mm512_setzero_si512())
+    }
+    fn scale_bits(&self) -> (u16, u16) {
+        (self.d.to_bits(), 0)
+    }
+}
+
+impl OneToken for BlockQ4K {
+    type Acts = K4Acts;
+    const MIN: bool = true;
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+    unsafe fn lanes(&self, a: &K4Acts) -> (__m512i, __m512i) {
+        k4_lanes(self, a)
+    }
+    fn scale_bits(&self) -> (u16, u16) {
+        (self.d.to_bits(), self.dmin.to_bits())
+    }
+}
+
+impl OneToken for BlockQ6K {
+    type Acts = BlockQ8K;
+    const MIN: bool = false;
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+    unsafe fn lanes(&self, a: &BlockQ8K) -> (__m512i, __m512i) {
+        (q6_lanes(self, a), _mm512_setzero_si512())
+    }
+    fn scale_bits(&self) -> (u16, u16) {
+        (self.d.to_bits(), 0)
+    }
+}
+
+/// Eight rows of `W` (`w`, 8 rows of `nb` blocks) by one activation row
+/// `a`, laid out as `acts`, results at `out[r * rs]`: per block, the eight
+/// rows' lanes folded to one register ([`fold8`]) and `row_dot`'s `acc +=
+/// (s1 * d - s2 * dmin) * d8` (`(s1 * d) * d8` without mins) lane by lane,
+/// the next band prefetched as one stream.
 ///
 /// # Safety
-/// AVX-512 VNNI as in `gemm16::run`; `w` holds 8 rows of `nb` blocks,
-/// `a` and `acts` at least `nb`; `out` is valid for every index written.
+/// AVX-512 VNNI as in `gemm16::run`; `w` holds 8 rows of `nb` blocks, `a`
+/// and `acts` at least `nb`; `out` is valid for every index written.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-pub(super) unsafe fn one_token_q4_k(
-    w: &[BlockQ4K],
+pub(super) unsafe fn one_token<W: OneToken>(
+    w: &[W],
     nb: usize,
     a: &[BlockQ8K],
-    acts: &[K4Acts],
+    acts: &[W::Acts],
     out: *mut f32,
     rs: usize,
 ) {
     let mut acc = _mm256_setzero_ps();
     for (b, (by, ba)) in a.iter().zip(acts).enumerate().take(nb) {
-        prefetch_share(
-            w.as_ptr().add(BAND * nb).cast(),
-            BAND * size_of::<BlockQ4K>(),
-            b,
-        );
+        prefetch_share(w.as_ptr().add(BAND * nb).cast(), BAND * size_of::<W>(), b);
         let mut z1 = [_mm512_setzero_si512(); BAND];
         let mut z2 = [_mm512_setzero_si512(); BAND];
         for r in 0..BAND {
-            (z1[r], z2[r]) = k4_lanes(&w[r * nb + b], ba);
+            (z1[r], z2[r]) = w[r * nb + b].lanes(ba);
         }
-        let (s1, s2) = (fold8(&z1), fold8(&z2));
-        let d = gather_f16(|r| w[r * nb + b].d.to_bits());
-        let dmin = gather_f16(|r| w[r * nb + b].dmin.to_bits());
-        let m = _mm256_fnmadd_ps(
-            _mm256_cvtepi32_ps(s2),
-            dmin,
-            _mm256_mul_ps(_mm256_cvtepi32_ps(s1), d),
-        );
+        let d = gather_f16(|r| w[r * nb + b].scale_bits().0);
+        let mut m = _mm256_mul_ps(_mm256_cvtepi32_ps(fold8(&z1)), d);
+        if W::MIN {
+            let dmin = gather_f16(|r| w[r * nb + b].scale_bits().1);
+            m = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(fold8(&z2)), dmin, m);
+        }
         acc = _mm256_add_ps(acc, _mm256_mul_ps(m, _mm256_set1_ps(by.d)));
     }
-    store8(acc, out, rs);
-}
-
-/// Eight Q6_K rows (`w`, 8 rows of `nb` blocks) by one activation row,
-/// results at `out[r * rs]`: per block, `row_dot`'s `acc += (s1 * d) * d8`
-/// lane by lane.
-///
-/// # Safety
-/// AVX-512 VNNI as in `gemm16::run`; `w` holds 8 rows of `nb` blocks, `a`
-/// at least `nb`; `out` is valid for every index written.
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-pub(super) unsafe fn one_token_q6_k(
-    w: &[BlockQ6K],
-    nb: usize,
-    a: &[BlockQ8K],
-    out: *mut f32,
-    rs: usize,
-) {
-    let mut acc = _mm256_setzero_ps();
-    for (b, by) in a.iter().enumerate().take(nb) {
-        prefetch_share(
-            w.as_ptr().add(BAND * nb).cast(),
-            BAND * size_of::<BlockQ6K>(),
-            b,
-        );
-        let mut z = [_mm512_setzero_si512(); BAND];
-        for (r, zr) in z.iter_mut().enumerate() {
-            *zr = q6_lanes(&w[r * nb + b], by);
-        }
-        let s1 = fold8(&z);
-        let d = gather_f16(|r| w[r * nb + b].d.to_bits());
-        let m = _mm256_mul_ps(_mm256_cvtepi32_ps(s1), d);
-        acc = _mm256_add_ps(acc, _mm256_mul_ps(m, _mm256_set1_ps(by.d)));
-    }
-    store8(acc, out, rs);
-}
-
-/// The eight lanes of `acc` to `out[r * rs]`.
-///
-/// # Safety
-/// `out` is valid for every index written.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn store8(acc: __m256, out: *mut f32, rs: usize) {
     let mut v = [0.0f32; BAND];
     _mm256_storeu_ps(v.as_mut_ptr(), acc);
     for (r, &x) in v.iter().enumerate() {

@@ -220,7 +220,7 @@ impl Format for BlockQ4K {
         laid_out(&K4_ACTS, &a[..nb.min(a.len())], K4Acts::new, |acts| {
             bands(w, nb, rows, out, rs, |band, o| {
                 // SAFETY: `bands` hands out 8 whole rows and their results.
-                unsafe { decode512::one_token_q4_k(band, nb, a, acts, o, rs) }
+                unsafe { decode512::one_token(band, nb, a, acts, o, rs) }
             })
         })
     }
@@ -302,7 +302,7 @@ impl Format for BlockQ6K {
     ) -> usize {
         bands(w, nb, rows, out, rs, |band, o| {
             // SAFETY: `bands` hands out 8 whole rows and their results.
-            unsafe { decode512::one_token_q6_k(band, nb, a, o, rs) }
+            unsafe { decode512::one_token(band, nb, a, a, o, rs) }
         })
     }
 }
@@ -346,7 +346,7 @@ impl Format for BlockIQ4XS {
         laid_out(&XS_ACTS, &a[..nb.min(a.len())], XsActs::new, |acts| {
             bands(w, nb, rows, out, rs, |band, o| {
                 // SAFETY: `bands` hands out 8 whole rows and their results.
-                unsafe { decode512::one_token_iq4_xs(band, nb, a, acts, o, rs) }
+                unsafe { decode512::one_token(band, nb, a, acts, o, rs) }
             })
         })
     }
