@@ -28,7 +28,7 @@ use super::avx2::{
 };
 use super::decode512::{self, K4Acts, XsActs};
 use crate::backend::cpu::kernels::{blocks, GemmFn, Out};
-use crate::quant::blocks::{BlockIQ4XS, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K};
+use crate::quant::blocks::{BlockIQ4XS, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K, QK_K};
 use crate::quant::GgmlType;
 
 /// Tokens per zmm register.
@@ -103,11 +103,18 @@ struct Decoded {
     dmin: f32,
 }
 
-/// Packs `v[2p], v[2p + 1]` (each fitting i16) into one word per pair.
+/// `lo` and `hi` (each fitting i16) as one word, the i16 pair `vpdpwssd`
+/// reads.
+#[inline]
+fn i16_pair(lo: i32, hi: i32) -> u32 {
+    (lo as u16 as u32) | ((hi as u16 as u32) << 16)
+}
+
+/// Packs `v[2p], v[2p + 1]` into one word per pair ([`i16_pair`]).
 #[inline]
 fn i16_pairs<const N: usize>(v: impl Fn(usize) -> i32, out: &mut [u32; 8]) {
     for (p, o) in out.iter_mut().enumerate().take(N) {
-        *o = (v(2 * p) as u16 as u32) | ((v(2 * p + 1) as u16 as u32) << 16);
+        *o = i16_pair(v(2 * p), v(2 * p + 1));
     }
 }
 
@@ -122,6 +129,8 @@ trait Format: Pod {
     /// Values per activation sum of the correction term: 32 (four i16
     /// pairs per block) or 16 (eight pairs, Q6_K).
     const PAIR_ELEMS: usize;
+    /// Words of i16 pairs of those sums per block.
+    const PAIR_WORDS: usize = QK_K / Self::PAIR_ELEMS / 2;
     /// Decodes the block into `out`.
     ///
     /// # Safety
@@ -424,10 +433,9 @@ fn pack<W: Format>(a: &[BlockQ8K], nb: usize, t0: usize, tn: usize, p: &mut Pack
                     .map(|&v| i32::from(v))
                     .sum()
             };
-            for q in 0..16 / per / 2 {
+            for q in 0..W::PAIR_WORDS {
                 // |sum| <= 32 * 127: each fits i16.
-                let word = (sum(2 * q) as u16 as u32) | ((sum(2 * q + 1) as u16 as u32) << 16);
-                p.pairs[(gb * PAIRS + q) * GROUP + j] = word;
+                p.pairs[(gb * PAIRS + q) * GROUP + j] = i16_pair(sum(2 * q), sum(2 * q + 1));
             }
             for (k, q) in by.qs.chunks_exact(4).enumerate() {
                 let word = u32::from_le_bytes([q[0] as u8, q[1] as u8, q[2] as u8, q[3] as u8]);
@@ -659,13 +667,12 @@ unsafe fn tile<W: Format, const G: usize>(
             }
         }
     }
-    let npairs = 16 / (W::PAIR_ELEMS / 16) / 2;
     for (g, accg) in acc.iter_mut().enumerate().take(G) {
         let pairs = at.pairs.add(g * at.stride * PAIRS * GROUP);
         let d8 = _mm512_loadu_ps(at.d.add(g * at.stride * GROUP));
         for (r, dr) in rows.iter().enumerate() {
             let mut corr = _mm512_setzero_si512();
-            for q in 0..npairs {
+            for q in 0..W::PAIR_WORDS {
                 let sums = _mm512_loadu_si512(pairs.add(q * GROUP).cast());
                 corr = _mm512_dpwssd_epi32(corr, _mm512_set1_epi32(dr.coef[q] as i32), sums);
             }
