@@ -474,7 +474,7 @@ unsafe fn vec_dot_q6_k_q8_k(x: &[BlockQ6K], y: &[BlockQ8K]) -> f32 {
 /// Exact `sum scale * q * q8` of a Q2_K block (scales in the low nibbles).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q2_k_isum(bx: &BlockQ2K, by: &BlockQ8K) -> i32 {
+pub(super) unsafe fn q2_k_isum(bx: &BlockQ2K, by: &BlockQ8K) -> i32 {
     let m3 = _mm256_set1_epi8(3);
     let mut acc = _mm256_setzero_si256();
     for h in 0..2 {
@@ -519,27 +519,40 @@ unsafe fn vec_dot_q2_k_q8_k(x: &[BlockQ2K], y: &[BlockQ8K]) -> f32 {
     sumf
 }
 
-/// The sixteen signed 6-bit scales of a Q3_K block (stored minus 32).
+/// The sixteen signed 6-bit scales of a Q3_K block (stored minus 32), as
+/// bytes: the low nibbles of bytes 0..8, then their high nibbles, each with
+/// two high bits from byte `8 + j % 4` (bits `2 (j / 4)..`).
 #[inline]
-fn q3_scales(packed: &[u8; 12]) -> [i8; 16] {
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn q3_scales(packed: &[u8; 12]) -> __m128i {
+    let m4 = _mm_set1_epi8(0x0F);
+    let low = _mm_loadl_epi64(packed.as_ptr().cast());
+    let low = _mm_unpacklo_epi64(
+        _mm_and_si128(low, m4),
+        _mm_and_si128(_mm_srli_epi16::<4>(low), m4),
+    );
+    let hi = u32::from_le_bytes([packed[8], packed[9], packed[10], packed[11]]);
+    // 32-bit lane k: the four bytes shifted by 2k; their low two bits are
+    // the high bits of scales 4k..4k + 4.
+    let high = _mm_srlv_epi32(_mm_set1_epi32(hi as i32), _mm_set_epi32(6, 4, 2, 0));
+    let high = _mm_slli_epi16::<4>(_mm_and_si128(high, _mm_set1_epi8(3)));
+    _mm_sub_epi8(_mm_or_si128(low, high), _mm_set1_epi8(32))
+}
+
+/// [`q3_scales`] as an array.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn q3_scales_array(packed: &[u8; 12]) -> [i8; 16] {
     let mut out = [0i8; 16];
-    for (j, o) in out.iter_mut().enumerate() {
-        let low = if j < 8 {
-            packed[j] & 0xF
-        } else {
-            packed[j - 8] >> 4
-        };
-        let high = (packed[8 + j % 4] >> (2 * (j / 4))) & 3;
-        *o = (low | (high << 4)) as i8 - 32;
-    }
+    _mm_storeu_si128(out.as_mut_ptr().cast(), q3_scales(packed));
     out
 }
 
 /// Exact `sum scale * q * q8` of a Q3_K block.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q3_k_isum(bx: &BlockQ3K, by: &BlockQ8K) -> i32 {
-    let scales = q3_scales(&bx.scales);
+pub(super) unsafe fn q3_k_isum(bx: &BlockQ3K, by: &BlockQ8K) -> i32 {
+    let scales = q3_scales_array(&bx.scales);
     let m3 = _mm256_set1_epi8(3);
     let four = _mm256_set1_epi8(4);
     let hm = load32(bx.hmask.as_ptr());

@@ -19,21 +19,30 @@
 //! of one lane per sub-block, and each sub-block's lanes are multiplied by
 //! its scale: the lanes then sum to the block's exact `s1`.
 //!
-//! Q4_K and Q6_K lanes: a zmm load of packed quants gives, through one
+//! Q4_K, Q5_K and Q6_K lanes: a zmm load of packed quants gives, through one
 //! mask and one shift, two registers of 64 values; each 32-bit lane holds
 //! four values of one sub-block, so it is multiplied by that sub-block's
 //! scale (widened from bytes by one shuffle and one `vpmovzxbd` /
 //! `vpmovsxbd`) before the lanes of eight rows are folded. The
 //! activations are read in the same order (Q6_K's are already; Q4_K's
 //! are laid out once per call, [`K4Acts`]), and the terms of the mins
-//! (Q4_K) and of Q6_K's offset of 32 come from `vpmaddwd` of the scales
-//! against the activations' sub-block sums.
+//! (Q4_K, Q5_K) and of Q6_K's offset of 32 come from `vpmaddwd` of the
+//! scales against the activations' sub-block sums. Q5_K's fifth bits are
+//! shifted into place from one broadcast of `qh`.
+//!
+//! Q2_K and Q3_K lanes: one zmm load of the 64 bytes of 2-bit quants gives
+//! four registers of 64 values (a shift and a mask each; Q3_K adds its
+//! high bit, 4, from a broadcast of `hmask`), against activations laid out
+//! in the same order ([`K23Acts`]). Q2_K's mins and Q3_K's offset of 4 are
+//! `vpmaddwd` against the 16-value sums, as for Q6_K.
 
 use std::arch::x86_64::*;
 
-use super::avx2::k4_scales_mins;
+use super::avx2::{k4_scales_mins, q3_scales};
 use super::gemm::prefetch_share;
-use crate::quant::blocks::{BlockIQ4XS, BlockQ4K, BlockQ6K, BlockQ8K, KVALUES_IQ4NL};
+use crate::quant::blocks::{
+    BlockIQ4XS, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K, KVALUES_IQ4NL,
+};
 
 /// Weight rows per band.
 pub(super) const BAND: usize = 8;
@@ -236,21 +245,39 @@ unsafe fn quarters(a: i8, b: i8, c: i8, d: i8) -> __m128i {
     _mm_set_epi8(d, d, d, d, c, c, c, c, b, b, b, b, a, a, a, a)
 }
 
-/// The lanes of one Q4_K block against its laid-out activations (they sum
-/// to the block's exact `s1`), and the lanes of its exact `s2 = sum_j
-/// min_j * bs32_j` (low 128 bits; zero above).
+/// The lanes of one Q4_K (`qh = None`) or Q5_K block against its laid-out
+/// activations (they sum to the block's exact `s1`), and the lanes of its
+/// exact `s2 = sum_j min_j * bs32_j` (low 128 bits; zero above).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn k4_lanes(bx: &BlockQ4K, a: &K4Acts) -> (__m512i, __m512i) {
-    let sm = k4_scales_mins(&bx.scales);
+unsafe fn k45_lanes(
+    qs: &[u8; 128],
+    qh: Option<&[u8; 32]>,
+    scales: &[u8; 12],
+    a: &K4Acts,
+) -> (__m512i, __m512i) {
+    let sm = k4_scales_mins(scales);
     let sm = _mm_loadu_si128(sm.as_ptr().cast());
     let m4 = _mm512_set1_epi8(0x0F);
+    let one = _mm512_set1_epi8(1);
+    let qh = qh.map(|qh| _mm512_broadcast_i64x4(_mm256_loadu_si256(qh.as_ptr().cast())));
     let mut lanes = _mm512_setzero_si512();
     for h in 0..2 {
         let j = 4 * h as i8;
-        let v = _mm512_loadu_si512(bx.qs.as_ptr().add(64 * h).cast());
-        let lo = _mm512_and_si512(v, m4);
-        let hi = _mm512_and_si512(_mm512_srli_epi16::<4>(v), m4);
+        let v = _mm512_loadu_si512(qs.as_ptr().add(64 * h).cast());
+        let mut lo = _mm512_and_si512(v, m4);
+        let mut hi = _mm512_and_si512(_mm512_srli_epi16::<4>(v), m4);
+        if let Some(qh) = qh {
+            // The fifth bit of value 64k + 32 lohi + l is bit 2k + lohi of
+            // qh[l]; bytes 32.. of this half are k = 2h + 1.
+            let fifth = |b: i64| {
+                let bits =
+                    _mm512_srlv_epi64(qh, _mm512_set_epi64(b + 2, b + 2, b + 2, b + 2, b, b, b, b));
+                _mm512_slli_epi16::<4>(_mm512_and_si512(bits, one))
+            };
+            lo = _mm512_or_si512(lo, fifth(4 * h as i64));
+            hi = _mm512_or_si512(hi, fifth(4 * h as i64 + 1));
+        }
         let slo = _mm512_dpbusd_epi32(
             _mm512_setzero_si512(),
             lo,
@@ -270,6 +297,99 @@ unsafe fn k4_lanes(bx: &BlockQ4K, a: &K4Acts) -> (__m512i, __m512i) {
     let mins = _mm_cvtepu8_epi16(_mm_srli_si128::<8>(sm));
     let s2 = _mm_madd_epi16(mins, _mm_load_si128(a.bs32.as_ptr().cast()));
     (lanes, _mm512_zextsi128_si512(s2))
+}
+
+/// One activation block laid out for Q2_K and Q3_K weights: `q[j]` holds
+/// the 64 quants that bits `2j, 2j + 1` of the 64 packed bytes multiply:
+/// values `32j + l` in bytes `l < 32`, values `128 + 32j + l` in bytes
+/// `32 + l`. `bs16`: the block's sums of 16 values.
+#[repr(C, align(64))]
+#[derive(Clone, Copy)]
+pub(super) struct K23Acts {
+    q: [[i8; 64]; 4],
+    bs16: [i16; 16],
+}
+
+impl K23Acts {
+    /// The layout of `a`.
+    pub(super) fn new(a: &BlockQ8K) -> Self {
+        let mut out = K23Acts {
+            q: [[0; 64]; 4],
+            bs16: a.bsums,
+        };
+        for (j, q) in out.q.iter_mut().enumerate() {
+            q[..32].copy_from_slice(&a.qs[32 * j..32 * j + 32]);
+            q[32..].copy_from_slice(&a.qs[128 + 32 * j..160 + 32 * j]);
+        }
+        out
+    }
+}
+
+/// The lanes of the 2-bit quants (plus 4 where the bit of `hmask` is set,
+/// Q3_K) of one Q2_K / Q3_K block times its sub-block scales `sc` (16
+/// bytes, widened as i8 when `signed`) against `a`: they sum to `sum_s
+/// sc_s * sum(u * q8)`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn k23_lanes(
+    qs: &[u8; 64],
+    hmask: Option<&[u8; 32]>,
+    sc: __m128i,
+    signed: bool,
+    a: &K23Acts,
+) -> __m512i {
+    let v = _mm512_loadu_si512(qs.as_ptr().cast());
+    let m3 = _mm512_set1_epi8(3);
+    let one = _mm512_set1_epi8(1);
+    let hm = hmask.map(|h| _mm512_broadcast_i64x4(_mm256_loadu_si256(h.as_ptr().cast())));
+    let mut lanes = _mm512_setzero_si512();
+    for j in 0..4 {
+        let mut u = _mm512_and_si512(_mm512_srl_epi16(v, _mm_cvtsi32_si128(2 * j)), m3);
+        if let Some(hm) = hm {
+            // The high bit of value 128n + 32j + l is bit 4n + j of hmask[l].
+            let b = i64::from(j);
+            let bits =
+                _mm512_srlv_epi64(hm, _mm512_set_epi64(b + 4, b + 4, b + 4, b + 4, b, b, b, b));
+            u = _mm512_or_si512(u, _mm512_slli_epi16::<2>(_mm512_and_si512(bits, one)));
+        }
+        let s = _mm512_dpbusd_epi32(
+            _mm512_setzero_si512(),
+            u,
+            _mm512_load_si512(a.q[j as usize].as_ptr().cast()),
+        );
+        // Lanes of 4 values: sub-blocks 2j, 2j + 1, 8 + 2j, 9 + 2j.
+        let k = 2 * j as i8;
+        let c = lane_scales(sc, quarters(k, k + 1, k + 8, k + 9), signed);
+        lanes = _mm512_add_epi32(lanes, _mm512_mullo_epi32(s, c));
+    }
+    lanes
+}
+
+/// The lanes of one Q2_K block against its laid-out activations (they
+/// sum to the block's exact `s1`), and those of its exact `s2 = sum_s
+/// min_s * bs16_s` (low 256 bits; zero above).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn q2_lanes(bx: &BlockQ2K, a: &K23Acts) -> (__m512i, __m512i) {
+    let packed = _mm_loadu_si128(bx.scales.as_ptr().cast());
+    let m4 = _mm_set1_epi8(0x0F);
+    let lanes = k23_lanes(&bx.qs, None, _mm_and_si128(packed, m4), false, a);
+    let mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16::<4>(packed), m4));
+    let s2 = _mm256_madd_epi16(mins, _mm256_load_si256(a.bs16.as_ptr().cast()));
+    (lanes, _mm512_zextsi256_si512(s2))
+}
+
+/// The lanes of one Q3_K block against its laid-out activations: they sum
+/// to the block's exact `s1 = sum_s scale_s * sum((u - 4) * q8)`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn q3_lanes(bx: &BlockQ3K, a: &K23Acts) -> __m512i {
+    let sc = q3_scales(&bx.scales);
+    let lanes = k23_lanes(&bx.qs, Some(&bx.hmask), sc, true, a);
+    // The offset: 4 * sum_s scale_s * bs16_s, taken out of lanes 0..8.
+    let bs = _mm256_load_si256(a.bs16.as_ptr().cast());
+    let corr = _mm256_slli_epi32::<2>(_mm256_madd_epi16(_mm256_cvtepi8_epi16(sc), bs));
+    _mm512_sub_epi32(lanes, _mm512_zextsi256_si512(corr))
 }
 
 /// The lanes of one Q6_K block against an activation block: they sum to
@@ -355,10 +475,49 @@ impl OneToken for BlockQ4K {
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
     unsafe fn lanes(&self, a: &K4Acts) -> (__m512i, __m512i) {
-        k4_lanes(self, a)
+        k45_lanes(&self.qs, None, &self.scales, a)
     }
     fn scale_bits(&self) -> (u16, u16) {
         (self.d.to_bits(), self.dmin.to_bits())
+    }
+}
+
+impl OneToken for BlockQ5K {
+    type Acts = K4Acts;
+    const MIN: bool = true;
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+    unsafe fn lanes(&self, a: &K4Acts) -> (__m512i, __m512i) {
+        k45_lanes(&self.qs, Some(&self.qh), &self.scales, a)
+    }
+    fn scale_bits(&self) -> (u16, u16) {
+        (self.d.to_bits(), self.dmin.to_bits())
+    }
+}
+
+impl OneToken for BlockQ2K {
+    type Acts = K23Acts;
+    const MIN: bool = true;
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+    unsafe fn lanes(&self, a: &K23Acts) -> (__m512i, __m512i) {
+        q2_lanes(self, a)
+    }
+    fn scale_bits(&self) -> (u16, u16) {
+        (self.d.to_bits(), self.dmin.to_bits())
+    }
+}
+
+impl OneToken for BlockQ3K {
+    type Acts = K23Acts;
+    const MIN: bool = false;
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+    unsafe fn lanes(&self, a: &K23Acts) -> (__m512i, __m512i) {
+        (q3_lanes(self, a), _mm512_setzero_si512())
+    }
+    fn scale_bits(&self) -> (u16, u16) {
+        (self.d.to_bits(), 0)
     }
 }
 

@@ -1,4 +1,5 @@
-//! Prefill of the 256-element formats (Q4_K, Q5_K, Q6_K, IQ4_XS) on
+//! Prefill of the 256-element formats (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K,
+//! IQ4_XS) on
 //! AVX-512 VNNI with 16 activation rows per register.
 //!
 //! The tiles of `gemm_k.rs` multiply one weight row by one activation row
@@ -24,11 +25,14 @@ use std::cell::Cell;
 use bytemuck::Pod;
 
 use super::avx2::{
-    h2f, hsum, iq4_levels, k45_isum, k4_min_sum, k4_scales_mins, lanes_iq4_xs, q6_k_isum,
+    h2f, hsum, iq4_levels, k45_isum, k4_min_sum, k4_scales_mins, lanes_iq4_xs, load32, q2_k_isum,
+    q3_k_isum, q3_scales_array, q6_k_isum,
 };
-use super::decode512::{self, K4Acts, XsActs};
+use super::decode512::{self, K23Acts, K4Acts, OneToken, XsActs};
 use crate::backend::cpu::kernels::{blocks, GemmFn, Out};
-use crate::quant::blocks::{BlockIQ4XS, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K, QK_K};
+use crate::quant::blocks::{
+    BlockIQ4XS, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K, QK_K,
+};
 use crate::quant::GgmlType;
 
 /// Tokens per zmm register.
@@ -62,6 +66,8 @@ thread_local! {
     static XS_ACTS: Cell<Vec<XsActs>> = const { Cell::new(Vec::new()) };
     /// One token's activations laid out for Q4_K, likewise.
     static K4_ACTS: Cell<Vec<K4Acts>> = const { Cell::new(Vec::new()) };
+    /// One token's activations laid out for Q2_K and Q3_K, likewise.
+    static K23_ACTS: Cell<Vec<K23Acts>> = const { Cell::new(Vec::new()) };
 }
 
 /// The 16-token kernel of weight type `ty`, `None` where there is none.
@@ -77,6 +83,8 @@ pub(super) fn gemm(ty: GgmlType) -> Option<GemmFn> {
         };
     }
     let f: GemmFn = match ty {
+        GgmlType::Q2_K => entry!(BlockQ2K),
+        GgmlType::Q3_K => entry!(BlockQ3K),
         GgmlType::Q4_K => entry!(BlockQ4K),
         GgmlType::Q5_K => entry!(BlockQ5K),
         GgmlType::Q6_K => entry!(BlockQ6K),
@@ -226,12 +234,7 @@ impl Format for BlockQ4K {
         out: *mut f32,
         rs: usize,
     ) -> usize {
-        laid_out(&K4_ACTS, &a[..nb.min(a.len())], K4Acts::new, |acts| {
-            bands(w, nb, rows, out, rs, |band, o| {
-                // SAFETY: `bands` hands out 8 whole rows and their results.
-                unsafe { decode512::one_token(band, nb, a, acts, o, rs) }
-            })
-        })
+        one_token_laid_out(&K4_ACTS, K4Acts::new, w, nb, rows, a, out, rs)
     }
 }
 
@@ -256,6 +259,110 @@ impl Format for BlockQ5K {
             k4_min_sum(&sm, a),
         );
         (s, (h2f(self.d), h2f(self.dmin)))
+    }
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+    unsafe fn one_token_bands(
+        w: &[Self],
+        nb: usize,
+        rows: usize,
+        a: &[BlockQ8K],
+        out: *mut f32,
+        rs: usize,
+    ) -> usize {
+        one_token_laid_out(&K4_ACTS, K4Acts::new, w, nb, rows, a, out, rs)
+    }
+}
+
+/// Unsigned 2-bit quants of a Q2_K / Q3_K block in value order (value
+/// `128n + 32j + l` is bits `2j, 2j + 1` of `qs[32n + l]`), plus 4 where
+/// bit `4n + j` of `hmask[l]` is set (Q3_K).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn k23_bytes(qs: &[u8; 64], hmask: Option<&[u8; 32]>, q: &mut [u32; WORDS]) {
+    let m3 = _mm256_set1_epi8(3);
+    let hm = hmask.map(|h| load32(h.as_ptr()));
+    for n in 0..2 {
+        let v = load32(qs.as_ptr().add(32 * n));
+        for j in 0..4 {
+            let mut u = _mm256_and_si256(_mm256_srl_epi16(v, _mm_cvtsi32_si128(2 * j as i32)), m3);
+            if let Some(hm) = hm {
+                let bit = _mm256_set1_epi8((1u8 << (4 * n + j)) as i8);
+                let set = _mm256_cmpeq_epi8(_mm256_and_si256(hm, bit), bit);
+                u = _mm256_or_si256(u, _mm256_and_si256(set, _mm256_set1_epi8(4)));
+            }
+            let dst = q.as_mut_ptr().add(32 * n + 8 * j).cast::<__m256i>();
+            _mm256_storeu_si256(dst, u);
+        }
+    }
+}
+
+impl Format for BlockQ2K {
+    const SUB: usize = 4;
+    const BIAS: i32 = 0;
+    const MIN: bool = true;
+    const PAIR_ELEMS: usize = 16;
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+    unsafe fn decode(&self, out: &mut Decoded) {
+        for (s, &v) in out.sc.iter_mut().zip(&self.scales) {
+            *s = i32::from(v & 0xF);
+        }
+        i16_pairs::<8>(|j| i32::from(self.scales[j] >> 4), &mut out.coef);
+        (out.d, out.dmin) = (h2f(self.d), h2f(self.dmin));
+        k23_bytes(&self.qs, None, &mut out.q);
+    }
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+    unsafe fn ints(&self, a: &BlockQ8K) -> ((i32, i32), (f32, f32)) {
+        let s2 = (0..16)
+            .map(|j| i32::from(self.scales[j] >> 4) * i32::from(a.bsums[j]))
+            .sum();
+        ((q2_k_isum(self, a), s2), (h2f(self.d), h2f(self.dmin)))
+    }
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+    unsafe fn one_token_bands(
+        w: &[Self],
+        nb: usize,
+        rows: usize,
+        a: &[BlockQ8K],
+        out: *mut f32,
+        rs: usize,
+    ) -> usize {
+        one_token_laid_out(&K23_ACTS, K23Acts::new, w, nb, rows, a, out, rs)
+    }
+}
+
+impl Format for BlockQ3K {
+    const SUB: usize = 4;
+    const BIAS: i32 = 4;
+    const MIN: bool = false;
+    const PAIR_ELEMS: usize = 16;
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+    unsafe fn decode(&self, out: &mut Decoded) {
+        let sc = q3_scales_array(&self.scales);
+        for (s, &v) in out.sc.iter_mut().zip(&sc) {
+            *s = i32::from(v);
+        }
+        i16_pairs::<8>(|j| i32::from(sc[j]), &mut out.coef);
+        out.d = h2f(self.d);
+        k23_bytes(&self.qs, Some(&self.hmask), &mut out.q);
+    }
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+    unsafe fn ints(&self, a: &BlockQ8K) -> ((i32, i32), (f32, f32)) {
+        ((q3_k_isum(self, a), 0), (h2f(self.d), 0.0))
+    }
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+    unsafe fn one_token_bands(
+        w: &[Self],
+        nb: usize,
+        rows: usize,
+        a: &[BlockQ8K],
+        out: *mut f32,
+        rs: usize,
+    ) -> usize {
+        one_token_laid_out(&K23_ACTS, K23Acts::new, w, nb, rows, a, out, rs)
     }
 }
 
@@ -352,12 +459,7 @@ impl Format for BlockIQ4XS {
         out: *mut f32,
         rs: usize,
     ) -> usize {
-        laid_out(&XS_ACTS, &a[..nb.min(a.len())], XsActs::new, |acts| {
-            bands(w, nb, rows, out, rs, |band, o| {
-                // SAFETY: `bands` hands out 8 whole rows and their results.
-                unsafe { decode512::one_token(band, nb, a, acts, o, rs) }
-            })
-        })
+        one_token_laid_out(&XS_ACTS, XsActs::new, w, nb, rows, a, out, rs)
     }
 }
 
@@ -375,6 +477,33 @@ fn laid_out<T, R>(
     let r = f(&acts);
     cell.set(acts);
     r
+}
+
+/// One token against every whole band of eight rows of `w` through
+/// `decode512::one_token`, its activations `a` laid out by `new` in the
+/// thread's buffer `cell`; returns the rows done.
+///
+/// # Safety
+/// The CPU features of [`run`]; `out` is valid for `rows` results `rs` apart.
+#[allow(clippy::too_many_arguments)]
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn one_token_laid_out<W: OneToken>(
+    cell: &'static std::thread::LocalKey<Cell<Vec<W::Acts>>>,
+    new: fn(&BlockQ8K) -> W::Acts,
+    w: &[W],
+    nb: usize,
+    rows: usize,
+    a: &[BlockQ8K],
+    out: *mut f32,
+    rs: usize,
+) -> usize {
+    laid_out(cell, &a[..nb.min(a.len())], new, |acts| {
+        bands(w, nb, rows, out, rs, |band, o| {
+            // SAFETY: `bands` hands out 8 whole rows and their results.
+            unsafe { decode512::one_token(band, nb, a, acts, o, rs) }
+        })
+    })
 }
 
 /// Runs `f` on each whole band of eight rows of `w` (`rows` rows of `nb`
