@@ -20,6 +20,8 @@ Environment:
     BENCH_P, BENCH_N  prompt and decode lengths (default 512 and 128; 0 skips that test)
     BENCH_THREADS     thread counts, comma separated (default 1,2)
     BENCH_MODELS      only the models whose names contain one of these, comma separated
+    BENCH_SYNTH_TYPES the synthetic models' types, comma separated (default
+                      Q4_0,Q8_0,Q4_K_M,Q6_K,IQ4_XS; any `hearth synth --type`, e.g. Q3_K_M)
 
 Each row is also appended to .cache/bench/rows-BENCH-TIME.jsonl as it is measured.
     LLAMA_BENCH       path of llama-bench (default: built by scripts/build-llamacpp.sh)
@@ -228,12 +230,14 @@ def config():
         "n": int(os.environ.get("BENCH_N", "16" if quick else "128")),
         "threads": threads,
         "only": [m for m in os.environ.get("BENCH_MODELS", "").split(",") if m.strip()],
+        "synth": [t.strip() for t in os.environ.get("BENCH_SYNTH_TYPES", "").split(",") if t.strip()]
+        or SYNTH_TYPES,
     }
 
 
 def models(hearth, cfg, models_dir, bench_dir):
     """The model files, writing the synthetic ones that are missing."""
-    types = ["Q4_0"] if cfg["quick"] else SYNTH_TYPES
+    types = ["Q4_0"] if cfg["quick"] else cfg["synth"]
     real = REAL_MODELS[:1] if cfg["quick"] else REAL_MODELS
     # The small real models first: a run cut short has them.
     out = [models_dir / name for name in real]
