@@ -19,7 +19,7 @@ help:
 	@echo "make bench  hearth bench against llama.cpp's llama-bench, same files, interleaved (bench-webgpu: GPU vs CPU)"
 	@echo "make demo   build the wasm engine and the npm package, serve the chat demo with SmolLM2"
 	@echo "make test-browser   the package and demo tests in headless Chromium (bench-browser: against wllama)"
-	@echo "make test-neon      the NEON kernel tests under qemu-aarch64; bench-wasm: wasm vs native decode"
+	@echo "make test-neon      the NEON kernel tests under qemu-aarch64 (in make test); bench-wasm: wasm vs native decode"
 
 setup:
 	@bash scripts/setup.sh
@@ -30,7 +30,7 @@ run: setup
 	$(HEARTH) run -m $(SMOLLM2) -p "The capital of France is" --temp 0 -n 24
 	$(HEARTH) run -m $(SMOLLM2) --chat -p "Name three colours of the rainbow." --temp 0 -n 48
 
-test: setup lint check-wasm test-wasm-kernels test-wasm-relaxed
+test: setup lint check-wasm test-wasm-kernels test-wasm-relaxed test-neon
 	HEARTH_REQUIRE_GPU=1 $(CARGO) test --workspace --all-targets
 	$(CARGO) test --workspace --doc
 	$(MAKE) --no-print-directory test-browser
@@ -105,7 +105,8 @@ test-wasm-relaxed: $(WASM_RELAXED_NODE)
 
 # The same tests built for aarch64 and run under qemu-user, on a CPU with
 # dotprod (QEMU's `max`: the sdot kernels) and one without (Cortex-A57: the
-# widening-multiply kernels).
+# widening-multiply kernels). Part of `make test`: about two minutes on a
+# clean clone (the aarch64 build, then ~1.5 s of tests per CPU).
 test-neon: setup-neon
 	QEMU_CPU=max $(CARGO) test -p hearth --target aarch64-unknown-linux-gnu --test backend_kernels_isa --test backend_matmul
 	QEMU_CPU=cortex-a57 $(CARGO) test -p hearth --target aarch64-unknown-linux-gnu --test backend_kernels_isa --test backend_matmul

@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
-# Installs what `make test-neon` needs: the aarch64 Rust target, a cross
-# linker and qemu-user. Idempotent. Not part of `make setup`: the NEON tests
-# are not in `make test` (the cold aarch64 build takes a few minutes).
+# Installs what `make test-neon` (part of `make test`) needs: the aarch64
+# Rust target, a cross linker and qemu-user. Idempotent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 step() { printf '[setup-neon] %s\n' "$*" >&2; }
@@ -13,7 +12,9 @@ fi
 if ! command -v qemu-aarch64 >/dev/null || ! command -v aarch64-linux-gnu-gcc >/dev/null \
   || [ ! -d /usr/aarch64-linux-gnu/lib ]; then
   step "installing qemu-user and the aarch64 cross toolchain from apt"
-  apt-get install -y qemu-user gcc-aarch64-linux-gnu libc6-dev-arm64-cross >/dev/null \
-    || { apt-get update >/dev/null && apt-get install -y qemu-user gcc-aarch64-linux-gnu libc6-dev-arm64-cross >/dev/null; }
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  pkgs=(qemu-user gcc-aarch64-linux-gnu libc6-dev-arm64-cross)
+  $SUDO apt-get install -y "${pkgs[@]}" >/dev/null \
+    || { $SUDO apt-get update >/dev/null && $SUDO apt-get install -y "${pkgs[@]}" >/dev/null; }
 fi
 
