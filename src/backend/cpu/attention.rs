@@ -6,6 +6,7 @@
 //! reads position `p` at `block_table[p / block_size] * block_size + p % block_size`.
 
 use half::f16;
+use half::slice::HalfFloatSliceExt;
 
 use super::attn_kernels::AttnKernels;
 use super::kernels::fp16;
@@ -73,11 +74,10 @@ impl KvMut<'_> {
 
     fn write(&mut self, at: usize, src: &[f32]) {
         match self {
-            KvMut::F16(v) => {
-                for (d, &s) in v[at..at + src.len()].iter_mut().zip(src) {
-                    *d = f16::from_f32(s);
-                }
-            }
+            // The slice conversion runs F16C / NEON where the CPU has it,
+            // eight values per instruction; `f16::from_f32` per value
+            // checked the CPU and converted one at a time (4 ns a value).
+            KvMut::F16(v) => v[at..at + src.len()].convert_from_f32_slice(src),
             KvMut::F32(v) => v[at..at + src.len()].copy_from_slice(src),
         }
     }

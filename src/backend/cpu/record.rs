@@ -84,15 +84,18 @@ impl CpuBackend {
         else {
             return Err(unsupported(op));
         };
-        let k = nth(io.inputs, 0, op)?.f32s()?;
-        let v = nth(io.inputs, 1, op)?.f32s()?;
         let slots: Vec<usize> = nth(io.inputs, 2, op)?
             .u32s()?
             .iter()
             .map(|&s| s as usize)
             .collect();
-        write_cache(nth(io.outputs, 0, op)?, dtype, k_width, &slots, &k)?;
-        write_cache(nth(io.outputs, 1, op)?, dtype, v_width, &slots, &v)
+        // K and V are read in place: copies of a prefill's rows (1 MiB
+        // each for 512 tokens of a 1B model) were fresh allocations, page
+        // faults and all, half of this op's time.
+        nth(io.inputs, 0, op)?
+            .with_f32s(|k| write_cache(nth(io.outputs, 0, op)?, dtype, k_width, &slots, k))??;
+        nth(io.inputs, 1, op)?
+            .with_f32s(|v| write_cache(nth(io.outputs, 1, op)?, dtype, v_width, &slots, v))?
     }
 
     pub(super) fn paged_attention(
@@ -128,21 +131,23 @@ impl CpuBackend {
         let row_bytes = n_head_kv * head_dim_k * elem_bytes(dtype);
         let num_blocks = kc.len as usize / (row_bytes * block_size).max(1);
         let (seqs, slots) = self.attn_seqs(op, io, block_size, num_blocks)?;
-        let q = nth(io.inputs, 0, op)?.f32s()?;
         let ob = nth(io.outputs, 0, op)?;
         let mut od = ob.data.try_borrow_mut().map_err(|_| busy())?;
         let out = &mut bytemuck::cast_slice_mut::<u32, f32>(&mut od)[..ob.len as usize / 4];
         let vc = nth(io.inputs, 2, op)?;
-        with_cache(kc, dtype, |k| {
-            with_cache(vc, dtype, |v| {
-                let kv = LayerKv { k, v };
-                let t = &self.threads;
-                match &self.attn {
-                    Some(k) => attend_slots_with(k, t, kv, &shape, &seqs, &slots, &q, out),
-                    None => attend_slots_scalar(t, kv, &shape, &seqs, &slots, &q, out),
-                }
+        // Q is read in place, as K/V writes read their rows.
+        nth(io.inputs, 0, op)?.with_f32s(|q| {
+            with_cache(kc, dtype, |k| {
+                with_cache(vc, dtype, |v| {
+                    let kv = LayerKv { k, v };
+                    let t = &self.threads;
+                    match &self.attn {
+                        Some(k) => attend_slots_with(k, t, kv, &shape, &seqs, &slots, q, out),
+                        None => attend_slots_scalar(t, kv, &shape, &seqs, &slots, q, out),
+                    }
+                })
             })
-        })??
+        })???
     }
 
     /// The sequences of an attention op and the slot of each of their positions.
