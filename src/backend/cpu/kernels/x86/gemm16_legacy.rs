@@ -122,6 +122,10 @@ trait Format: Pod {
     fn qs16(&self) -> *const u8 {
         std::ptr::null()
     }
+    /// The fifth bits of [`Nibbles::Fifth`] (bit `j`: value `j`).
+    fn qh32(&self) -> u32 {
+        0
+    }
 }
 
 /// What the 16 packed bytes of a nibble format hold.
@@ -133,13 +137,16 @@ enum Nibbles {
     Plain,
     /// Indices of IQ4_NL's levels (decoded as `level + 128`).
     Levels,
+    /// The low four bits of quants whose fifth bits are [`Format::qh32`]
+    /// (Q5_0).
+    Fifth,
 }
 
 /// `impl Format` for `$W`: decoded by `$u`, with `$bias` and `$min` (the
 /// min's f16 bits `$mb`, 0 without one).
 macro_rules! format {
     ($W:ty, $A:ty, $bias:expr, $min:expr, |$b:ident| $u:expr, $mb:expr
-     $(, nibbles: $nib:expr)?) => {
+     $(, nibbles: $nib:expr)? $(, fifth: $qh:expr)?) => {
         impl Format for $W {
             type A = $A;
             const BIAS: i32 = $bias;
@@ -148,6 +155,13 @@ macro_rules! format {
                 const NIBBLES: Nibbles = $nib;
                 fn qs16(&self) -> *const u8 {
                     self.qs.as_ptr()
+                }
+            )?
+            $(
+                #[inline]
+                fn qh32(&self) -> u32 {
+                    let $b = self;
+                    $qh
                 }
             )?
             #[inline]
@@ -190,7 +204,9 @@ format!(
     16,
     false,
     |b| q5_quants(&b.qs, b.qh),
-    0
+    0,
+    nibbles: Nibbles::Fifth,
+    fifth: u32::from_le_bytes(b.qh)
 );
 format!(
     BlockQ5_1,
@@ -306,7 +322,7 @@ unsafe fn run<W: Format>(w: &[u8], row_bytes: usize, a: &[u8], act_bytes: usize,
         // side by side. Four bands of the 18-20-byte blocks, two of Q8_0's
         // 34 (from DRAM four measured slower there: the step's weights and
         // prefetches pass the cache's outstanding misses).
-        let most = if size_of::<W>() <= 20 { 4 } else { 2 };
+        let most = if size_of::<W>() <= 22 { 4 } else { 2 };
         let mut r0 = 0;
         while r0 < banded {
             let h = ((banded - r0) / BAND).min(most);
@@ -442,7 +458,13 @@ unsafe fn one_token<W: Format, const H: usize>(
                 }
                 row_sums8(prods)
             } else {
-                nibble_sums8(|r| row(r).qs16(), by.qs(), W::NIBBLES == Nibbles::Levels)
+                let fifth = (W::NIBBLES == Nibbles::Fifth).then_some(|r| row(r).qh32());
+                nibble_sums8(
+                    |r| row(r).qs16(),
+                    fifth,
+                    by.qs(),
+                    W::NIBBLES == Nibbles::Levels,
+                )
             };
             if W::BIAS != 0 {
                 isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(bias));
@@ -471,12 +493,22 @@ unsafe fn one_token<W: Format, const H: usize>(
 /// Four rows' bytes fill one zmm (a row per 128-bit lane), so one mask and
 /// one shift give their low and high nibbles, and two `vpdpbusd` against
 /// the activations' halves broadcast to every lane give four lanes per row.
+/// With `fifth` (Q5_0: row `r`'s fifth bits, bit `j` for value `j`), the
+/// four rows' bits become one byte mask per half in vector registers, and
+/// one masked add puts 16 in the bytes they select: the 32 bytes built per
+/// row by `q5_quants` cost more than the rest of the block step together,
+/// and masks assembled in general registers were bound by their shifts.
 ///
 /// # Safety
 /// AVX-512 VNNI as in [`run`]; each `qs(r)` points at 16 readable bytes.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn nibble_sums8(qs: impl Fn(usize) -> *const u8, q8: &[i8; 32], levels: bool) -> __m256i {
+unsafe fn nibble_sums8(
+    qs: impl Fn(usize) -> *const u8,
+    fifth: Option<impl Fn(usize) -> u32>,
+    q8: &[i8; 32],
+    levels: bool,
+) -> __m256i {
     let m4 = _mm512_set1_epi8(0x0F);
     let alo = _mm512_broadcast_i32x4(_mm_loadu_si128(q8.as_ptr().cast()));
     let ahi = _mm512_broadcast_i32x4(_mm_loadu_si128(q8.as_ptr().add(16).cast()));
@@ -490,6 +522,34 @@ unsafe fn nibble_sums8(qs: impl Fn(usize) -> *const u8, q8: &[i8; 32], levels: b
         v = _mm512_inserti32x4::<3>(v, row(3));
         let mut lo = _mm512_and_si512(v, m4);
         let mut hi = _mm512_and_si512(_mm512_srli_epi16::<4>(v), m4);
+        if let Some(qh) = &fifth {
+            // Row 4h + k's bits in every u32 of lane k; byte j of a lane
+            // then takes the byte of bit j (lo: 0..16, hi: 16..32), and a
+            // test against 1 << (j % 8) selects the bytes to add 16 to.
+            let bits = _mm_setr_epi32(
+                qh(4 * h) as i32,
+                qh(4 * h + 1) as i32,
+                qh(4 * h + 2) as i32,
+                qh(4 * h + 3) as i32,
+            );
+            let lanes = _mm512_permutexvar_epi32(
+                _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3),
+                _mm512_castsi128_si512(bits),
+            );
+            let spread = |b0: i8| {
+                let b1 = b0 + 1;
+                _mm512_shuffle_epi8(
+                    lanes,
+                    _mm512_broadcast_i32x4(_mm_setr_epi8(
+                        b0, b0, b0, b0, b0, b0, b0, b0, b1, b1, b1, b1, b1, b1, b1, b1,
+                    )),
+                )
+            };
+            let select = _mm512_set1_epi64(0x8040_2010_0804_0201u64 as i64);
+            let sixteen = _mm512_set1_epi8(0x10);
+            lo = _mm512_mask_add_epi8(lo, _mm512_test_epi8_mask(spread(0), select), lo, sixteen);
+            hi = _mm512_mask_add_epi8(hi, _mm512_test_epi8_mask(spread(2), select), hi, sixteen);
+        }
         if levels {
             let flip = _mm512_set1_epi8(i8::MIN);
             lo = _mm512_xor_si512(_mm512_shuffle_epi8(table, lo), flip);
