@@ -128,3 +128,67 @@ fn matmul_matches_per_pair_dots_in_every_split() {
         }
     }
 }
+
+#[test]
+fn weights_with_non_finite_scales_give_the_per_pair_dots() {
+    // A block scale of +inf or NaN: tiles that convert scales for finite
+    // values only (`gemm_finite_scales`, the SIMD128 ones) must not see the
+    // weight, and every result keeps the per-row dot's class (NaN, +-inf)
+    // and value.
+    let table = KernelTable::detect();
+    let (cols, rows) = (512, 12);
+    let types = [
+        GgmlType::Q4_0,
+        GgmlType::Q4_1,
+        GgmlType::Q5_0,
+        GgmlType::Q8_0,
+        GgmlType::Q4_K,
+    ];
+    for (i, ty) in types.into_iter().enumerate() {
+        let seed = 700 + i as u64;
+        let mut rng = Rng::new(seed);
+        let wf = rng.normals(cols * rows, 0.5);
+        let mut wq = Vec::new();
+        reference::quantize(ty, &wf, &mut wq).expect("quantize");
+        let (rb, bb) = (wq.len() / rows, ty.block_bytes());
+        // Row 2, block 0: d = +inf. Row 5, block 1: its second scale (m /
+        // dmin) or, with none, d = NaN.
+        wq[2 * rb..2 * rb + 2].copy_from_slice(&0x7C00u16.to_le_bytes());
+        let two = matches!(ty, GgmlType::Q4_1 | GgmlType::Q4_K);
+        let at = 5 * rb + bb + if two { 2 } else { 0 };
+        wq[at..at + 2].copy_from_slice(&0x7E00u16.to_le_bytes());
+        let words: Vec<u32> = wq
+            .chunks(4)
+            .map(|c| {
+                let mut b = [0u8; 4];
+                b[..c.len()].copy_from_slice(c);
+                u32::from_le_bytes(b)
+            })
+            .collect();
+        let w = Weight::new(&table, "w", ty, cols, rows, words, wq.len()).expect("weight");
+        let k = table.weight(ty).expect("kernel");
+        if k.gemm_finite_scales {
+            assert!(
+                !w.one_token_runs_tiles(),
+                "{ty}: non-finite scales reach the tiles"
+            );
+        }
+        for n in [1usize, 3] {
+            let x = rng.normals(n * cols, 1.0);
+            let acts = quantize_acts(&table, &w, &x).expect("quantize");
+            let mut y = vec![0.0f32; n * rows];
+            matmul(&Threads::new(1), &table, &w, 0..rows, &x, &mut y, false).expect("matmul");
+            for t in 0..n {
+                for r in [2, 5] {
+                    let got = y[t * rows + r];
+                    let want = (k.vec_dot)(&wq[r * rb..(r + 1) * rb], acts.row(t));
+                    assert!(!want.is_finite(), "{ty} r {r}: the dot is finite ({want})");
+                    assert!(
+                        got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()),
+                        "{ty} seed {seed} n {n} t {t} r {r}: {got} vs the per-row dot {want}"
+                    );
+                }
+            }
+        }
+    }
+}

@@ -14,7 +14,7 @@ use std::ops::Range;
 
 use super::hostmem::HostMem;
 use super::kernels::{
-    interleave_rows, plain_row, KernelTable, Out, WeightKernels, Widen, GROUP_ROWS,
+    finite_scales, interleave_rows, plain_row, KernelTable, Out, WeightKernels, Widen, GROUP_ROWS,
 };
 use super::threads::Threads;
 use crate::backend::BackendError;
@@ -111,6 +111,15 @@ impl Weight {
             }
             _ => (ty, kernels, data, data_len, row_bytes),
         };
+        let mut kernels = kernels;
+        if kernels.gemm_finite_scales
+            && !finite_scales(stored, &bytemuck::cast_slice(&data[..])[..data_len])
+        {
+            // The tiles skip the conversion's infinity / NaN case; such a
+            // weight dots pair by pair, as the scalar kernels do.
+            kernels.gemm = None;
+            kernels.interleave = false;
+        }
         if kernels.interleave {
             let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut data[..]);
             interleave_rows(&mut bytes[..data_len], row_bytes, stored.block_bytes());

@@ -200,6 +200,29 @@ pub struct WeightKernels {
     /// kernels run faster here ([`Widen`]); the other fields are then not
     /// used for it.
     pub widen: Option<Widen>,
+    /// Whether [`WeightKernels::gemm`] converts the blocks' f16 scales for
+    /// finite values only (no infinity or NaN case: fewer instructions in
+    /// a tile bound by its arithmetic). A weight with a non-finite scale
+    /// ([`finite_scales`]) then dots pair by pair instead, so its results
+    /// still equal the per-row dot's.
+    pub gemm_finite_scales: bool,
+}
+
+/// Whether every f16 scale at the head of each block of `ty` in `blocks`
+/// (`d`, and `m` / `dmin` for Q4_1, Q5_1, Q4_K and Q5_K) is finite. Other
+/// types: true.
+pub fn finite_scales(ty: GgmlType, blocks: &[u8]) -> bool {
+    use GgmlType as T;
+    let halves = match ty {
+        T::Q4_0 | T::Q5_0 | T::Q8_0 | T::IQ4_NL => 1,
+        T::Q4_1 | T::Q5_1 | T::Q4_K | T::Q5_K => 2,
+        _ => return true,
+    };
+    blocks.chunks_exact(ty.block_bytes()).all(|b| {
+        b.chunks_exact(2)
+            .take(halves)
+            .all(|h| u16::from_le_bytes([h[0], h[1]]) & 0x7C00 != 0x7C00)
+    })
 }
 
 /// A weight type stored as another that holds the same values exactly
@@ -399,6 +422,7 @@ fn scalar_weight_kernels(ty: GgmlType) -> Option<WeightKernels> {
         gemm_one_token: false,
         interleave: false,
         widen: None,
+        gemm_finite_scales: false,
     })
 }
 
@@ -446,6 +470,7 @@ fn scalar_kquant_kernels(ty: GgmlType) -> Option<WeightKernels> {
         gemm_one_token: false,
         interleave: false,
         widen: None,
+        gemm_finite_scales: false,
     })
 }
 
@@ -548,6 +573,7 @@ impl KernelTable {
             k.gemm = Some(gemm);
             k.gemm_one_token = true;
             k.interleave = true;
+            k.gemm_finite_scales = true;
         }
         #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
         {

@@ -37,7 +37,7 @@ use core::arch::wasm32::*;
 
 use bytemuck::Pod;
 
-use super::simd128::{h2f, hi4, ld, ldi, lo4, scaled_bsums};
+use super::simd128::{hi4, ld, ldi, lo4, scaled_bsums};
 use crate::backend::cpu::kernels::kquants::scale_min_k4;
 use crate::backend::cpu::kernels::{blocks, fp16, GemmFn, Out, GROUP_ROWS};
 use crate::quant::blocks::{BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ8K, BlockQ8_0, BlockQ8_1};
@@ -297,6 +297,31 @@ fn heads<W: Pod>(x: [&W; 4]) -> v128 {
     u32x4(head(x[0]), head(x[1]), head(x[2]), head(x[3]))
 }
 
+/// The four f16 in the low halves of `h`'s u32 lanes as f32, for finite
+/// values only: [`super::simd128::h2f`] without its infinity / NaN case, which cost a
+/// tenth of a Q4_1 tile (the weights' kernels say so,
+/// `WeightKernels::gemm_finite_scales`, and a weight with a non-finite
+/// scale never reaches the tiles).
+#[inline(always)]
+fn h2f_lo(h: v128) -> v128 {
+    h2f_bits(i32x4_shr(i32x4_shl(h, 16), 3))
+}
+
+/// [`h2f_lo`] of the high halves.
+#[inline(always)]
+fn h2f_hi(h: v128) -> v128 {
+    h2f_bits(i32x4_shr(h, 3))
+}
+
+/// A half's sign, exponent and mantissa shifted into f32 position (sign at
+/// bit 31, the rest at bits 13..28; other bits ignored) times 2^112: its
+/// value, subnormals included.
+#[inline(always)]
+fn h2f_bits(shifted: v128) -> v128 {
+    let bits = v128_and(shifted, u32x4_splat(0x8FFF_E000));
+    f32x4_mul(bits, f32x4_splat(f32::from_bits((127 + 112) << 23)))
+}
+
 /// One scale per lane, each the block's f32 scale times the activation's.
 #[inline(always)]
 fn scale4(dx: v128, dy: f32) -> v128 {
@@ -397,7 +422,7 @@ fn q4_0x4<R: Rows<BlockQ4_0>, const T: usize>(w: R, a: [Acts<'_, BlockQ8_0>; T])
     for b in 0..n {
         let x = w.blocks(b);
         let q = x.map(|bx| ld(&bx.qs, 0));
-        let dx = h2f(heads(x));
+        let dx = h2f_lo(heads(x));
         for t in 0..T {
             let (by, sy) = (&a[t].0[b], a[t].1[b]);
             let act = act32(&by.qs, 0);
@@ -421,7 +446,7 @@ fn q4_1x4<R: Rows<BlockQ4_1>, const T: usize>(w: R, a: [Acts<'_, BlockQ8_1>; T])
         let x = w.blocks(b);
         let q = x.map(|bx| ld(&bx.qs, 0));
         let dm = heads(x);
-        let (dx, mx) = (h2f(dm), h2f(u32x4_shr(dm, 16)));
+        let (dx, mx) = (h2f_lo(dm), h2f_hi(dm));
         for t in 0..T {
             let (by, sy) = (&a[t].0[b], a[t].1[b]);
             let act = act32(&by.qs, 0);
@@ -444,7 +469,7 @@ fn q8_0x4<R: Rows<BlockQ8_0>, const T: usize>(w: R, a: [Acts<'_, BlockQ8_0>; T])
     let mut acc = [f32x4_splat(0.0); T];
     for b in 0..n {
         let x = w.blocks(b);
-        let dx = h2f(heads(x));
+        let dx = h2f_lo(heads(x));
         for t in 0..T {
             let (by, sy) = (&a[t].0[b], a[t].1[b]);
             let act = act32(&by.qs, 0);
@@ -486,7 +511,7 @@ fn q4_kx4<R: Rows<BlockQ4K>>(w: R, a: Acts<'_, BlockQ8K>) -> v128 {
         let mins = x.map(|bx| scaled_bsums(by, |j| i32::from(scale_min_k4(j / 2, &bx.scales).1)));
         let mins = f32x4_convert_i32x4(i32x4(mins[0], mins[1], mins[2], mins[3]));
         let dm = heads(x);
-        let (d, dmin) = (h2f(dm), h2f(u32x4_shr(dm, 16)));
+        let (d, dmin) = (h2f_lo(dm), h2f_hi(dm));
         let dy = f32x4_splat(by.d);
         let t = f32x4_sub(
             f32x4_mul(f32x4_mul(d, dy), isum),
