@@ -319,10 +319,18 @@ unsafe fn run<W: Format>(w: &[u8], row_bytes: usize, a: &[u8], act_bytes: usize,
     if toks == 1 {
         // Several bands per pass: the activations' share of each block
         // step then serves 16 or 32 rows, and the rows' float chains run
-        // side by side. Four bands of the 18-20-byte blocks, two of Q8_0's
-        // 34 (from DRAM four measured slower there: the step's weights and
-        // prefetches pass the cache's outstanding misses).
-        let most = if size_of::<W>() <= 22 { 4 } else { 2 };
+        // side by side. Four bands of the 18-22-byte blocks. Q8_0's 34:
+        // two on rows of fewer than 32 blocks (a short pass's own costs
+        // weigh more), else one: from DRAM at two threads two bands read
+        // 37-43 GB/s against one's 45-48 (rows of 1024-4096 values; the
+        // same at one thread).
+        let most = if size_of::<W>() <= 22 {
+            4
+        } else if nb < 32 {
+            2
+        } else {
+            1
+        };
         let mut r0 = 0;
         while r0 < banded {
             let h = ((banded - r0) / BAND).min(most);
