@@ -348,6 +348,30 @@ pub(super) fn k4_scales_mins(packed: &[u8; 12]) -> [u8; 16] {
     out
 }
 
+/// [`k4_scales_mins`] in a register, unpacked there: the bytes written
+/// as an array and read back as one vector had waited on a failed store
+/// forward in the one-token kernel.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn k4_scales_mins_v(packed: &[u8; 12]) -> __m128i {
+    let hi = u32::from_le_bytes([packed[8], packed[9], packed[10], packed[11]]);
+    // [u0, u1, u2, 0] as in `k4_scales_mins`.
+    let v = _mm_insert_epi32::<2>(_mm_loadl_epi64(packed.as_ptr().cast()), hi as i32);
+    // Low parts: [u0 & M1, u2 & M2, u1 & M1, (u2 >> 4) & M2].
+    let a = _mm_shuffle_epi32::<0b10_01_10_00>(v);
+    let low = _mm_and_si128(
+        _mm_srlv_epi32(a, _mm_set_epi32(4, 0, 0, 0)),
+        _mm_set_epi32(0x0f0f_0f0f, 0x3f3f_3f3f, 0x0f0f_0f0f, 0x3f3f_3f3f),
+    );
+    // High parts of lanes 1 and 3: ((u0, u1) >> 6) & M3, shifted up by 4.
+    let b = _mm_shuffle_epi32::<0b01_01_00_00>(v);
+    let high = _mm_and_si128(
+        _mm_slli_epi32::<4>(_mm_srli_epi32::<6>(b)),
+        _mm_set_epi32(0x3030_3030, 0, 0x3030_3030, 0),
+    );
+    _mm_or_si128(low, high)
+}
+
 /// `sum_j bsums[j] * mins[j / 2]` of a Q4_K / Q5_K block.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]

@@ -38,7 +38,7 @@
 
 use std::arch::x86_64::*;
 
-use super::avx2::{k4_scales_mins, q3_scales};
+use super::avx2::{k4_scales_mins_v, q3_scales};
 use super::gemm::prefetch_share;
 use crate::quant::blocks::{
     BlockIQ4XS, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K, KVALUES_IQ4NL,
@@ -256,8 +256,7 @@ unsafe fn k45_lanes(
     scales: &[u8; 12],
     a: &K4Acts,
 ) -> (__m512i, __m512i) {
-    let sm = k4_scales_mins(scales);
-    let sm = _mm_loadu_si128(sm.as_ptr().cast());
+    let sm = k4_scales_mins_v(scales);
     let m4 = _mm512_set1_epi8(0x0F);
     let one = _mm512_set1_epi8(1);
     let qh = qh.map(|qh| _mm512_broadcast_i64x4(_mm256_loadu_si256(qh.as_ptr().cast())));
