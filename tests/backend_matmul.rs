@@ -53,6 +53,8 @@ fn matmul_matches_per_pair_dots_in_every_split() {
         GgmlType::Q4_K,
         GgmlType::Q6_K,
         GgmlType::Q2_K,
+        GgmlType::Q3_K,
+        GgmlType::Q5_K,
         GgmlType::IQ4_XS,
     ];
     for (i, ty) in types.into_iter().enumerate() {
