@@ -25,10 +25,36 @@ use hearth::backend::cpu::threads::Threads;
 use hearth::quant::{reference, GgmlType};
 use rng::Rng;
 
-fn weight(table: &KernelTable, ty: GgmlType, cols: usize, rows: usize, rng: &mut Rng) -> Weight {
+/// The weight types tested: first the formats whose f16 scales lead each
+/// block ([`HEAD_SCALED`] of them), then the others.
+const TYPES: [GgmlType; 10] = [
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q8_0,
+    GgmlType::Q4_K,
+    GgmlType::Q6_K,
+    GgmlType::Q2_K,
+    GgmlType::Q3_K,
+    GgmlType::Q5_K,
+    GgmlType::IQ4_XS,
+];
+const HEAD_SCALED: usize = 5;
+
+/// Random rows quantized to `ty`, as raw blocks.
+fn quantized(ty: GgmlType, cols: usize, rows: usize, rng: &mut Rng) -> Vec<u8> {
     let wf = rng.normals(cols * rows, 0.5);
     let mut wq = Vec::new();
     reference::quantize(ty, &wf, &mut wq).expect("quantize");
+    wq
+}
+
+fn weight(table: &KernelTable, ty: GgmlType, cols: usize, rows: usize, rng: &mut Rng) -> Weight {
+    weight_of(table, ty, cols, rows, &quantized(ty, cols, rows, rng))
+}
+
+/// The weight of raw blocks `wq`.
+fn weight_of(table: &KernelTable, ty: GgmlType, cols: usize, rows: usize, wq: &[u8]) -> Weight {
     let words: Vec<u32> = wq
         .chunks(4)
         .map(|c| {
@@ -45,19 +71,7 @@ fn matmul_matches_per_pair_dots_in_every_split() {
     let table = KernelTable::detect();
     eprintln!("ISA {}", table.isa());
     let pools = [Threads::new(1), Threads::new(2)];
-    let types = [
-        GgmlType::Q4_0,
-        GgmlType::Q4_1,
-        GgmlType::Q5_0,
-        GgmlType::Q8_0,
-        GgmlType::Q4_K,
-        GgmlType::Q6_K,
-        GgmlType::Q2_K,
-        GgmlType::Q3_K,
-        GgmlType::Q5_K,
-        GgmlType::IQ4_XS,
-    ];
-    for (i, ty) in types.into_iter().enumerate() {
+    for (i, &ty) in TYPES.iter().enumerate() {
         let seed = 300 + i as u64;
         let mut rng = Rng::new(seed);
         let cols = 2 * ty.block_elems().max(32) + if ty.block_elems() == 32 { 96 } else { 0 };
@@ -139,19 +153,10 @@ fn weights_with_non_finite_scales_give_the_per_pair_dots() {
     // and value.
     let table = KernelTable::detect();
     let (cols, rows) = (512, 12);
-    let types = [
-        GgmlType::Q4_0,
-        GgmlType::Q4_1,
-        GgmlType::Q5_0,
-        GgmlType::Q8_0,
-        GgmlType::Q4_K,
-    ];
-    for (i, ty) in types.into_iter().enumerate() {
+    for (i, &ty) in TYPES[..HEAD_SCALED].iter().enumerate() {
         let seed = 700 + i as u64;
         let mut rng = Rng::new(seed);
-        let wf = rng.normals(cols * rows, 0.5);
-        let mut wq = Vec::new();
-        reference::quantize(ty, &wf, &mut wq).expect("quantize");
+        let mut wq = quantized(ty, cols, rows, &mut rng);
         let (rb, bb) = (wq.len() / rows, ty.block_bytes());
         // Row 2, block 0: d = +inf. Row 5, block 1: its second scale (m /
         // dmin) or, with none, d = NaN.
@@ -159,15 +164,7 @@ fn weights_with_non_finite_scales_give_the_per_pair_dots() {
         let two = matches!(ty, GgmlType::Q4_1 | GgmlType::Q4_K);
         let at = 5 * rb + bb + if two { 2 } else { 0 };
         wq[at..at + 2].copy_from_slice(&0x7E00u16.to_le_bytes());
-        let words: Vec<u32> = wq
-            .chunks(4)
-            .map(|c| {
-                let mut b = [0u8; 4];
-                b[..c.len()].copy_from_slice(c);
-                u32::from_le_bytes(b)
-            })
-            .collect();
-        let w = Weight::new(&table, "w", ty, cols, rows, words, wq.len()).expect("weight");
+        let w = weight_of(&table, ty, cols, rows, &wq);
         let k = table.weight(ty).expect("kernel");
         if k.gemm_finite_scales {
             assert!(

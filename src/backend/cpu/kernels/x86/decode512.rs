@@ -37,6 +37,7 @@
 //! `vpmaddwd` against the 16-value sums, as for Q6_K.
 
 use std::arch::x86_64::*;
+use std::cell::Cell;
 
 use super::avx2::{k4_scales_mins_v, q3_scales};
 use super::gemm::prefetch_share;
@@ -437,6 +438,31 @@ unsafe fn q6_lanes(bx: &BlockQ6K, a: &BlockQ8K) -> __m512i {
     _mm512_sub_epi32(lanes, _mm512_zextsi256_si512(corr))
 }
 
+thread_local! {
+    /// One token's activations laid out for IQ4_XS, reused across calls.
+    static XS_ACTS: Cell<Vec<XsActs>> = const { Cell::new(Vec::new()) };
+    /// Likewise for Q4_K and Q5_K.
+    static K4_ACTS: Cell<Vec<K4Acts>> = const { Cell::new(Vec::new()) };
+    /// Likewise for Q2_K and Q3_K.
+    static K23_ACTS: Cell<Vec<K23Acts>> = const { Cell::new(Vec::new()) };
+}
+
+/// Runs `f` on the activation blocks `a` laid out by `new`, in the
+/// thread's reusable buffer `cell`.
+fn laid_out<T, R>(
+    cell: &'static std::thread::LocalKey<Cell<Vec<T>>>,
+    a: &[BlockQ8K],
+    new: fn(&BlockQ8K) -> T,
+    f: impl FnOnce(&[T]) -> R,
+) -> R {
+    let mut acts = cell.take();
+    acts.clear();
+    acts.extend(a.iter().map(new));
+    let r = f(&acts);
+    cell.set(acts);
+    r
+}
+
 /// A format with a one-token band kernel: its block's exact integer lanes
 /// against one activation block laid out as [`OneToken::Acts`].
 pub(super) trait OneToken: Sized {
@@ -445,6 +471,10 @@ pub(super) trait OneToken: Sized {
     type Acts;
     /// Whether the format has mins (`s2`, `dmin`).
     const MIN: bool;
+    /// Runs `f` on the activation blocks `a` as [`OneToken::Acts`]: laid
+    /// out in a buffer of the thread's, reused across calls, or `a`
+    /// itself.
+    fn with_acts<R>(a: &[BlockQ8K], f: impl FnOnce(&[Self::Acts]) -> R) -> R;
     /// Lanes summing to the block's exact `s1`, and to `s2` (zero without
     /// mins).
     ///
@@ -455,74 +485,56 @@ pub(super) trait OneToken: Sized {
     fn scale_bits(&self) -> (u16, u16);
 }
 
-impl OneToken for BlockIQ4XS {
-    type Acts = XsActs;
-    const MIN: bool = false;
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-    unsafe fn lanes(&self, a: &XsActs) -> (__m512i, __m512i) {
-        (xs_lanes(self, a), _mm512_setzero_si512())
-    }
-    fn scale_bits(&self) -> (u16, u16) {
-        (self.d.to_bits(), 0)
-    }
+/// `impl OneToken for $W`: activations laid out as `$A` (by `$A::new`,
+/// in the thread's buffer `$cell`), lanes `$lanes` of block `$b` against
+/// them (`$x`), the raw scales `$bits` of block `$s`.
+macro_rules! one_token {
+    ($W:ty, $A:ty, $cell:ident, min: $min:expr,
+     lanes: |$b:ident, $x:ident| $lanes:expr, bits: |$s:ident| $bits:expr) => {
+        impl OneToken for $W {
+            type Acts = $A;
+            const MIN: bool = $min;
+            fn with_acts<R>(a: &[BlockQ8K], f: impl FnOnce(&[$A]) -> R) -> R {
+                laid_out(&$cell, a, <$A>::new, f)
+            }
+            #[inline]
+            #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+            unsafe fn lanes(&self, $x: &$A) -> (__m512i, __m512i) {
+                let $b = self;
+                $lanes
+            }
+            fn scale_bits(&self) -> (u16, u16) {
+                let $s = self;
+                $bits
+            }
+        }
+    };
 }
 
-impl OneToken for BlockQ4K {
-    type Acts = K4Acts;
-    const MIN: bool = true;
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-    unsafe fn lanes(&self, a: &K4Acts) -> (__m512i, __m512i) {
-        k45_lanes(&self.qs, None, &self.scales, a)
-    }
-    fn scale_bits(&self) -> (u16, u16) {
-        (self.d.to_bits(), self.dmin.to_bits())
-    }
-}
+one_token!(BlockIQ4XS, XsActs, XS_ACTS, min: false,
+    lanes: |b, a| (xs_lanes(b, a), _mm512_setzero_si512()),
+    bits: |b| (b.d.to_bits(), 0));
+one_token!(BlockQ4K, K4Acts, K4_ACTS, min: true,
+    lanes: |b, a| k45_lanes(&b.qs, None, &b.scales, a),
+    bits: |b| (b.d.to_bits(), b.dmin.to_bits()));
+one_token!(BlockQ5K, K4Acts, K4_ACTS, min: true,
+    lanes: |b, a| k45_lanes(&b.qs, Some(&b.qh), &b.scales, a),
+    bits: |b| (b.d.to_bits(), b.dmin.to_bits()));
+one_token!(BlockQ2K, K23Acts, K23_ACTS, min: true,
+    lanes: |b, a| q2_lanes(b, a),
+    bits: |b| (b.d.to_bits(), b.dmin.to_bits()));
+one_token!(BlockQ3K, K23Acts, K23_ACTS, min: false,
+    lanes: |b, a| (q3_lanes(b, a), _mm512_setzero_si512()),
+    bits: |b| (b.d.to_bits(), 0));
 
-impl OneToken for BlockQ5K {
-    type Acts = K4Acts;
-    const MIN: bool = true;
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-    unsafe fn lanes(&self, a: &K4Acts) -> (__m512i, __m512i) {
-        k45_lanes(&self.qs, Some(&self.qh), &self.scales, a)
-    }
-    fn scale_bits(&self) -> (u16, u16) {
-        (self.d.to_bits(), self.dmin.to_bits())
-    }
-}
-
-impl OneToken for BlockQ2K {
-    type Acts = K23Acts;
-    const MIN: bool = true;
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-    unsafe fn lanes(&self, a: &K23Acts) -> (__m512i, __m512i) {
-        q2_lanes(self, a)
-    }
-    fn scale_bits(&self) -> (u16, u16) {
-        (self.d.to_bits(), self.dmin.to_bits())
-    }
-}
-
-impl OneToken for BlockQ3K {
-    type Acts = K23Acts;
-    const MIN: bool = false;
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-    unsafe fn lanes(&self, a: &K23Acts) -> (__m512i, __m512i) {
-        (q3_lanes(self, a), _mm512_setzero_si512())
-    }
-    fn scale_bits(&self) -> (u16, u16) {
-        (self.d.to_bits(), 0)
-    }
-}
-
+/// Q6_K's quants come in activation order: its lanes read the blocks as
+/// they are.
 impl OneToken for BlockQ6K {
     type Acts = BlockQ8K;
     const MIN: bool = false;
+    fn with_acts<R>(a: &[BlockQ8K], f: impl FnOnce(&[Self::Acts]) -> R) -> R {
+        f(a)
+    }
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
     unsafe fn lanes(&self, a: &BlockQ8K) -> (__m512i, __m512i) {

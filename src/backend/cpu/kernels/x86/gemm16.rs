@@ -28,7 +28,7 @@ use super::avx2::{
     h2f, hsum, iq4_levels, k45_isum, k4_min_sum, k4_scales_mins, lanes_iq4_xs, load32, q2_k_isum,
     q3_k_isum, q3_scales_array, q6_k_isum,
 };
-use super::decode512::{self, K23Acts, K4Acts, OneToken, XsActs};
+use super::decode512::{self, OneToken};
 use crate::backend::cpu::kernels::{blocks, GemmFn, Out};
 use crate::quant::blocks::{
     BlockIQ4XS, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K, QK_K,
@@ -62,12 +62,6 @@ const PAIRS: usize = 8;
 thread_local! {
     /// Transposed activations, reused across calls on each thread.
     static PACKED: Cell<Packed> = Cell::new(Packed::default());
-    /// One token's activations laid out for IQ4_XS, likewise.
-    static XS_ACTS: Cell<Vec<XsActs>> = const { Cell::new(Vec::new()) };
-    /// One token's activations laid out for Q4_K, likewise.
-    static K4_ACTS: Cell<Vec<K4Acts>> = const { Cell::new(Vec::new()) };
-    /// One token's activations laid out for Q2_K and Q3_K, likewise.
-    static K23_ACTS: Cell<Vec<K23Acts>> = const { Cell::new(Vec::new()) };
 }
 
 /// The 16-token kernel of weight type `ty`, `None` where there is none.
@@ -126,16 +120,15 @@ fn i16_pairs<const N: usize>(v: impl Fn(usize) -> i32, out: &mut [u32; 8]) {
     }
 }
 
-/// A weight format of the banded kernel.
-trait Format: Pod {
+/// A weight format of the banded kernel; its one-token band kernel, and
+/// whether it has mins, come from [`OneToken`].
+trait Format: Pod + OneToken {
     /// Words (4 values) per sub-block: 8 (32 values) or 4 (16 values).
     const SUB: usize;
     /// What decoding adds to each quant so that it is unsigned.
     const BIAS: i32;
-    /// Whether the format has mins (`s2`, `dmin`).
-    const MIN: bool;
     /// Values per activation sum of the correction term: 32 (four i16
-    /// pairs per block) or 16 (eight pairs, Q6_K).
+    /// pairs per block) or 16 (eight pairs: Q2_K, Q3_K, Q6_K).
     const PAIR_ELEMS: usize;
     /// Words of i16 pairs of those sums per block.
     const PAIR_WORDS: usize = QK_K / Self::PAIR_ELEMS / 2;
@@ -144,23 +137,6 @@ trait Format: Pod {
     /// # Safety
     /// The CPU features of [`run`].
     unsafe fn decode(&self, out: &mut Decoded);
-    /// One token against every whole band of eight rows of `w` (`rows`
-    /// rows of `nb` blocks) where the format has a band kernel
-    /// (`decode512.rs`), results at `out[r * rs]`; returns the rows done
-    /// (0 without one: [`row_dot`] then takes every row).
-    ///
-    /// # Safety
-    /// The CPU features of [`run`]; `out` is valid for `rows` results.
-    unsafe fn one_token_bands(
-        _w: &[Self],
-        _nb: usize,
-        _rows: usize,
-        _a: &[BlockQ8K],
-        _out: *mut f32,
-        _rs: usize,
-    ) -> usize {
-        0
-    }
     /// The exact `(s1, s2)` of this block and `a` (`s2 = 0` without mins),
     /// and `(d, dmin)`.
     ///
@@ -209,7 +185,6 @@ fn k45_scales(packed: &[u8; 12], out: &mut Decoded) {
 impl Format for BlockQ4K {
     const SUB: usize = 8;
     const BIAS: i32 = 0;
-    const MIN: bool = true;
     const PAIR_ELEMS: usize = 32;
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
@@ -225,23 +200,11 @@ impl Format for BlockQ4K {
         let s = (k45_isum(&self.qs, None, &sm, a), k4_min_sum(&sm, a));
         (s, (h2f(self.d), h2f(self.dmin)))
     }
-    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-    unsafe fn one_token_bands(
-        w: &[Self],
-        nb: usize,
-        rows: usize,
-        a: &[BlockQ8K],
-        out: *mut f32,
-        rs: usize,
-    ) -> usize {
-        one_token_laid_out(&K4_ACTS, K4Acts::new, w, nb, rows, a, out, rs)
-    }
 }
 
 impl Format for BlockQ5K {
     const SUB: usize = 8;
     const BIAS: i32 = 0;
-    const MIN: bool = true;
     const PAIR_ELEMS: usize = 32;
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
@@ -259,17 +222,6 @@ impl Format for BlockQ5K {
             k4_min_sum(&sm, a),
         );
         (s, (h2f(self.d), h2f(self.dmin)))
-    }
-    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-    unsafe fn one_token_bands(
-        w: &[Self],
-        nb: usize,
-        rows: usize,
-        a: &[BlockQ8K],
-        out: *mut f32,
-        rs: usize,
-    ) -> usize {
-        one_token_laid_out(&K4_ACTS, K4Acts::new, w, nb, rows, a, out, rs)
     }
 }
 
@@ -299,7 +251,6 @@ unsafe fn k23_bytes(qs: &[u8; 64], hmask: Option<&[u8; 32]>, q: &mut [u32; WORDS
 impl Format for BlockQ2K {
     const SUB: usize = 4;
     const BIAS: i32 = 0;
-    const MIN: bool = true;
     const PAIR_ELEMS: usize = 16;
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
@@ -319,23 +270,11 @@ impl Format for BlockQ2K {
             .sum();
         ((q2_k_isum(self, a), s2), (h2f(self.d), h2f(self.dmin)))
     }
-    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-    unsafe fn one_token_bands(
-        w: &[Self],
-        nb: usize,
-        rows: usize,
-        a: &[BlockQ8K],
-        out: *mut f32,
-        rs: usize,
-    ) -> usize {
-        one_token_laid_out(&K23_ACTS, K23Acts::new, w, nb, rows, a, out, rs)
-    }
 }
 
 impl Format for BlockQ3K {
     const SUB: usize = 4;
     const BIAS: i32 = 4;
-    const MIN: bool = false;
     const PAIR_ELEMS: usize = 16;
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
@@ -353,23 +292,11 @@ impl Format for BlockQ3K {
     unsafe fn ints(&self, a: &BlockQ8K) -> ((i32, i32), (f32, f32)) {
         ((q3_k_isum(self, a), 0), (h2f(self.d), 0.0))
     }
-    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-    unsafe fn one_token_bands(
-        w: &[Self],
-        nb: usize,
-        rows: usize,
-        a: &[BlockQ8K],
-        out: *mut f32,
-        rs: usize,
-    ) -> usize {
-        one_token_laid_out(&K23_ACTS, K23Acts::new, w, nb, rows, a, out, rs)
-    }
 }
 
 impl Format for BlockQ6K {
     const SUB: usize = 4;
     const BIAS: i32 = 32;
-    const MIN: bool = false;
     const PAIR_ELEMS: usize = 16;
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
@@ -407,26 +334,11 @@ impl Format for BlockQ6K {
     unsafe fn ints(&self, a: &BlockQ8K) -> ((i32, i32), (f32, f32)) {
         ((q6_k_isum(self, a), 0), (h2f(self.d), 0.0))
     }
-    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-    unsafe fn one_token_bands(
-        w: &[Self],
-        nb: usize,
-        rows: usize,
-        a: &[BlockQ8K],
-        out: *mut f32,
-        rs: usize,
-    ) -> usize {
-        bands(w, nb, rows, out, rs, |band, o| {
-            // SAFETY: `bands` hands out 8 whole rows and their results.
-            unsafe { decode512::one_token(band, nb, a, a, o, rs) }
-        })
-    }
 }
 
 impl Format for BlockIQ4XS {
     const SUB: usize = 8;
     const BIAS: i32 = 128;
-    const MIN: bool = false;
     const PAIR_ELEMS: usize = 32;
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
@@ -450,60 +362,6 @@ impl Format for BlockIQ4XS {
         }
         ((s1, 0), (h2f(self.d), 0.0))
     }
-    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-    unsafe fn one_token_bands(
-        w: &[Self],
-        nb: usize,
-        rows: usize,
-        a: &[BlockQ8K],
-        out: *mut f32,
-        rs: usize,
-    ) -> usize {
-        one_token_laid_out(&XS_ACTS, XsActs::new, w, nb, rows, a, out, rs)
-    }
-}
-
-/// Runs `f` on the activation blocks `a` laid out by `new`, in the
-/// thread's reusable buffer `cell`.
-fn laid_out<T, R>(
-    cell: &'static std::thread::LocalKey<Cell<Vec<T>>>,
-    a: &[BlockQ8K],
-    new: fn(&BlockQ8K) -> T,
-    f: impl FnOnce(&[T]) -> R,
-) -> R {
-    let mut acts = cell.take();
-    acts.clear();
-    acts.extend(a.iter().map(new));
-    let r = f(&acts);
-    cell.set(acts);
-    r
-}
-
-/// One token against every whole band of eight rows of `w` through
-/// `decode512::one_token`, its activations `a` laid out by `new` in the
-/// thread's buffer `cell`; returns the rows done.
-///
-/// # Safety
-/// The CPU features of [`run`]; `out` is valid for `rows` results `rs` apart.
-#[allow(clippy::too_many_arguments)]
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn one_token_laid_out<W: OneToken>(
-    cell: &'static std::thread::LocalKey<Cell<Vec<W::Acts>>>,
-    new: fn(&BlockQ8K) -> W::Acts,
-    w: &[W],
-    nb: usize,
-    rows: usize,
-    a: &[BlockQ8K],
-    out: *mut f32,
-    rs: usize,
-) -> usize {
-    laid_out(cell, &a[..nb.min(a.len())], new, |acts| {
-        bands(w, nb, rows, out, rs, |band, o| {
-            // SAFETY: `bands` hands out 8 whole rows and their results.
-            unsafe { decode512::one_token(band, nb, a, acts, o, rs) }
-        })
-    })
 }
 
 /// Runs `f` on each whole band of eight rows of `w` (`rows` rows of `nb`
@@ -622,8 +480,17 @@ unsafe fn run<W: Format>(w: &[u8], row_bytes: usize, a: &[u8], act_bytes: usize,
         PACKED.set(p);
     }
     let banded = if toks == 1 {
-        // SAFETY: `out.fits(rows, 1)` bounds every index written.
-        unsafe { W::one_token_bands(&wb, nb, rows, &ab, op, rs) }
+        // Every whole band of eight rows through the format's one-token
+        // band kernel (`decode512.rs`), on the activation row laid out once.
+        W::with_acts(&ab[..nb.min(ab.len())], |acts| {
+            // SAFETY: `out.fits(rows, 1)` bounds every index written, and
+            // `bands` hands out 8 whole rows and the place of their results.
+            unsafe {
+                bands(&wb, nb, rows, op, rs, |band, o| {
+                    decode512::one_token(band, nb, &ab, acts, o, rs)
+                })
+            }
+        })
     } else {
         banded
     };
