@@ -89,7 +89,7 @@ impl Weight {
             )));
         }
         let widen = kernels.widen.filter(|w| w.to.block_elems() == be);
-        let (stored, kernels, mut data, data_len, row_bytes) = match widen {
+        let (stored, mut kernels, mut data, data_len, row_bytes) = match widen {
             Some(w) => {
                 let sk = table.weight(w.to).ok_or_else(|| unsupported(w.to))?;
                 let rb = cols / be * w.to.block_bytes();
@@ -111,7 +111,6 @@ impl Weight {
             }
             _ => (ty, kernels, data, data_len, row_bytes),
         };
-        let mut kernels = kernels;
         if kernels.gemm_finite_scales
             && !finite_scales(stored, &bytemuck::cast_slice(&data[..])[..data_len])
         {

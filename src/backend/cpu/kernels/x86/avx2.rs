@@ -330,32 +330,17 @@ unsafe fn vec_dot_iq4_xs_q8_k(x: &[BlockIQ4XS], y: &[BlockQ8K]) -> f32 {
 }
 
 /// The eight 6-bit scales (bytes 0..8) and mins (bytes 8..16) of a Q4_K /
-/// Q5_K block (ggml's `kmask` unpacking).
-#[inline]
-pub(super) fn k4_scales_mins(packed: &[u8; 12]) -> [u8; 16] {
-    const M1: u32 = 0x3f3f_3f3f;
-    const M2: u32 = 0x0f0f_0f0f;
-    const M3: u32 = 0x0303_0303;
-    let w = |i: usize| u32::from_le_bytes([packed[i], packed[i + 1], packed[i + 2], packed[i + 3]]);
-    let (u0, u1, u2) = (w(0), w(4), w(8));
-    let scales_hi = (u2 & M2) | (((u0 >> 6) & M3) << 4);
-    let mins_hi = ((u2 >> 4) & M2) | (((u1 >> 6) & M3) << 4);
-    let mut out = [0u8; 16];
-    out[0..4].copy_from_slice(&(u0 & M1).to_le_bytes());
-    out[4..8].copy_from_slice(&scales_hi.to_le_bytes());
-    out[8..12].copy_from_slice(&(u1 & M1).to_le_bytes());
-    out[12..16].copy_from_slice(&mins_hi.to_le_bytes());
-    out
-}
-
-/// [`k4_scales_mins`] in a register, unpacked there: the bytes written
-/// as an array and read back as one vector had waited on a failed store
-/// forward in the one-token kernel.
+/// Q5_K block (ggml's `kmask` unpacking), unpacked in a register: with the
+/// three packed words `u0, u1, u2`, the scales are `u0 & M1` and `(u2 & M2)
+/// | ((u0 >> 6) & M3) << 4`, the mins `u1 & M1` and `((u2 >> 4) & M2) |
+/// ((u1 >> 6) & M3) << 4` (M1 = 0x3f.., M2 = 0x0f.., M3 = 0x03..). Bytes
+/// written as four words and read back as one vector wait on a failed
+/// store forward; [`k4_scales_mins`] stores this register whole instead.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn k4_scales_mins_v(packed: &[u8; 12]) -> __m128i {
     let hi = u32::from_le_bytes([packed[8], packed[9], packed[10], packed[11]]);
-    // [u0, u1, u2, 0] as in `k4_scales_mins`.
+    // [u0, u1, u2, 0].
     let v = _mm_insert_epi32::<2>(_mm_loadl_epi64(packed.as_ptr().cast()), hi as i32);
     // Low parts: [u0 & M1, u2 & M2, u1 & M1, (u2 >> 4) & M2].
     let a = _mm_shuffle_epi32::<0b10_01_10_00>(v);
@@ -370,6 +355,15 @@ pub(super) unsafe fn k4_scales_mins_v(packed: &[u8; 12]) -> __m128i {
         _mm_set_epi32(0x3030_3030, 0, 0x3030_3030, 0),
     );
     _mm_or_si128(low, high)
+}
+
+/// [`k4_scales_mins_v`] as bytes.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn k4_scales_mins(packed: &[u8; 12]) -> [u8; 16] {
+    let mut out = [0u8; 16];
+    _mm_storeu_si128(out.as_mut_ptr().cast(), k4_scales_mins_v(packed));
+    out
 }
 
 /// `sum_j bsums[j] * mins[j / 2]` of a Q4_K / Q5_K block.
@@ -524,17 +518,24 @@ pub(super) unsafe fn q2_k_isum(bx: &BlockQ2K, by: &BlockQ8K) -> i32 {
     hsum(acc)
 }
 
+/// Exact `sum_j min_j * bsums[j]` of a Q2_K block (mins in the high nibbles).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn q2_k_min_sum(bx: &BlockQ2K, by: &BlockQ8K) -> i32 {
+    let mins = _mm256_cvtepu8_epi16(_mm_srli_epi16::<4>(_mm_and_si128(
+        _mm_loadu_si128(bx.scales.as_ptr().cast()),
+        _mm_set1_epi8(0xF0u8 as i8),
+    )));
+    hsum(_mm256_madd_epi16(load32(by.bsums.as_ptr()), mins))
+}
+
 /// Bit-identical to the scalar kernel: both integer sums are exact and the
 /// float formula is the same.
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn vec_dot_q2_k_q8_k(x: &[BlockQ2K], y: &[BlockQ8K]) -> f32 {
     let mut sumf = 0.0f32;
     for (bx, by) in x.iter().zip(y) {
-        let mins = _mm256_cvtepu8_epi16(_mm_srli_epi16::<4>(_mm_and_si128(
-            _mm_loadu_si128(bx.scales.as_ptr().cast()),
-            _mm_set1_epi8(0xF0u8 as i8),
-        )));
-        let summs = hsum(_mm256_madd_epi16(load32(by.bsums.as_ptr()), mins));
+        let summs = q2_k_min_sum(bx, by);
         let isum = q2_k_isum(bx, by);
         let dall = by.d * h2f(bx.d);
         let dmin = by.d * h2f(bx.dmin);

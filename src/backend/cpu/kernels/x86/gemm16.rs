@@ -1,6 +1,5 @@
 //! Prefill of the 256-element formats (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K,
-//! IQ4_XS) on
-//! AVX-512 VNNI with 16 activation rows per register.
+//! IQ4_XS) on AVX-512 VNNI with 16 activation rows per register.
 //!
 //! The tiles of `gemm_k.rs` multiply one weight row by one activation row
 //! per `vpdpbusd` (8 lanes of 4 products, summed horizontally at the end).
@@ -26,7 +25,7 @@ use bytemuck::Pod;
 
 use super::avx2::{
     h2f, hsum, iq4_levels, k45_isum, k4_min_sum, k4_scales_mins, lanes_iq4_xs, load32, q2_k_isum,
-    q3_k_isum, q3_scales_array, q6_k_isum,
+    q2_k_min_sum, q3_k_isum, q3_scales_array, q6_k_isum,
 };
 use super::decode512::{self, OneToken};
 use crate::backend::cpu::kernels::{blocks, GemmFn, Out};
@@ -37,8 +36,8 @@ use crate::quant::GgmlType;
 
 /// Tokens per zmm register.
 const GROUP: usize = 16;
-/// Weight rows per band.
-const BAND: usize = 8;
+/// Weight rows per band (the one-token kernels' too).
+const BAND: usize = decode512::BAND;
 /// Groups of tokens per pass over a band's weights (64 tokens).
 const GROUPS: usize = 4;
 /// 4-byte groups per 256-element block.
@@ -174,7 +173,8 @@ unsafe fn k45_bytes(qs: &[u8; 128], qh: Option<&[u8; 32]>, q: &mut [u32; WORDS])
 
 /// Scales and mins of a Q4_K / Q5_K block into `out`.
 #[inline]
-fn k45_scales(packed: &[u8; 12], out: &mut Decoded) {
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn k45_scales(packed: &[u8; 12], out: &mut Decoded) {
     let sm = k4_scales_mins(packed);
     for s in 0..8 {
         out.sc[s] = i32::from(sm[s]);
@@ -265,10 +265,8 @@ impl Format for BlockQ2K {
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
     unsafe fn ints(&self, a: &BlockQ8K) -> ((i32, i32), (f32, f32)) {
-        let s2 = (0..16)
-            .map(|j| i32::from(self.scales[j] >> 4) * i32::from(a.bsums[j]))
-            .sum();
-        ((q2_k_isum(self, a), s2), (h2f(self.d), h2f(self.dmin)))
+        let s = (q2_k_isum(self, a), q2_k_min_sum(self, a));
+        (s, (h2f(self.d), h2f(self.dmin)))
     }
 }
 
@@ -364,30 +362,6 @@ impl Format for BlockIQ4XS {
     }
 }
 
-/// Runs `f` on each whole band of eight rows of `w` (`rows` rows of `nb`
-/// blocks) with the place of its first result (`out[r0 * rs]`); returns
-/// the rows done.
-///
-/// # Safety
-/// `out` is valid for `rows` results `rs` apart.
-unsafe fn bands<W>(
-    w: &[W],
-    nb: usize,
-    rows: usize,
-    out: *mut f32,
-    rs: usize,
-    mut f: impl FnMut(&[W], *mut f32),
-) -> usize {
-    let banded = rows / decode512::BAND * decode512::BAND;
-    for r0 in (0..banded).step_by(decode512::BAND) {
-        // SAFETY: row r0 < rows, so its first result lies inside `out`.
-        f(&w[r0 * nb..(r0 + decode512::BAND) * nb], unsafe {
-            out.add(r0 * rs)
-        });
-    }
-    banded
-}
-
 /// The signed 6-bit scale of sub-block `ib` of an IQ4_XS block.
 #[inline]
 fn xs_scale(b: &BlockIQ4XS, ib: usize) -> i32 {
@@ -455,8 +429,19 @@ unsafe fn run<W: Format>(w: &[u8], row_bytes: usize, a: &[u8], act_bytes: usize,
     let wb = blocks::<W>(&w[..rows * row_bytes]);
     let ab = blocks::<BlockQ8K>(&a[..toks * act_bytes]);
     let (rs, ts, op) = (out.row_stride, out.tok_stride, out.out.as_mut_ptr());
-    let banded = if toks >= 2 { rows / BAND * BAND } else { 0 };
-    if banded > 0 {
+    let banded = rows / BAND * BAND;
+    if toks == 1 {
+        // Every whole band of eight rows through the format's one-token
+        // band kernel (`decode512.rs`), on the activation row laid out once.
+        W::with_acts(&ab[..nb.min(ab.len())], |acts| {
+            for r0 in (0..banded).step_by(BAND) {
+                let band = &wb[r0 * nb..(r0 + BAND) * nb];
+                // SAFETY: rows r0..r0 + 8 exist; `out.fits(rows, 1)` bounds
+                // every index written.
+                unsafe { decode512::one_token(band, nb, &ab, acts, op.add(r0 * rs), rs) };
+            }
+        });
+    } else if banded > 0 {
         let mut p = PACKED.take();
         for t0 in (0..toks).step_by(GROUPS * GROUP) {
             let tn = (toks - t0).min(GROUPS * GROUP);
@@ -479,21 +464,6 @@ unsafe fn run<W: Format>(w: &[u8], row_bytes: usize, a: &[u8], act_bytes: usize,
         }
         PACKED.set(p);
     }
-    let banded = if toks == 1 {
-        // Every whole band of eight rows through the format's one-token
-        // band kernel (`decode512.rs`), on the activation row laid out once.
-        W::with_acts(&ab[..nb.min(ab.len())], |acts| {
-            // SAFETY: `out.fits(rows, 1)` bounds every index written, and
-            // `bands` hands out 8 whole rows and the place of their results.
-            unsafe {
-                bands(&wb, nb, rows, op, rs, |band, o| {
-                    decode512::one_token(band, nb, &ab, acts, o, rs)
-                })
-            }
-        })
-    } else {
-        banded
-    };
     for r in banded..rows {
         for t in 0..toks {
             let wr = &wb[r * nb..(r + 1) * nb];

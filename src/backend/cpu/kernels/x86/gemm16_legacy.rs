@@ -466,13 +466,7 @@ unsafe fn one_token<W: Format, const H: usize>(
                 }
                 row_sums8(prods)
             } else {
-                let fifth = (W::NIBBLES == Nibbles::Fifth).then_some(|r| row(r).qh32());
-                nibble_sums8(
-                    |r| row(r).qs16(),
-                    fifth,
-                    by.qs(),
-                    W::NIBBLES == Nibbles::Levels,
-                )
+                nibble_sums8(|r| row(r).qs16(), |r| row(r).qh32(), by.qs(), W::NIBBLES)
             };
             if W::BIAS != 0 {
                 isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(bias));
@@ -495,17 +489,18 @@ unsafe fn one_token<W: Format, const H: usize>(
 }
 
 /// The eight exact row sums `sum(u * q8)` of one block of a nibble format
-/// (`qs(r)`: row `r`'s 16 packed bytes; `levels`: they index IQ4_NL's
-/// levels, taken as `level + 128`), row `r` in lane `r`.
+/// of `kind` (`qs(r)`: row `r`'s 16 packed bytes; with [`Nibbles::Levels`]
+/// they index IQ4_NL's levels, taken as `level + 128`), row `r` in lane `r`.
 ///
 /// Four rows' bytes fill one zmm (a row per 128-bit lane), so one mask and
 /// one shift give their low and high nibbles, and two `vpdpbusd` against
 /// the activations' halves broadcast to every lane give four lanes per row.
-/// With `fifth` (Q5_0: row `r`'s fifth bits, bit `j` for value `j`), the
-/// four rows' bits become one byte mask per half in vector registers, and
-/// one masked add puts 16 in the bytes they select: the 32 bytes built per
-/// row by `q5_quants` cost more than the rest of the block step together,
-/// and masks assembled in general registers were bound by their shifts.
+/// With [`Nibbles::Fifth`] (Q5_0: `qh(r)` holds row `r`'s fifth bits, bit
+/// `j` for value `j`; unused for the other kinds), the four rows' bits
+/// become one byte mask per half in vector registers, and one masked add
+/// puts 16 in the bytes they select: the 32 bytes built per row by
+/// `q5_quants` cost more than the rest of the block step together, and
+/// masks assembled in general registers were bound by their shifts.
 ///
 /// # Safety
 /// AVX-512 VNNI as in [`run`]; each `qs(r)` points at 16 readable bytes.
@@ -513,9 +508,9 @@ unsafe fn one_token<W: Format, const H: usize>(
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 unsafe fn nibble_sums8(
     qs: impl Fn(usize) -> *const u8,
-    fifth: Option<impl Fn(usize) -> u32>,
+    qh: impl Fn(usize) -> u32,
     q8: &[i8; 32],
-    levels: bool,
+    kind: Nibbles,
 ) -> __m256i {
     let m4 = _mm512_set1_epi8(0x0F);
     let alo = _mm512_broadcast_i32x4(_mm_loadu_si128(q8.as_ptr().cast()));
@@ -530,7 +525,7 @@ unsafe fn nibble_sums8(
         v = _mm512_inserti32x4::<3>(v, row(3));
         let mut lo = _mm512_and_si512(v, m4);
         let mut hi = _mm512_and_si512(_mm512_srli_epi16::<4>(v), m4);
-        if let Some(qh) = &fifth {
+        if kind == Nibbles::Fifth {
             // Row 4h + k's bits in every u32 of lane k; byte j of a lane
             // then takes the byte of bit j (lo: 0..16, hi: 16..32), and a
             // test against 1 << (j % 8) selects the bytes to add 16 to.
@@ -558,7 +553,7 @@ unsafe fn nibble_sums8(
             lo = _mm512_mask_add_epi8(lo, _mm512_test_epi8_mask(spread(0), select), lo, sixteen);
             hi = _mm512_mask_add_epi8(hi, _mm512_test_epi8_mask(spread(2), select), hi, sixteen);
         }
-        if levels {
+        if kind == Nibbles::Levels {
             let flip = _mm512_set1_epi8(i8::MIN);
             lo = _mm512_xor_si512(_mm512_shuffle_epi8(table, lo), flip);
             hi = _mm512_xor_si512(_mm512_shuffle_epi8(table, hi), flip);
