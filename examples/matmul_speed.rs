@@ -65,6 +65,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         GgmlType::Q6_K,
         GgmlType::IQ4_NL,
         GgmlType::IQ4_XS,
+        GgmlType::F16,
+        GgmlType::BF16,
+        GgmlType::F32,
     ] {
         shapes.push((ty, 2048, 8192));
     }

@@ -4,38 +4,96 @@
 
 use half::{bf16, f16};
 
+/// Lanes of the float dots: element `i` of a row's whole chunks of eight
+/// adds into lane `i % 8`. Every ISA keeps these eight sums, so its dots
+/// equal the scalar ones bit for bit; a tile gets its speed from
+/// independent (row, token) pairs, not from more lanes per pair.
+pub const LANES: usize = 8;
+
 /// Dot of two f32 rows, in eight lanes (the order a SIMD kernel keeps).
 pub fn vec_dot_f32(x: &[f32], y: &[f32]) -> f32 {
-    let mut lanes = [0.0f32; 8];
-    let (xc, yc) = (x.chunks_exact(8), y.chunks_exact(8));
-    let (xr, yr) = (xc.remainder(), yc.remainder());
-    for (a, b) in xc.zip(yc) {
-        for l in 0..8 {
+    let n = x.len().min(y.len());
+    let full = n / LANES * LANES;
+    let mut lanes = [0.0f32; LANES];
+    for (a, b) in x[..full]
+        .chunks_exact(LANES)
+        .zip(y[..full].chunks_exact(LANES))
+    {
+        for l in 0..LANES {
             lanes[l] += a[l] * b[l];
         }
     }
-    let tail: f32 = xr.iter().zip(yr).map(|(a, b)| a * b).sum();
+    f32_dot_end(lanes, &x[full..n], &y[full..n])
+}
+
+/// The end of [`vec_dot_f32`] after its whole chunks: the lanes summed in
+/// order, plus the products of the last partial chunk (`x`, `y`) summed in order.
+#[inline]
+pub fn f32_dot_end(lanes: [f32; LANES], x: &[f32], y: &[f32]) -> f32 {
+    let tail: f32 = x.iter().zip(y).map(|(a, b)| a * b).sum();
     lanes.iter().sum::<f32>() + tail
 }
 
 /// Dot of two fp16 rows (products exact in f32, summed in eight lanes).
 pub fn vec_dot_f16(x: &[f16], y: &[f16]) -> f32 {
-    let mut lanes = [0.0f32; 8];
-    for (a, b) in x.chunks(8).zip(y.chunks(8)) {
-        for (l, (p, q)) in a.iter().zip(b).enumerate() {
-            lanes[l] += super::fp16(*p) * super::fp16(*q);
+    let n = x.len().min(y.len());
+    let full = n / LANES * LANES;
+    let mut lanes = [0.0f32; LANES];
+    for (a, b) in x[..full]
+        .chunks_exact(LANES)
+        .zip(y[..full].chunks_exact(LANES))
+    {
+        for l in 0..LANES {
+            lanes[l] += super::fp16(a[l]) * super::fp16(b[l]);
         }
+    }
+    f16_dot_end(lanes, &x[full..n], &y[full..n])
+}
+
+/// The end of [`vec_dot_f16`] after its whole chunks: the last partial
+/// chunk (`x`, `y`) adds into the first lanes, then the lanes are summed in order.
+#[inline]
+pub fn f16_dot_end(mut lanes: [f32; LANES], x: &[f16], y: &[f16]) -> f32 {
+    for (l, (p, q)) in x.iter().zip(y).enumerate() {
+        lanes[l] += super::fp16(*p) * super::fp16(*q);
     }
     lanes.iter().sum()
 }
 
-/// Dot of two bf16 rows (products exact in f32, summed in eight lanes).
+/// The end of the 16-bit dots ([`vec_dot_f16`], [`vec_dot_bf16`]) on rows
+/// already widened to f32: the last partial chunk adds into the first
+/// lanes, then the lanes are summed in order. Widening is exact, so this
+/// equals [`f16_dot_end`] / [`bf16_dot_end`] on the 16-bit values.
+#[inline]
+pub fn widened_dot_end(mut lanes: [f32; LANES], x: &[f32], y: &[f32]) -> f32 {
+    for (l, (p, q)) in x.iter().zip(y).enumerate() {
+        lanes[l] += p * q;
+    }
+    lanes.iter().sum()
+}
+
+/// Dot of two bf16 rows (summed in eight lanes; a product is exact in f32
+/// unless it overflows or falls below the normal range).
 pub fn vec_dot_bf16(x: &[bf16], y: &[bf16]) -> f32 {
-    let mut lanes = [0.0f32; 8];
-    for (a, b) in x.chunks(8).zip(y.chunks(8)) {
-        for (l, (p, q)) in a.iter().zip(b).enumerate() {
-            lanes[l] += p.to_f32() * q.to_f32();
+    let n = x.len().min(y.len());
+    let full = n / LANES * LANES;
+    let mut lanes = [0.0f32; LANES];
+    for (a, b) in x[..full]
+        .chunks_exact(LANES)
+        .zip(y[..full].chunks_exact(LANES))
+    {
+        for l in 0..LANES {
+            lanes[l] += a[l].to_f32() * b[l].to_f32();
         }
+    }
+    bf16_dot_end(lanes, &x[full..n], &y[full..n])
+}
+
+/// The end of [`vec_dot_bf16`], as [`f16_dot_end`].
+#[inline]
+pub fn bf16_dot_end(mut lanes: [f32; LANES], x: &[bf16], y: &[bf16]) -> f32 {
+    for (l, (p, q)) in x.iter().zip(y).enumerate() {
+        lanes[l] += p.to_f32() * q.to_f32();
     }
     lanes.iter().sum()
 }

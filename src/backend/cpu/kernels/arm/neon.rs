@@ -8,10 +8,10 @@
 use std::arch::aarch64::*;
 use std::arch::asm;
 
-use half::f16;
+use half::{bf16, f16};
 
 use crate::backend::cpu::kernels::kquants::scale_min_k4;
-use crate::backend::cpu::kernels::{dot, fp16, quant, DotFn, QuantizeFn};
+use crate::backend::cpu::kernels::{dot, float, fp16, quant, DotFn, QuantizeFn};
 use crate::quant::blocks::{
     BlockIQ4NL, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8K,
     BlockQ8_0, BlockQ8_1, KVALUES_IQ4NL, QK_K,
@@ -100,7 +100,7 @@ macro_rules! neon_kernels {
                 T::IQ4_NL => entry!(BlockIQ4NL, BlockQ8_0, vec_dot_iq4_nl_q8_0),
                 T::Q4_K => entry!(BlockQ4K, BlockQ8K, vec_dot_q4_k_q8_k),
                 T::Q6_K => entry!(BlockQ6K, BlockQ8K, vec_dot_q6_k_q8_k),
-                _ => return None,
+                _ => return float_dot(ty),
             };
             Some(f)
         }
@@ -278,6 +278,105 @@ macro_rules! neon_kernels {
             sumf
         }
     };
+}
+
+// ------------------------------------------------------------ float dots
+
+/// Four fp16 (the low 16 bits of each u32 lane) to f32, exactly as
+/// [`fp16`]: the half moved to bits 13..28 with its sign at 31 is an f32
+/// that times 2^112 is the half's value for every finite input
+/// (subnormals too: aarch64 does not flush them by default); infinities
+/// and NaNs keep their bits with the exponent all ones.
+#[inline]
+#[target_feature(enable = "neon")]
+unsafe fn h2f4(h: uint32x4_t) -> float32x4_t {
+    let sh = vreinterpretq_u32_s32(vshrq_n_s32::<3>(vreinterpretq_s32_u32(vshlq_n_u32::<16>(
+        h,
+    ))));
+    let bits = vandq_u32(sh, vdupq_n_u32(0x8FFF_E000));
+    let scaled = vmulq_f32(
+        vreinterpretq_f32_u32(bits),
+        vdupq_n_f32(f32::from_bits((127 + 112) << 23)),
+    );
+    let special = vceqq_u32(vandq_u32(h, vdupq_n_u32(0x7C00)), vdupq_n_u32(0x7C00));
+    let inf_nan = vreinterpretq_f32_u32(vorrq_u32(bits, vdupq_n_u32(0x7F80_0000)));
+    vbslq_f32(special, inf_nan, scaled)
+}
+
+/// The eight lanes of `lo` (0..4) and `hi` (4..8).
+#[inline]
+#[target_feature(enable = "neon")]
+unsafe fn lanes8(lo: float32x4_t, hi: float32x4_t) -> [f32; float::LANES] {
+    let mut l = [0.0f32; float::LANES];
+    vst1q_f32(l.as_mut_ptr(), lo);
+    vst1q_f32(l.as_mut_ptr().add(4), hi);
+    l
+}
+
+/// Dot of two f32 rows in the scalar kernel's eight lanes and rounding
+/// (multiply, then add: an FMA would round differently).
+#[target_feature(enable = "neon")]
+unsafe fn vec_dot_f32(x: &[f32], y: &[f32]) -> f32 {
+    let n = x.len().min(y.len());
+    let full = n / float::LANES * float::LANES;
+    let (mut a0, mut a1) = (vdupq_n_f32(0.0), vdupq_n_f32(0.0));
+    for i in (0..full).step_by(float::LANES) {
+        let (p, q) = (x.as_ptr().add(i), y.as_ptr().add(i));
+        a0 = vaddq_f32(a0, vmulq_f32(vld1q_f32(p), vld1q_f32(q)));
+        a1 = vaddq_f32(a1, vmulq_f32(vld1q_f32(p.add(4)), vld1q_f32(q.add(4))));
+    }
+    float::f32_dot_end(lanes8(a0, a1), &x[full..n], &y[full..n])
+}
+
+/// Dot of two fp16 rows as [`float::vec_dot_f16`]: the products are exact,
+/// so the FMA rounds as the scalar multiply-then-add.
+#[target_feature(enable = "neon")]
+unsafe fn vec_dot_f16(x: &[f16], y: &[f16]) -> f32 {
+    let n = x.len().min(y.len());
+    let full = n / float::LANES * float::LANES;
+    let (mut a0, mut a1) = (vdupq_n_f32(0.0), vdupq_n_f32(0.0));
+    for i in (0..full).step_by(float::LANES) {
+        let p = vld1q_u16(x.as_ptr().add(i).cast());
+        let q = vld1q_u16(y.as_ptr().add(i).cast());
+        let (pl, ql) = (
+            h2f4(vmovl_u16(vget_low_u16(p))),
+            h2f4(vmovl_u16(vget_low_u16(q))),
+        );
+        let (ph, qh) = (h2f4(vmovl_high_u16(p)), h2f4(vmovl_high_u16(q)));
+        a0 = vfmaq_f32(a0, pl, ql);
+        a1 = vfmaq_f32(a1, ph, qh);
+    }
+    float::f16_dot_end(lanes8(a0, a1), &x[full..n], &y[full..n])
+}
+
+/// Dot of two bf16 rows as [`float::vec_dot_bf16`] (multiply, then add:
+/// bf16 products can round below f32's normal range).
+#[target_feature(enable = "neon")]
+unsafe fn vec_dot_bf16(x: &[bf16], y: &[bf16]) -> f32 {
+    let n = x.len().min(y.len());
+    let full = n / float::LANES * float::LANES;
+    let (mut a0, mut a1) = (vdupq_n_f32(0.0), vdupq_n_f32(0.0));
+    let wide = |v: uint16x4_t| vreinterpretq_f32_u32(vshll_n_u16::<16>(v));
+    for i in (0..full).step_by(float::LANES) {
+        let p = vld1q_u16(x.as_ptr().add(i).cast());
+        let q = vld1q_u16(y.as_ptr().add(i).cast());
+        let (pl, ql) = (wide(vget_low_u16(p)), wide(vget_low_u16(q)));
+        let (ph, qh) = (wide(vget_high_u16(p)), wide(vget_high_u16(q)));
+        a0 = vaddq_f32(a0, vmulq_f32(pl, ql));
+        a1 = vaddq_f32(a1, vmulq_f32(ph, qh));
+    }
+    float::bf16_dot_end(lanes8(a0, a1), &x[full..n], &y[full..n])
+}
+
+/// The float dots (plain NEON, no dotprod), `None` for other types.
+fn float_dot(ty: GgmlType) -> Option<DotFn> {
+    let f: DotFn = match ty {
+        GgmlType::F32 => entry!(f32, f32, vec_dot_f32),
+        GgmlType::F16 => entry!(f16, f16, vec_dot_f16),
+        GgmlType::BF16 => entry!(bf16, bf16, vec_dot_bf16),
+        _ => return None,
+    };
+    Some(f)
 }
 
 mod plain {

@@ -25,6 +25,7 @@ mod decode512;
 mod gemm;
 mod gemm16;
 mod gemm16_legacy;
+mod gemm_float;
 mod gemm_k;
 
 use super::{DotFn, GemmFn, Isa, QuantizeFn};
@@ -54,8 +55,10 @@ pub(super) fn available(isa: Isa) -> bool {
 /// stays. Callers must have checked [`available`]`(isa)`.
 pub(super) fn vec_dot(isa: Isa, ty: GgmlType) -> Option<DotFn> {
     match isa {
-        Isa::Avx2 => avx2::vec_dot(ty),
-        Isa::Avx512 => avx512::vec_dot(ty).or_else(|| avx2::vec_dot(ty)),
+        Isa::Avx2 => avx2::vec_dot(ty).or_else(|| gemm_float::avx2::vec_dot(ty)),
+        Isa::Avx512 => avx512::vec_dot(ty)
+            .or_else(|| avx2::vec_dot(ty))
+            .or_else(|| gemm_float::avx512::vec_dot(ty)),
         _ => None,
     }
 }
@@ -73,13 +76,15 @@ pub(super) fn quantizer(isa: Isa, ty: GgmlType) -> Option<QuantizeFn> {
 /// type `ty` under `isa`, `None` where the matmul dots pair by pair.
 /// AVX-512 runs the 16-token kernels (`gemm16.rs`, `gemm16_legacy.rs`:
 /// every format with a tile); `gemm.rs`'s VNNI tiles stay behind them.
+/// The float formats run `gemm_float.rs` on both.
 /// Callers must have checked [`available`]`(isa)`.
 pub(super) fn gemm(isa: Isa, ty: GgmlType) -> Option<GemmFn> {
     match isa {
-        Isa::Avx2 => gemm::avx2::gemm(ty),
+        Isa::Avx2 => gemm::avx2::gemm(ty).or_else(|| gemm_float::avx2::gemm(ty)),
         Isa::Avx512 => gemm16::gemm(ty)
             .or_else(|| gemm16_legacy::gemm(ty))
-            .or_else(|| gemm::avx512::gemm(ty)),
+            .or_else(|| gemm::avx512::gemm(ty))
+            .or_else(|| gemm_float::avx512::gemm(ty)),
         _ => None,
     }
 }
