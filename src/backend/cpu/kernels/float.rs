@@ -10,8 +10,14 @@ use half::{bf16, f16};
 /// independent (row, token) pairs, not from more lanes per pair.
 pub const LANES: usize = 8;
 
-/// Dot of two f32 rows, in eight lanes (the order a SIMD kernel keeps).
-pub fn vec_dot_f32(x: &[f32], y: &[f32]) -> f32 {
+/// The lanes of `x` · `y` over their whole chunks of [`LANES`] (products
+/// by `mul`), where the chunks end, and the rows' common length.
+#[inline(always)]
+fn chunk_lanes<T: Copy>(
+    x: &[T],
+    y: &[T],
+    mul: impl Fn(T, T) -> f32,
+) -> ([f32; LANES], usize, usize) {
     let n = x.len().min(y.len());
     let full = n / LANES * LANES;
     let mut lanes = [0.0f32; LANES];
@@ -20,9 +26,15 @@ pub fn vec_dot_f32(x: &[f32], y: &[f32]) -> f32 {
         .zip(y[..full].chunks_exact(LANES))
     {
         for l in 0..LANES {
-            lanes[l] += a[l] * b[l];
+            lanes[l] += mul(a[l], b[l]);
         }
     }
+    (lanes, full, n)
+}
+
+/// Dot of two f32 rows, in eight lanes (the order a SIMD kernel keeps).
+pub fn vec_dot_f32(x: &[f32], y: &[f32]) -> f32 {
+    let (lanes, full, n) = chunk_lanes(x, y, |a, b| a * b);
     f32_dot_end(lanes, &x[full..n], &y[full..n])
 }
 
@@ -36,17 +48,7 @@ pub fn f32_dot_end(lanes: [f32; LANES], x: &[f32], y: &[f32]) -> f32 {
 
 /// Dot of two fp16 rows (products exact in f32, summed in eight lanes).
 pub fn vec_dot_f16(x: &[f16], y: &[f16]) -> f32 {
-    let n = x.len().min(y.len());
-    let full = n / LANES * LANES;
-    let mut lanes = [0.0f32; LANES];
-    for (a, b) in x[..full]
-        .chunks_exact(LANES)
-        .zip(y[..full].chunks_exact(LANES))
-    {
-        for l in 0..LANES {
-            lanes[l] += super::fp16(a[l]) * super::fp16(b[l]);
-        }
-    }
+    let (lanes, full, n) = chunk_lanes(x, y, |a, b| super::fp16(a) * super::fp16(b));
     f16_dot_end(lanes, &x[full..n], &y[full..n])
 }
 
@@ -75,17 +77,7 @@ pub fn widened_dot_end(mut lanes: [f32; LANES], x: &[f32], y: &[f32]) -> f32 {
 /// Dot of two bf16 rows (summed in eight lanes; a product is exact in f32
 /// unless it overflows or falls below the normal range).
 pub fn vec_dot_bf16(x: &[bf16], y: &[bf16]) -> f32 {
-    let n = x.len().min(y.len());
-    let full = n / LANES * LANES;
-    let mut lanes = [0.0f32; LANES];
-    for (a, b) in x[..full]
-        .chunks_exact(LANES)
-        .zip(y[..full].chunks_exact(LANES))
-    {
-        for l in 0..LANES {
-            lanes[l] += a[l].to_f32() * b[l].to_f32();
-        }
-    }
+    let (lanes, full, n) = chunk_lanes(x, y, |a, b| a.to_f32() * b.to_f32());
     bf16_dot_end(lanes, &x[full..n], &y[full..n])
 }
 
