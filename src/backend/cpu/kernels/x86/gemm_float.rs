@@ -15,9 +15,10 @@
 //! f32 once per call and runs f32 tiles over them (widening inside the
 //! tiles had held 64 tokens of a 2048 x 8192 matrix at 25 GMAC/s for F16
 //! and 15 for BF16, against 32 and 25). AVX-512's prefill tiles hold two
-//! tokens' pairs per zmm register: on this Zen 4 a 512-bit FMA does twice
-//! the work of a 256-bit one in the same time (85 against 44 GMAC/s in a
-//! register-only loop). AVX2's hold one pair per ymm.
+//! tokens' pairs per zmm register: on the Xeon (Emerald Rapids) this was
+//! measured on, a 512-bit FMA does twice the work of a 256-bit one in the
+//! same time (85 against 44 GMAC/s in a register-only loop). AVX2's hold
+//! one pair per ymm.
 //!
 //! Rounding: F16 products are exact in f32 (11-bit significands, and the
 //! smallest product of two f16 subnormals is a normal f32), so an FMA
