@@ -16,7 +16,7 @@ use half::{bf16, f16};
 
 use crate::backend::cpu::kernels::iq4::xs_scale;
 use crate::backend::cpu::kernels::kquants::{q3_scales, scale_min_k4};
-use crate::backend::cpu::kernels::{dot, fp16, quant, DotFn, QuantizeFn};
+use crate::backend::cpu::kernels::{dot, float, fp16, quant, DotFn, QuantizeFn};
 use crate::quant::blocks::{
     BlockIQ4NL, BlockIQ4XS, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K,
     BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8K, BlockQ8_0, BlockQ8_1, KVALUES_IQ4NL, QK_K,
@@ -441,8 +441,8 @@ pub fn vec_dot_f32(x: &[f32], y: &[f32]) -> f32 {
         a0 = f32x4_add(a0, f32x4_mul(ldf(x, i), ldf(y, i)));
         a1 = f32x4_add(a1, f32x4_mul(ldf(x, i + 4), ldf(y, i + 4)));
     }
-    let tail: f32 = x[n..].iter().zip(&y[n..]).map(|(a, b)| a * b).sum();
-    lanes8(a0, a1).iter().sum::<f32>() + tail
+    let m = x.len().min(y.len());
+    float::f32_dot_end(lanes8(a0, a1), &x[n..m], &y[n..m])
 }
 
 /// Four fp16 (the low 16 bits of each u32 lane; the high bits are ignored)
@@ -464,13 +464,13 @@ pub(crate) fn h2f(h: v128) -> v128 {
 
 /// Dot of two rows of 16-bit floats widened by `wide` (four u32 lanes of
 /// raw bits to f32), in the eight lanes of the scalar kernels, with the
-/// scalar `tail` for a last partial chunk of eight.
+/// scalar kernel's `end` for a last partial chunk of eight.
 #[inline(always)]
 fn dot16<T: bytemuck::Pod>(
     x: &[T],
     y: &[T],
     wide: impl Fn(v128) -> v128,
-    tail: impl Fn(&T, &T) -> f32,
+    end: fn([f32; float::LANES], &[T], &[T]) -> f32,
 ) -> f32 {
     let n = x.len().min(y.len()) / 8 * 8;
     let (xb, yb): (&[u8], &[u8]) = (bytemuck::cast_slice(x), bytemuck::cast_slice(y));
@@ -488,21 +488,18 @@ fn dot16<T: bytemuck::Pod>(
         a0 = f32x4_add(a0, f32x4_mul(pl, ql));
         a1 = f32x4_add(a1, f32x4_mul(ph, qh));
     }
-    let mut lanes = lanes8(a0, a1);
-    for (l, (p, q)) in x[n..].iter().zip(&y[n..]).enumerate() {
-        lanes[l] += tail(p, q);
-    }
-    lanes.iter().sum()
+    let m = x.len().min(y.len());
+    end(lanes8(a0, a1), &x[n..m], &y[n..m])
 }
 
 /// Dot of two fp16 rows (products exact in f32, summed in eight lanes).
 pub fn vec_dot_f16(x: &[f16], y: &[f16]) -> f32 {
-    dot16(x, y, h2f, |p, q| fp16(*p) * fp16(*q))
+    dot16(x, y, h2f, float::f16_dot_end)
 }
 
 /// Dot of two bf16 rows (products exact in f32, summed in eight lanes).
 pub fn vec_dot_bf16(x: &[bf16], y: &[bf16]) -> f32 {
-    dot16(x, y, |v| i32x4_shl(v, 16), |p, q| p.to_f32() * q.to_f32())
+    dot16(x, y, |v| i32x4_shl(v, 16), float::bf16_dot_end)
 }
 
 // ------------------------------------------------------------ quantizers

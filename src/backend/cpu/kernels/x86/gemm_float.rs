@@ -156,7 +156,7 @@ macro_rules! ymm_prefill {
             end: float::widened_dot_end);
 
         /// Prefill (the [`GemmFn`] contract) over elements `E`, widened by
-        /// `widen` (F32: copied), adding as `madd` says.
+        /// `widen`, adding as `madd` says (F32: `drive` over the rows in place).
         #[target_feature(enable = $features)]
         unsafe fn prefill<E: bytemuck::Pod>(
             w: &[u8],
@@ -180,7 +180,8 @@ macro_rules! ymm_prefill {
                 };
             }
             let k = match madd {
-                Madd::F32 => tiles!(tile_f32),
+                // F32 tiles read the rows as they are: nothing to widen.
+                Madd::F32 => return drive(w, row_bytes, a, act_bytes, out, &tiles!(tile_f32)),
                 Madd::Fused => tiles!(tile_wide_fma),
                 Madd::Separate => tiles!(tile_wide_mul),
             };
