@@ -354,33 +354,3 @@ fn rope_freq_factors_and_linear_scaling_match_f64() {
         &format!("rope with factors seed {seed}"),
     );
 }
-
-#[test]
-fn fast_argmax_matches_the_reference() {
-    // Lengths around the 16 lanes, ties, signed zeros, and one non-finite
-    // value at a random place (lane body or tail).
-    let mut rng = Rng::new(0xA2A2);
-    for case in 0..400 {
-        let n = [0, 1, 5, 15, 16, 17, 31, 33, 1000, 262_144][case % 10];
-        let mut row: Vec<f32> = rng.normals(n, 1.0);
-        if n > 0 && case % 3 == 0 {
-            // Ties of the largest value.
-            let m = row.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
-            let i = rng.below(n);
-            row[i] = m;
-        }
-        if n > 1 && case % 7 == 0 {
-            row.iter_mut().for_each(|v| *v = -v.abs());
-            row[rng.below(n)] = 0.0;
-            row[rng.below(n)] = -0.0;
-        }
-        if n > 0 && case % 5 == 0 {
-            row[rng.below(n)] = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY][case % 3];
-        }
-        assert_eq!(
-            ops::argmax_row(&row),
-            hearth::graph::argmax_row(&row),
-            "case {case}, {n} values"
-        );
-    }
-}

@@ -21,6 +21,8 @@ mod pool;
 mod profile;
 mod record;
 pub mod rowops;
+#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+mod rowops_wasm;
 #[cfg(target_arch = "x86_64")]
 mod rowops_x86;
 pub mod threads;

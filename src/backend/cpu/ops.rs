@@ -238,6 +238,18 @@ pub fn softmax(x: &mut [f32]) {
 /// lowest index of a tie, and `-0.0 == 0.0` makes the second pass find the
 /// first of either zero where the reference keeps the first.
 pub fn argmax_row(row: &[f32]) -> u32 {
+    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+    {
+        // LLVM does not vectorize the loop below for wasm (`f32::max`
+        // is not `f32x4.max`): 3 ns a value, scalar.
+        super::rowops_wasm::argmax_row(row)
+    }
+    #[cfg(not(all(target_arch = "wasm32", target_feature = "simd128")))]
+    argmax_scalar(row)
+}
+
+/// [`argmax_row`]'s portable form.
+pub fn argmax_scalar(row: &[f32]) -> u32 {
     const LANES: usize = 16;
     let mut max = [f32::NEG_INFINITY; LANES];
     let mut bad = [0u32; LANES];

@@ -62,12 +62,19 @@ impl RowOps {
         if matches!(isa, Isa::Avx2 | Isa::Avx512) && isa.available() {
             return super::rowops_x86::kernels(isa);
         }
+        #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+        if isa == Isa::Simd128 {
+            return super::rowops_wasm::kernels();
+        }
         let _ = isa;
         Self::scalar()
     }
 
     /// Kernels of `isa` from their entries (the ISA files' constructor).
-    #[cfg(target_arch = "x86_64")]
+    #[cfg(any(
+        target_arch = "x86_64",
+        all(target_arch = "wasm32", target_feature = "simd128")
+    ))]
     pub(super) fn with(
         isa: Isa,
         gelu_mul: BinaryFn,
@@ -190,6 +197,37 @@ mod tests {
                     assert_eq!(got, want_n, "{k:?} rms_norm seed {seed}");
                 }
             }
+        }
+    }
+
+    #[test]
+    fn fast_argmax_matches_the_reference() {
+        // Lengths around the lanes (16 portable, 4 in SIMD128), ties,
+        // signed zeros, and one non-finite value at a random place (lane
+        // body or tail).
+        let mut s = 0xA2A2u64;
+        let mut below = |n: usize| {
+            s = s.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+            (s >> 33) as usize % n
+        };
+        for case in 0..400 {
+            let n = [0, 1, 3, 5, 15, 16, 17, 31, 1000, 262_144][case % 10];
+            let mut row = values(case as u64, n, 3.0);
+            if n > 0 && case % 3 == 0 {
+                let m = row.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+                row[below(n)] = m;
+            }
+            if n > 1 && case % 7 == 0 {
+                row.iter_mut().for_each(|v| *v = -v.abs());
+                row[below(n)] = 0.0;
+                row[below(n)] = -0.0;
+            }
+            if n > 0 && case % 5 == 0 {
+                row[below(n)] = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY][case % 3];
+            }
+            let want = crate::graph::argmax_row(&row);
+            assert_eq!(ops::argmax_row(&row), want, "case {case}, {n} values");
+            assert_eq!(ops::argmax_scalar(&row), want, "case {case}, {n} values");
         }
     }
 

@@ -64,6 +64,8 @@ trait Tile {
     type W: Pod;
     /// The activation block.
     type A: ActBlock;
+    /// Whether the kernel reads [`Acts::nib`] (laid out once per call).
+    const NIB: bool = false;
     /// The four rows `w` by the activation rows `a`.
     fn dot<R: Rows<Self::W>, const T: usize>(w: R, a: [Acts<'_, Self::A>; T]) -> [v128; T];
 }
@@ -117,6 +119,9 @@ impl<W: Pod> Rows<W> for Grouped<'_, W> {
 struct Acts<'a, A> {
     blocks: &'a [A],
     scales: &'a [[f32; 2]],
+    /// The blocks as [`NibAct`] for the kernels with [`Tile::NIB`],
+    /// empty for the others.
+    nib: &'a [NibAct],
 }
 
 /// An activation block type: its scale and, for Q8_1, its `d * sum(qs)`,
@@ -124,11 +129,16 @@ struct Acts<'a, A> {
 trait ActBlock: Pod {
     /// `[d, s]` as f32 (`s` is 0 for the formats without it).
     fn scales(&self) -> [f32; 2];
+    /// The quants.
+    fn qs(&self) -> &[i8];
 }
 
 impl ActBlock for BlockQ8_0 {
     fn scales(&self) -> [f32; 2] {
         [fp16(self.d), 0.0]
+    }
+    fn qs(&self) -> &[i8] {
+        &self.qs
     }
 }
 
@@ -136,11 +146,17 @@ impl ActBlock for BlockQ8_1 {
     fn scales(&self) -> [f32; 2] {
         [fp16(self.d), fp16(self.s)]
     }
+    fn qs(&self) -> &[i8] {
+        &self.qs
+    }
 }
 
 impl ActBlock for BlockQ8K {
     fn scales(&self) -> [f32; 2] {
         [self.d, 0.0]
+    }
+    fn qs(&self) -> &[i8] {
+        &self.qs
     }
 }
 
@@ -169,12 +185,21 @@ fn tiles<K: Tile>(weights: &[u8], row_bytes: usize, acts: &[u8], act_bytes: usiz
         .iter()
         .map(|a| a.iter().map(ActBlock::scales).collect())
         .collect();
+    let nibs: Vec<Vec<NibAct>> = blocks_of
+        .iter()
+        .map(|a| match K::NIB {
+            true => a.iter().map(|b| NibAct::new(b.qs())).collect(),
+            false => Vec::new(),
+        })
+        .collect();
     let acts: Vec<Acts<'_, K::A>> = blocks_of
         .iter()
         .zip(&scales)
-        .map(|(b, s)| Acts {
+        .zip(&nibs)
+        .map(|((b, s), n)| Acts {
             blocks: b,
             scales: s,
+            nib: n,
         })
         .collect();
     let whole = rows / GROUP_ROWS * GROUP_ROWS;
@@ -236,13 +261,14 @@ fn common<W, R: Rows<W>, A, const T: usize>(w: &R, a: &[Acts<'_, A>; T]) -> usiz
 /// A [`Tile`] named `$name` whose kernel `$f` takes every activation row
 /// of a call at once.
 macro_rules! tile {
-    ($name:ident, $w:ty, $a:ty, $f:ident, $doc:literal) => {
+    ($name:ident, $w:ty, $a:ty, $f:ident, $doc:literal $(, nib: $nib:literal)?) => {
         #[doc = $doc]
         struct $name;
 
         impl Tile for $name {
             type W = $w;
             type A = $a;
+            $(const NIB: bool = $nib;)?
             fn dot<R: Rows<$w>, const T: usize>(w: R, a: [Acts<'_, $a>; T]) -> [v128; T] {
                 $f(w, a)
             }
@@ -250,8 +276,8 @@ macro_rules! tile {
     };
 }
 
-tile!(Q40, BlockQ4_0, BlockQ8_0, q4_0x4, "Q4_0 x Q8_0.");
-tile!(Q41, BlockQ4_1, BlockQ8_1, q4_1x4, "Q4_1 x Q8_1.");
+tile!(Q40, BlockQ4_0, BlockQ8_0, q4_0x4, "Q4_0 x Q8_0.", nib: true);
+tile!(Q41, BlockQ4_1, BlockQ8_1, q4_1x4, "Q4_1 x Q8_1.", nib: true);
 tile!(Q80, BlockQ8_0, BlockQ8_0, q8_0x4, "Q8_0 x Q8_0.");
 
 /// Q4_K x Q8_K (one activation row at a time).
@@ -386,25 +412,66 @@ fn dot32_s(w0: v128, w1: v128, a: &Act32) -> v128 {
     i32x4_add(i32x4_add(s0, s1), i32x4_add(s2, s3))
 }
 
-/// [`dot32_u`] for 32 nibbles packed as in Q4_0 (`q`'s low nibbles are
-/// elements 0..16, its high nibbles 16..32). Without relaxed SIMD the
-/// nibbles are widened straight to i16: two widenings, two masks and two
-/// shifts, where splitting the bytes first and widening the halves took
-/// four widenings and a byte shift (which x86 does not have).
+/// One activation block of 32 laid out, once per call, for the dot of 32
+/// nibbles packed as in Q4_0 and Q4_1 (the low nibble of byte `j` is
+/// element `j`, its high nibble element `16 + j`), and the block's sum.
+///
+/// With relaxed SIMD, `v[0]` and `v[1]` hold the raw bytes of elements
+/// 0..16 and 16..32. Without it, `v[0]` and `v[1]` hold elements 0..16
+/// widened to i16 and `v[2]`, `v[3]` hold `a[16 + j] - 16 * a[j]`: the
+/// weight bytes, widened, are then dotted whole (`lo + 16 * hi` against
+/// `a[j]`) and their high nibbles against the difference, which leaves
+/// `lo * a[j] + hi * a[16 + j]` and saves the two masks of the low
+/// nibbles (two of thirteen operations a row and block). Every term is
+/// exact in `i32x4.dot_i16x8_s`: `|a[16 + j] - 16 * a[j]| <= 2159`.
+#[derive(Clone, Copy)]
+struct NibAct {
+    v: [v128; 4],
+    sum: i32,
+}
+
+impl NibAct {
+    /// The layout of 32 quants `qs`.
+    fn new(qs: &[i8]) -> Self {
+        let (a0, a1) = (ldi(qs, 0), ldi(qs, 16));
+        let sum = qs.iter().take(32).map(|&q| i32::from(q)).sum();
+        #[cfg(target_feature = "relaxed-simd")]
+        let v = [a0, a1, a0, a1];
+        #[cfg(not(target_feature = "relaxed-simd"))]
+        let v = {
+            let (l0, l1) = (i16x8_extend_low_i8x16(a0), i16x8_extend_high_i8x16(a0));
+            let (h0, h1) = (i16x8_extend_low_i8x16(a1), i16x8_extend_high_i8x16(a1));
+            [
+                l0,
+                l1,
+                i16x8_sub(h0, i16x8_shl(l0, 4)),
+                i16x8_sub(h1, i16x8_shl(l1, 4)),
+            ]
+        };
+        NibAct { v, sum }
+    }
+}
+
+/// Four i32 lanes summing to `sum(w[i] * a[i])` over the 32 nibbles `q`
+/// (packed as in Q4_0) and the activation block `a`.
 #[inline(always)]
-fn dot32_nib(q: v128, a: &Act32) -> v128 {
+fn dot32_nib(q: v128, a: &NibAct) -> v128 {
     #[cfg(target_feature = "relaxed-simd")]
     {
-        dot32_u(lo4(q), hi4(q), a)
+        let z = i32x4_splat(0);
+        i32x4_relaxed_dot_i8x16_i7x16_add(
+            a.v[0],
+            lo4(q),
+            i32x4_relaxed_dot_i8x16_i7x16_add(a.v[1], hi4(q), z),
+        )
     }
     #[cfg(not(target_feature = "relaxed-simd"))]
     {
-        let m = u16x8_splat(0x0F);
         let (l, h) = (u16x8_extend_low_u8x16(q), u16x8_extend_high_u8x16(q));
-        let s0 = i32x4_dot_i16x8(v128_and(l, m), a.wide[0]);
-        let s1 = i32x4_dot_i16x8(v128_and(h, m), a.wide[1]);
-        let s2 = i32x4_dot_i16x8(u16x8_shr(l, 4), a.wide[2]);
-        let s3 = i32x4_dot_i16x8(u16x8_shr(h, 4), a.wide[3]);
+        let s0 = i32x4_dot_i16x8(l, a.v[0]);
+        let s1 = i32x4_dot_i16x8(h, a.v[1]);
+        let s2 = i32x4_dot_i16x8(u16x8_shr(l, 4), a.v[2]);
+        let s3 = i32x4_dot_i16x8(u16x8_shr(h, 4), a.v[3]);
         i32x4_add(i32x4_add(s0, s1), i32x4_add(s2, s3))
     }
 }
@@ -415,20 +482,17 @@ fn dot32_nib(q: v128, a: &Act32) -> v128 {
 /// dotted, then 8 times the activation sum taken off; `sumi * (dx * dy)`
 /// per block, as the scalar kernel.
 fn q4_0x4<R: Rows<BlockQ4_0>, const T: usize>(w: R, a: [Acts<'_, BlockQ8_0>; T]) -> [v128; T] {
-    let n = common(&w, &a);
-    let a = a.map(|r| (&r.blocks[..n], &r.scales[..n]));
+    let n = common(&w, &a).min(a.iter().map(|r| r.nib.len()).min().unwrap_or(0));
+    let a = a.map(|r| (&r.nib[..n], &r.scales[..n]));
     let mut acc = [f32x4_splat(0.0); T];
-    let eight = u8x16_splat(8);
     for b in 0..n {
         let x = w.blocks(b);
         let q = x.map(|bx| ld(&bx.qs, 0));
         let dx = h2f_lo(heads(x));
         for t in 0..T {
-            let (by, sy) = (&a[t].0[b], a[t].1[b]);
-            let act = act32(&by.qs, 0);
-            let off = dot32_u(eight, eight, &act);
-            let dot = |q: v128| i32x4_sub(dot32_nib(q, &act), off);
-            let sumi = hsum4([dot(q[0]), dot(q[1]), dot(q[2]), dot(q[3])]);
+            let (act, sy) = (&a[t].0[b], a[t].1[b]);
+            let off = i32x4_splat(8 * act.sum);
+            let sumi = i32x4_sub(hsum4(q.map(|q| dot32_nib(q, act))), off);
             let v = f32x4_mul(f32x4_convert_i32x4(sumi), scale4(dx, sy[0]));
             acc[t] = f32x4_add(acc[t], v);
         }
@@ -439,8 +503,8 @@ fn q4_0x4<R: Rows<BlockQ4_0>, const T: usize>(w: R, a: [Acts<'_, BlockQ8_0>; T])
 /// Q4_1 x Q8_1, four rows by `T` activation rows: `(dx * dy) * sumi + mx *
 /// sy` per block, as the scalar kernel.
 fn q4_1x4<R: Rows<BlockQ4_1>, const T: usize>(w: R, a: [Acts<'_, BlockQ8_1>; T]) -> [v128; T] {
-    let n = common(&w, &a);
-    let a = a.map(|r| (&r.blocks[..n], &r.scales[..n]));
+    let n = common(&w, &a).min(a.iter().map(|r| r.nib.len()).min().unwrap_or(0));
+    let a = a.map(|r| (&r.nib[..n], &r.scales[..n]));
     let mut acc = [f32x4_splat(0.0); T];
     for b in 0..n {
         let x = w.blocks(b);
@@ -448,9 +512,8 @@ fn q4_1x4<R: Rows<BlockQ4_1>, const T: usize>(w: R, a: [Acts<'_, BlockQ8_1>; T])
         let dm = heads(x);
         let (dx, mx) = (h2f_lo(dm), h2f_hi(dm));
         for t in 0..T {
-            let (by, sy) = (&a[t].0[b], a[t].1[b]);
-            let act = act32(&by.qs, 0);
-            let sumi = hsum4(q.map(|q| dot32_nib(q, &act)));
+            let (act, sy) = (&a[t].0[b], a[t].1[b]);
+            let sumi = hsum4(q.map(|q| dot32_nib(q, act)));
             let v = f32x4_add(
                 f32x4_mul(scale4(dx, sy[0]), f32x4_convert_i32x4(sumi)),
                 scale4(mx, sy[1]),
