@@ -200,11 +200,13 @@ pub struct WeightKernels {
     /// kernels run faster here ([`Widen`]); the other fields are then not
     /// used for it.
     pub widen: Option<Widen>,
-    /// Whether [`WeightKernels::gemm`] converts the blocks' f16 scales for
-    /// finite values only (no infinity or NaN case: fewer instructions in
-    /// a tile bound by its arithmetic). A weight with a non-finite scale
-    /// ([`finite_scales`]) then dots pair by pair instead, so its results
-    /// still equal the per-row dot's.
+    /// Whether [`WeightKernels::gemm`] gives the per-row dot's results for
+    /// finite block scales only: it converts the f16 scales without the
+    /// infinity / NaN case (SIMD128: fewer instructions in a tile bound by
+    /// its arithmetic), or scales partial integer lanes apart (x86's
+    /// eight-lane tiles: zero times infinity). A weight with a non-finite
+    /// scale ([`finite_scales`]) then dots pair by pair instead, so its
+    /// results still equal the per-row dot's.
     pub gemm_finite_scales: bool,
 }
 
@@ -567,6 +569,7 @@ impl KernelTable {
         if let Some(gemm) = x86::gemm(self.isa, ty) {
             k.gemm = Some(gemm);
             k.gemm_one_token = x86::gemm_one_token(self.isa, ty);
+            k.gemm_finite_scales = x86::gemm_finite_scales(self.isa, ty);
         }
         #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
         if let Some(gemm) = wasm::gemm(self.isa, ty) {

@@ -87,9 +87,10 @@ pub(super) unsafe fn fold8(z: &[__m512i; BAND]) -> __m256i {
     row_sums8([pair(0), pair(1), pair(2), pair(3)])
 }
 
-/// The eight rows' f16 scales `d` of one block as f32, row `r` in lane `r`.
+/// The eight rows' f16 scales `d` of one block as f32, row `r` in lane `r`
+/// (F16C only: the AVX2 kernels of `gemm8.rs` use it too).
 #[inline]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn gather_f16(bits: impl Fn(usize) -> u16) -> __m256 {
     let (mut lo, mut hi) = (0u64, 0u64);
     for r in 0..4 {

@@ -40,17 +40,18 @@ const GROUPS: usize = 4;
 /// 4-byte groups per 32-element block.
 const WORDS: usize = 8;
 
-/// Transposed activations of up to `GROUPS * GROUP` tokens.
+/// Transposed activations of up to `GROUPS * GROUP` tokens (the AVX2
+/// kernels of `gemm8.rs` use the same layout with groups of 8).
 #[derive(Default)]
-struct Packed {
+pub(super) struct Packed {
     /// `[g][b][word][16 tokens]`: four quants of each token per u32.
-    codes: Vec<u32>,
+    pub(super) codes: Vec<u32>,
     /// `[g][b][16 tokens]`: block scales (0 for padding tokens).
-    d: Vec<f32>,
+    pub(super) d: Vec<f32>,
     /// `[g][b][16 tokens]`: Q8_1's `s` (0 for Q8_0).
-    s: Vec<f32>,
+    pub(super) s: Vec<f32>,
     /// `[g][b][16 tokens]`: sums of the quants.
-    sums: Vec<i32>,
+    pub(super) sums: Vec<i32>,
 }
 
 thread_local! {
@@ -61,10 +62,12 @@ thread_local! {
 /// An activation block (Q8_0 or Q8_1): its scales as f16, converted by
 /// the kernels with F16C (`half`'s conversion is a call per value that
 /// checks the CPU first: 3% of a SmolLM2 decode, two per block step).
-trait Act: Pod {
+pub(super) trait Act: Pod {
+    /// The block's scale.
     fn d(&self) -> f16;
     /// Q8_1's `s`, zero for Q8_0.
     fn s(&self) -> f16;
+    /// The block's quants.
     fn qs(&self) -> &[i8; 32];
 }
 
@@ -98,18 +101,20 @@ impl Act for BlockQ8_1 {
     }
 }
 
-/// A 32-element weight format of the banded kernel.
-trait Format: Pod {
+/// A 32-element weight format of the banded kernels (these and `gemm8.rs`'s).
+pub(super) trait Format: Pod {
     /// Its activation blocks.
     type A: Act;
     /// What decoding adds to each quant so that it is unsigned.
     const BIAS: i32;
+    /// The largest unsigned byte [`Format::decode`] gives (15, 31 or 255).
+    const U_MAX: i32;
     /// Whether the format has a min (`m * s8`).
     const MIN: bool;
     /// The 32 unsigned bytes `q + BIAS`, `d` and `m` (0 without min).
     ///
     /// # Safety
-    /// The CPU features of [`run`].
+    /// The CPU must have AVX2, FMA and F16C.
     unsafe fn decode(&self) -> (__m256i, f32, f32);
     /// The raw f16 bits of `d` and `m` (0 without min), for gathering the
     /// scales of several rows into one register.
@@ -130,7 +135,7 @@ trait Format: Pod {
 
 /// What the 16 packed bytes of a nibble format hold.
 #[derive(PartialEq, Eq)]
-enum Nibbles {
+pub(super) enum Nibbles {
     /// Not a nibble format.
     No,
     /// The quants themselves (`q + BIAS` already unsigned).
@@ -145,11 +150,12 @@ enum Nibbles {
 /// `impl Format` for `$W`: decoded by `$u`, with `$bias` and `$min` (the
 /// min's f16 bits `$mb`, 0 without one).
 macro_rules! format {
-    ($W:ty, $A:ty, $bias:expr, $min:expr, |$b:ident| $u:expr, $mb:expr
+    ($W:ty, $A:ty, $bias:expr, $umax:expr, $min:expr, |$b:ident| $u:expr, $mb:expr
      $(, nibbles: $nib:expr)? $(, fifth: $qh:expr)?) => {
         impl Format for $W {
             type A = $A;
             const BIAS: i32 = $bias;
+            const U_MAX: i32 = $umax;
             const MIN: bool = $min;
             $(
                 const NIBBLES: Nibbles = $nib;
@@ -165,7 +171,7 @@ macro_rules! format {
                 }
             )?
             #[inline]
-            #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+            #[target_feature(enable = "avx2,fma,f16c")]
             unsafe fn decode(&self) -> (__m256i, f32, f32) {
                 let $b = self;
                 let m = if $min { h2f(half::f16::from_bits($mb)) } else { 0.0 };
@@ -184,6 +190,7 @@ format!(
     BlockQ4_0,
     BlockQ8_0,
     8,
+    15,
     false,
     |b| nibbles(&b.qs),
     0,
@@ -193,6 +200,7 @@ format!(
     BlockQ4_1,
     BlockQ8_1,
     0,
+    15,
     true,
     |b| nibbles(&b.qs),
     b.m.to_bits(),
@@ -202,6 +210,7 @@ format!(
     BlockQ5_0,
     BlockQ8_0,
     16,
+    31,
     false,
     |b| q5_quants(&b.qs, b.qh),
     0,
@@ -212,6 +221,7 @@ format!(
     BlockQ5_1,
     BlockQ8_1,
     0,
+    31,
     true,
     |b| q5_quants(&b.qs, b.qh),
     b.m.to_bits()
@@ -220,6 +230,7 @@ format!(
     BlockQ8_0,
     BlockQ8_0,
     128,
+    255,
     false,
     |b| _mm256_xor_si256(
         _mm256_loadu_si256(b.qs.as_ptr().cast()),
@@ -231,6 +242,7 @@ format!(
     BlockIQ4NL,
     BlockQ8_0,
     128,
+    255,
     false,
     |b| _mm256_xor_si256(iq4_levels(&b.qs), _mm256_set1_epi8(i8::MIN)),
     0,
@@ -264,29 +276,35 @@ pub(super) fn gemm(ty: GgmlType) -> Option<GemmFn> {
     Some(f)
 }
 
-/// Transposes tokens `t0..t0 + tn` (`tn <= GROUPS * GROUP`) of `a` (rows of
-/// `nb` blocks) into `p`, padding the last group with zero tokens.
-fn pack<A: Act>(a: &[A], nb: usize, t0: usize, tn: usize, p: &mut Packed) {
-    let ng = tn.div_ceil(GROUP);
+/// Transposes tokens `t0..t0 + tn` of `a` (rows of `nb` blocks) into `p`
+/// in groups of `G` tokens, padding the last group with zero tokens.
+pub(super) fn pack<A: Act, const G: usize>(
+    a: &[A],
+    nb: usize,
+    t0: usize,
+    tn: usize,
+    p: &mut Packed,
+) {
+    let ng = tn.div_ceil(G);
     for v in [&mut p.d, &mut p.s] {
         v.clear();
-        v.resize(ng * nb * GROUP, 0.0);
+        v.resize(ng * nb * G, 0.0);
     }
     p.sums.clear();
-    p.sums.resize(ng * nb * GROUP, 0);
+    p.sums.resize(ng * nb * G, 0);
     p.codes.clear();
-    p.codes.resize(ng * nb * WORDS * GROUP, 0);
+    p.codes.resize(ng * nb * WORDS * G, 0);
     for t in 0..tn {
-        let (g, j) = (t / GROUP, t % GROUP);
+        let (g, j) = (t / G, t % G);
         let row = &a[(t0 + t) * nb..(t0 + t + 1) * nb];
         for (b, by) in row.iter().enumerate() {
             let gb = g * nb + b;
-            p.d[gb * GROUP + j] = by.d().to_f32();
-            p.s[gb * GROUP + j] = by.s().to_f32();
-            p.sums[gb * GROUP + j] = by.qs().iter().map(|&q| i32::from(q)).sum();
+            p.d[gb * G + j] = by.d().to_f32();
+            p.s[gb * G + j] = by.s().to_f32();
+            p.sums[gb * G + j] = by.qs().iter().map(|&q| i32::from(q)).sum();
             for (k, q) in by.qs().chunks_exact(4).enumerate() {
                 let word = u32::from_le_bytes([q[0] as u8, q[1] as u8, q[2] as u8, q[3] as u8]);
-                p.codes[(gb * WORDS + k) * GROUP + j] = word;
+                p.codes[(gb * WORDS + k) * G + j] = word;
             }
         }
     }
@@ -356,7 +374,7 @@ unsafe fn run<W: Format>(w: &[u8], row_bytes: usize, a: &[u8], act_bytes: usize,
         let mut p = PACKED.take();
         for t0 in (0..toks).step_by(GROUPS * GROUP) {
             let tn = (toks - t0).min(GROUPS * GROUP);
-            pack(&ab, nb, t0, tn, &mut p);
+            pack::<_, GROUP>(&ab, nb, t0, tn, &mut p);
             for r0 in (0..banded).step_by(BAND) {
                 let band_w = &wb[r0 * nb..(r0 + BAND) * nb];
                 // SAFETY: rows r0..r0 + 8 and tokens t0..t0 + tn exist;

@@ -25,6 +25,7 @@ mod decode512;
 mod gemm;
 mod gemm16;
 mod gemm16_legacy;
+mod gemm8;
 mod gemm_float;
 mod gemm_k;
 
@@ -76,16 +77,37 @@ pub(super) fn quantizer(isa: Isa, ty: GgmlType) -> Option<QuantizeFn> {
 /// type `ty` under `isa`, `None` where the matmul dots pair by pair.
 /// AVX-512 runs the 16-token kernels (`gemm16.rs`, `gemm16_legacy.rs`:
 /// every format with a tile); `gemm.rs`'s VNNI tiles stay behind them.
-/// The float formats run `gemm_float.rs` on both.
+/// AVX2 runs the 8-token kernels of `gemm8.rs` (the 32-element formats but
+/// Q5_1), `gemm.rs`'s tiles for the rest. The float formats run
+/// `gemm_float.rs` on both.
 /// Callers must have checked [`available`]`(isa)`.
 pub(super) fn gemm(isa: Isa, ty: GgmlType) -> Option<GemmFn> {
     match isa {
-        Isa::Avx2 => gemm::avx2::gemm(ty).or_else(|| gemm_float::avx2::gemm(ty)),
+        Isa::Avx2 => gemm8::gemm(ty)
+            .or_else(|| gemm::avx2::gemm(ty))
+            .or_else(|| gemm_float::avx2::gemm(ty)),
         Isa::Avx512 => gemm16::gemm(ty)
             .or_else(|| gemm16_legacy::gemm(ty))
             .or_else(|| gemm::avx512::gemm(ty))
             .or_else(|| gemm_float::avx512::gemm(ty)),
         _ => None,
+    }
+}
+
+/// Whether the tile of `ty` under `isa` follows the per-row dot only for
+/// finite block scales: `gemm.rs`'s tiles scale each block's eight integer
+/// lanes apart, and an exact zero lane times an infinite scale is NaN
+/// where the per-row dot, scaling the block's sum, is infinite. The
+/// banded kernels scale each pair's exact sum, as the per-row dots do.
+pub(super) fn gemm_finite_scales(isa: Isa, ty: GgmlType) -> bool {
+    match isa {
+        Isa::Avx2 => gemm8::gemm(ty).is_none() && gemm::avx2::gemm(ty).is_some(),
+        Isa::Avx512 => {
+            gemm16::gemm(ty).is_none()
+                && gemm16_legacy::gemm(ty).is_none()
+                && gemm::avx512::gemm(ty).is_some()
+        }
+        _ => false,
     }
 }
 
