@@ -366,24 +366,31 @@ pub(super) unsafe fn k4_scales_mins(packed: &[u8; 12]) -> [u8; 16] {
     out
 }
 
-/// `sum_j bsums[j] * mins[j / 2]` of a Q4_K / Q5_K block.
+/// Eight i32 lanes summing to `sum_j bsums[j] * mins[j / 2]` of a Q4_K / Q5_K block.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn k4_min_lanes(sm: &[u8; 16], by: &BlockQ8K) -> __m256i {
+    let mins = _mm_loadl_epi64(sm.as_ptr().add(8).cast());
+    let pairs = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mins, mins));
+    _mm256_madd_epi16(load32(by.bsums.as_ptr()), pairs)
+}
+
+/// The sum of [`k4_min_lanes`]'s lanes.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn k4_min_sum(sm: &[u8; 16], by: &BlockQ8K) -> i32 {
-    let mins = _mm_loadl_epi64(sm.as_ptr().add(8).cast());
-    let pairs = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mins, mins));
-    hsum(_mm256_madd_epi16(load32(by.bsums.as_ptr()), pairs))
+    hsum(k4_min_lanes(sm, by))
 }
 
-/// Exact `sum scale * q * q8` of a Q4_K (`qh = None`) or Q5_K block.
+/// Eight i32 lanes summing to the exact `sum scale * q * q8` of a Q4_K (`qh = None`) or Q5_K block.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn k45_isum(
+pub(super) unsafe fn k45_lanes(
     qs: &[u8; 128],
     qh: Option<&[u8; 32]>,
     sm: &[u8; 16],
     by: &BlockQ8K,
-) -> i32 {
+) -> __m256i {
     let m4 = _mm256_set1_epi8(0x0F);
     let mut acc = _mm256_setzero_si256();
     for j in 0..4 {
@@ -410,7 +417,19 @@ pub(super) unsafe fn k45_isum(
         acc = _mm256_add_epi32(acc, _mm256_madd_epi16(pl, sl));
         acc = _mm256_add_epi32(acc, _mm256_madd_epi16(ph, sh));
     }
-    hsum(acc)
+    acc
+}
+
+/// The sum of [`k45_lanes`]'s lanes.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn k45_isum(
+    qs: &[u8; 128],
+    qh: Option<&[u8; 32]>,
+    sm: &[u8; 16],
+    by: &BlockQ8K,
+) -> i32 {
+    hsum(k45_lanes(qs, qh, sm, by))
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -435,12 +454,11 @@ unsafe fn vec_dot_q5_k_q8_k(x: &[BlockQ5K], y: &[BlockQ8K]) -> f32 {
     sumd + summ
 }
 
-/// Exact `sum scale * (q - 32) * q8` of a Q6_K block.
+/// Eight i32 lanes summing to the exact `sum scale * (q - 32) * q8` of a Q6_K block.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn q6_k_isum(bx: &BlockQ6K, by: &BlockQ8K) -> i32 {
+pub(super) unsafe fn q6_k_lanes(bx: &BlockQ6K, by: &BlockQ8K) -> __m256i {
     let m4 = _mm256_set1_epi8(0x0F);
-    let m32 = _mm256_set1_epi8(32);
     let mut acc = _mm256_setzero_si256();
     for h in 0..2 {
         let ql0 = load32(bx.ql.as_ptr().add(64 * h));
@@ -467,8 +485,8 @@ pub(super) unsafe fn q6_k_isum(bx: &BlockQ6K, by: &BlockQ8K) -> i32 {
         ];
         for (c, &q) in quants.iter().enumerate() {
             let q8 = load32(by.qs.as_ptr().add(128 * h + 32 * c));
-            // (q - 32) * q8 as q * q8 - 32 * q8: both within i16 per pair.
-            let p = _mm256_sub_epi16(_mm256_maddubs_epi16(q, q8), _mm256_maddubs_epi16(m32, q8));
+            // q * q8 (q < 64: pairs within i16), scaled per 16 values.
+            let p = _mm256_maddubs_epi16(q, q8);
             let g = 8 * h + 2 * c;
             let sc = _mm256_set_m128i(
                 _mm_set1_epi16(i16::from(bx.scales[g + 1])),
@@ -477,7 +495,17 @@ pub(super) unsafe fn q6_k_isum(bx: &BlockQ6K, by: &BlockQ8K) -> i32 {
             acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, sc));
         }
     }
-    hsum(acc)
+    // The offset: 32 * sum scale * bsum, once per block.
+    let sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(bx.scales.as_ptr().cast()));
+    let corr = _mm256_madd_epi16(load32(by.bsums.as_ptr()), sc16);
+    _mm256_sub_epi32(acc, _mm256_slli_epi32::<5>(corr))
+}
+
+/// The sum of [`q6_k_lanes`]'s lanes.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn q6_k_isum(bx: &BlockQ6K, by: &BlockQ8K) -> i32 {
+    hsum(q6_k_lanes(bx, by))
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -489,10 +517,10 @@ unsafe fn vec_dot_q6_k_q8_k(x: &[BlockQ6K], y: &[BlockQ8K]) -> f32 {
     sumf
 }
 
-/// Exact `sum scale * q * q8` of a Q2_K block (scales in the low nibbles).
+/// Eight i32 lanes summing to the exact `sum scale * q * q8` of a Q2_K block (scales in the low nibbles).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn q2_k_isum(bx: &BlockQ2K, by: &BlockQ8K) -> i32 {
+pub(super) unsafe fn q2_k_lanes(bx: &BlockQ2K, by: &BlockQ8K) -> __m256i {
     let m3 = _mm256_set1_epi8(3);
     let mut acc = _mm256_setzero_si256();
     for h in 0..2 {
@@ -515,18 +543,32 @@ pub(super) unsafe fn q2_k_isum(bx: &BlockQ2K, by: &BlockQ8K) -> i32 {
             acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, sc));
         }
     }
-    hsum(acc)
+    acc
 }
 
-/// Exact `sum_j min_j * bsums[j]` of a Q2_K block (mins in the high nibbles).
+/// The sum of [`q2_k_lanes`]'s lanes.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn q2_k_min_sum(bx: &BlockQ2K, by: &BlockQ8K) -> i32 {
+pub(super) unsafe fn q2_k_isum(bx: &BlockQ2K, by: &BlockQ8K) -> i32 {
+    hsum(q2_k_lanes(bx, by))
+}
+
+/// Eight i32 lanes summing to the exact `sum_j min_j * bsums[j]` of a Q2_K block (mins in the high nibbles).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn q2_k_min_lanes(bx: &BlockQ2K, by: &BlockQ8K) -> __m256i {
     let mins = _mm256_cvtepu8_epi16(_mm_srli_epi16::<4>(_mm_and_si128(
         _mm_loadu_si128(bx.scales.as_ptr().cast()),
         _mm_set1_epi8(0xF0u8 as i8),
     )));
-    hsum(_mm256_madd_epi16(load32(by.bsums.as_ptr()), mins))
+    _mm256_madd_epi16(load32(by.bsums.as_ptr()), mins)
+}
+
+/// The sum of [`q2_k_min_lanes`]'s lanes.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn q2_k_min_sum(bx: &BlockQ2K, by: &BlockQ8K) -> i32 {
+    hsum(q2_k_min_lanes(bx, by))
 }
 
 /// Bit-identical to the scalar kernel: both integer sums are exact and the
@@ -573,10 +615,10 @@ pub(super) unsafe fn q3_scales_array(packed: &[u8; 12]) -> [i8; 16] {
     out
 }
 
-/// Exact `sum scale * q * q8` of a Q3_K block.
+/// Eight i32 lanes summing to the exact `sum scale * q * q8` of a Q3_K block.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn q3_k_isum(bx: &BlockQ3K, by: &BlockQ8K) -> i32 {
+pub(super) unsafe fn q3_k_lanes(bx: &BlockQ3K, by: &BlockQ8K) -> __m256i {
     let scales = q3_scales_array(&bx.scales);
     let m3 = _mm256_set1_epi8(3);
     let four = _mm256_set1_epi8(4);
@@ -609,7 +651,14 @@ pub(super) unsafe fn q3_k_isum(bx: &BlockQ3K, by: &BlockQ8K) -> i32 {
             acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, sc));
         }
     }
-    hsum(acc)
+    acc
+}
+
+/// The sum of [`q3_k_lanes`]'s lanes.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn q3_k_isum(bx: &BlockQ3K, by: &BlockQ8K) -> i32 {
+    hsum(q3_k_lanes(bx, by))
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]

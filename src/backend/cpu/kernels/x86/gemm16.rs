@@ -24,8 +24,8 @@ use std::cell::Cell;
 use bytemuck::Pod;
 
 use super::avx2::{
-    h2f, hsum, iq4_levels, k45_isum, k4_min_sum, k4_scales_mins, lanes_iq4_xs, load32, q2_k_isum,
-    q2_k_min_sum, q3_k_isum, q3_scales_array, q6_k_isum,
+    h2f, hsum, iq4_levels, k45_lanes, k4_min_lanes, k4_scales_mins, lanes_iq4_xs, load32,
+    q2_k_lanes, q2_k_min_lanes, q3_k_lanes, q3_scales_array, q6_k_lanes,
 };
 use super::decode512::{self, OneToken};
 use crate::backend::cpu::kernels::{blocks, GemmFn, Out};
@@ -41,22 +41,22 @@ const BAND: usize = decode512::BAND;
 /// Groups of tokens per pass over a band's weights (64 tokens).
 const GROUPS: usize = 4;
 /// 4-byte groups per 256-element block.
-const WORDS: usize = 64;
+pub(super) const WORDS: usize = 64;
 
 /// Transposed activations of up to `GROUPS * GROUP` tokens.
 #[derive(Default)]
-struct Packed {
+pub(super) struct Packed {
     /// `[g][b][word][16 tokens]`: four quants of each token per u32.
-    codes: Vec<u32>,
+    pub(super) codes: Vec<u32>,
     /// `[g][b][16 tokens]`: block scales (0 for padding tokens).
-    d: Vec<f32>,
+    pub(super) d: Vec<f32>,
     /// `[g][b][p][16 tokens]`, `PAIRS` words `p` per block: the sums of
     /// values `2p` and `2p + 1` of [`Format::PAIR_ELEMS`] each, as i16 pairs.
-    pairs: Vec<u32>,
+    pub(super) pairs: Vec<u32>,
 }
 
 /// Words of activation-sum pairs per block and token in [`Packed::pairs`].
-const PAIRS: usize = 8;
+pub(super) const PAIRS: usize = 8;
 
 thread_local! {
     /// Transposed activations, reused across calls on each thread.
@@ -96,12 +96,12 @@ pub(super) fn gemm(ty: GgmlType) -> Option<GemmFn> {
 /// formats with mins (`s2`), the scales against the sub-block sums for
 /// those with a bias (`s1 -= BIAS * correction`, which is
 /// `sum_s sc_s * (sum(u * q8) - BIAS * sum(q8))` regrouped).
-struct Decoded {
-    q: [u32; WORDS],
-    sc: [i32; 16],
-    coef: [u32; 8],
-    d: f32,
-    dmin: f32,
+pub(super) struct Decoded {
+    pub(super) q: [u32; WORDS],
+    pub(super) sc: [i32; 16],
+    pub(super) coef: [u32; 8],
+    pub(super) d: f32,
+    pub(super) dmin: f32,
 }
 
 /// `lo` and `hi` (each fitting i16) as one word, the i16 pair `vpdpwssd`
@@ -121,11 +121,13 @@ fn i16_pairs<const N: usize>(v: impl Fn(usize) -> i32, out: &mut [u32; 8]) {
 
 /// A weight format of the banded kernel; its one-token band kernel, and
 /// whether it has mins, come from [`OneToken`].
-trait Format: Pod + OneToken {
+pub(super) trait Format: Pod + OneToken {
     /// Words (4 values) per sub-block: 8 (32 values) or 4 (16 values).
     const SUB: usize;
     /// What decoding adds to each quant so that it is unsigned.
     const BIAS: i32;
+    /// The largest unsigned byte [`Format::decode`] gives.
+    const U_MAX: i32;
     /// Values per activation sum of the correction term: 32 (four i16
     /// pairs per block) or 16 (eight pairs: Q2_K, Q3_K, Q6_K).
     const PAIR_ELEMS: usize;
@@ -140,15 +142,31 @@ trait Format: Pod + OneToken {
     /// and `(d, dmin)`.
     ///
     /// # Safety
-    /// The CPU features of [`run`].
-    unsafe fn ints(&self, a: &BlockQ8K) -> ((i32, i32), (f32, f32));
+    /// The CPU must have AVX2, FMA and F16C.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn ints(&self, a: &BlockQ8K) -> ((i32, i32), (f32, f32)) {
+        let (l1, l2) = self.sum_lanes(a);
+        ((hsum(l1), hsum(l2)), self.scales())
+    }
+    /// Eight i32 lanes each of `s1` and `s2` (zeros without mins): their
+    /// sums are [`Format::ints`]'s.
+    ///
+    /// # Safety
+    /// The CPU must have AVX2, FMA and F16C.
+    unsafe fn sum_lanes(&self, a: &BlockQ8K) -> (__m256i, __m256i);
+    /// `(d, dmin)` as f32 (`dmin = 0` without mins).
+    ///
+    /// # Safety
+    /// The CPU must have F16C.
+    unsafe fn scales(&self) -> (f32, f32);
 }
 
 /// Unsigned nibbles of a Q4_K / Q5_K block in value order (values 64j..
 /// are the low nibbles of qs[32j..], 64j + 32.. the high ones), with the
 /// fifth bits of `qh` where given.
 #[inline]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn k45_bytes(qs: &[u8; 128], qh: Option<&[u8; 32]>, q: &mut [u32; WORDS]) {
     let m4 = _mm256_set1_epi8(0x0F);
     for j in 0..4 {
@@ -185,43 +203,53 @@ unsafe fn k45_scales(packed: &[u8; 12], out: &mut Decoded) {
 impl Format for BlockQ4K {
     const SUB: usize = 8;
     const BIAS: i32 = 0;
+    const U_MAX: i32 = 15;
     const PAIR_ELEMS: usize = 32;
     #[inline]
-    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+    #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn decode(&self, out: &mut Decoded) {
         k45_scales(&self.scales, out);
         (out.d, out.dmin) = (h2f(self.d), h2f(self.dmin));
         k45_bytes(&self.qs, None, &mut out.q);
     }
     #[inline]
-    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-    unsafe fn ints(&self, a: &BlockQ8K) -> ((i32, i32), (f32, f32)) {
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn sum_lanes(&self, a: &BlockQ8K) -> (__m256i, __m256i) {
         let sm = k4_scales_mins(&self.scales);
-        let s = (k45_isum(&self.qs, None, &sm, a), k4_min_sum(&sm, a));
-        (s, (h2f(self.d), h2f(self.dmin)))
+        (k45_lanes(&self.qs, None, &sm, a), k4_min_lanes(&sm, a))
+    }
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn scales(&self) -> (f32, f32) {
+        (h2f(self.d), h2f(self.dmin))
     }
 }
 
 impl Format for BlockQ5K {
     const SUB: usize = 8;
     const BIAS: i32 = 0;
+    const U_MAX: i32 = 31;
     const PAIR_ELEMS: usize = 32;
     #[inline]
-    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+    #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn decode(&self, out: &mut Decoded) {
         k45_scales(&self.scales, out);
         (out.d, out.dmin) = (h2f(self.d), h2f(self.dmin));
         k45_bytes(&self.qs, Some(&self.qh), &mut out.q);
     }
     #[inline]
-    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-    unsafe fn ints(&self, a: &BlockQ8K) -> ((i32, i32), (f32, f32)) {
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn sum_lanes(&self, a: &BlockQ8K) -> (__m256i, __m256i) {
         let sm = k4_scales_mins(&self.scales);
-        let s = (
-            k45_isum(&self.qs, Some(&self.qh), &sm, a),
-            k4_min_sum(&sm, a),
-        );
-        (s, (h2f(self.d), h2f(self.dmin)))
+        (
+            k45_lanes(&self.qs, Some(&self.qh), &sm, a),
+            k4_min_lanes(&sm, a),
+        )
+    }
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn scales(&self) -> (f32, f32) {
+        (h2f(self.d), h2f(self.dmin))
     }
 }
 
@@ -229,7 +257,7 @@ impl Format for BlockQ5K {
 /// `128n + 32j + l` is bits `2j, 2j + 1` of `qs[32n + l]`), plus 4 where
 /// bit `4n + j` of `hmask[l]` is set (Q3_K).
 #[inline]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn k23_bytes(qs: &[u8; 64], hmask: Option<&[u8; 32]>, q: &mut [u32; WORDS]) {
     let m3 = _mm256_set1_epi8(3);
     let hm = hmask.map(|h| load32(h.as_ptr()));
@@ -251,9 +279,10 @@ unsafe fn k23_bytes(qs: &[u8; 64], hmask: Option<&[u8; 32]>, q: &mut [u32; WORDS
 impl Format for BlockQ2K {
     const SUB: usize = 4;
     const BIAS: i32 = 0;
+    const U_MAX: i32 = 3;
     const PAIR_ELEMS: usize = 16;
     #[inline]
-    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+    #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn decode(&self, out: &mut Decoded) {
         for (s, &v) in out.sc.iter_mut().zip(&self.scales) {
             *s = i32::from(v & 0xF);
@@ -263,19 +292,24 @@ impl Format for BlockQ2K {
         k23_bytes(&self.qs, None, &mut out.q);
     }
     #[inline]
-    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-    unsafe fn ints(&self, a: &BlockQ8K) -> ((i32, i32), (f32, f32)) {
-        let s = (q2_k_isum(self, a), q2_k_min_sum(self, a));
-        (s, (h2f(self.d), h2f(self.dmin)))
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn sum_lanes(&self, a: &BlockQ8K) -> (__m256i, __m256i) {
+        (q2_k_lanes(self, a), q2_k_min_lanes(self, a))
+    }
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn scales(&self) -> (f32, f32) {
+        (h2f(self.d), h2f(self.dmin))
     }
 }
 
 impl Format for BlockQ3K {
     const SUB: usize = 4;
     const BIAS: i32 = 4;
+    const U_MAX: i32 = 7;
     const PAIR_ELEMS: usize = 16;
     #[inline]
-    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+    #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn decode(&self, out: &mut Decoded) {
         let sc = q3_scales_array(&self.scales);
         for (s, &v) in out.sc.iter_mut().zip(&sc) {
@@ -286,18 +320,24 @@ impl Format for BlockQ3K {
         k23_bytes(&self.qs, Some(&self.hmask), &mut out.q);
     }
     #[inline]
-    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-    unsafe fn ints(&self, a: &BlockQ8K) -> ((i32, i32), (f32, f32)) {
-        ((q3_k_isum(self, a), 0), (h2f(self.d), 0.0))
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn sum_lanes(&self, a: &BlockQ8K) -> (__m256i, __m256i) {
+        (q3_k_lanes(self, a), _mm256_setzero_si256())
+    }
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn scales(&self) -> (f32, f32) {
+        (h2f(self.d), 0.0)
     }
 }
 
 impl Format for BlockQ6K {
     const SUB: usize = 4;
     const BIAS: i32 = 32;
+    const U_MAX: i32 = 63;
     const PAIR_ELEMS: usize = 16;
     #[inline]
-    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+    #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn decode(&self, out: &mut Decoded) {
         for (s, &v) in out.sc.iter_mut().zip(&self.scales) {
             *s = i32::from(v);
@@ -328,18 +368,24 @@ impl Format for BlockQ6K {
         }
     }
     #[inline]
-    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-    unsafe fn ints(&self, a: &BlockQ8K) -> ((i32, i32), (f32, f32)) {
-        ((q6_k_isum(self, a), 0), (h2f(self.d), 0.0))
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn sum_lanes(&self, a: &BlockQ8K) -> (__m256i, __m256i) {
+        (q6_k_lanes(self, a), _mm256_setzero_si256())
+    }
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn scales(&self) -> (f32, f32) {
+        (h2f(self.d), 0.0)
     }
 }
 
 impl Format for BlockIQ4XS {
     const SUB: usize = 8;
     const BIAS: i32 = 128;
+    const U_MAX: i32 = 255;
     const PAIR_ELEMS: usize = 32;
     #[inline]
-    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+    #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn decode(&self, out: &mut Decoded) {
         for ib in 0..8 {
             out.sc[ib] = xs_scale(self, ib);
@@ -352,13 +398,19 @@ impl Format for BlockIQ4XS {
         out.d = h2f(self.d);
     }
     #[inline]
-    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-    unsafe fn ints(&self, a: &BlockQ8K) -> ((i32, i32), (f32, f32)) {
-        let mut s1 = 0;
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn sum_lanes(&self, a: &BlockQ8K) -> (__m256i, __m256i) {
+        let mut s1 = _mm256_setzero_si256();
         for ib in 0..8 {
-            s1 += xs_scale(self, ib) * hsum(lanes_iq4_xs(self, a, ib));
+            let sc = _mm256_set1_epi32(xs_scale(self, ib));
+            s1 = _mm256_add_epi32(s1, _mm256_mullo_epi32(lanes_iq4_xs(self, a, ib), sc));
         }
-        ((s1, 0), (h2f(self.d), 0.0))
+        (s1, _mm256_setzero_si256())
+    }
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn scales(&self) -> (f32, f32) {
+        (h2f(self.d), 0.0)
     }
 }
 
@@ -370,24 +422,30 @@ fn xs_scale(b: &BlockIQ4XS, ib: usize) -> i32 {
     i32::from(low | (high << 4)) - 32
 }
 
-/// Transposes tokens `t0..t0 + tn` (`tn <= GROUPS * GROUP`) of `a` (rows of
-/// `nb` blocks) into `p`, padding the last group with zero tokens.
-fn pack<W: Format>(a: &[BlockQ8K], nb: usize, t0: usize, tn: usize, p: &mut Packed) {
-    let ng = tn.div_ceil(GROUP);
+/// Transposes tokens `t0..t0 + tn` of `a` (rows of `nb` blocks) into `p`
+/// in groups of `G` tokens, padding the last group with zero tokens.
+pub(super) fn pack<W: Format, const G: usize>(
+    a: &[BlockQ8K],
+    nb: usize,
+    t0: usize,
+    tn: usize,
+    p: &mut Packed,
+) {
+    let ng = tn.div_ceil(G);
     p.codes.clear();
-    p.codes.resize(ng * nb * WORDS * GROUP, 0);
+    p.codes.resize(ng * nb * WORDS * G, 0);
     p.d.clear();
-    p.d.resize(ng * nb * GROUP, 0.0);
+    p.d.resize(ng * nb * G, 0.0);
     p.pairs.clear();
-    p.pairs.resize(ng * nb * PAIRS * GROUP, 0);
+    p.pairs.resize(ng * nb * PAIRS * G, 0);
     // bsums per sum of the correction term: 1 (16 values) or 2 (32).
     let per = W::PAIR_ELEMS / 16;
     for t in 0..tn {
-        let (g, j) = (t / GROUP, t % GROUP);
+        let (g, j) = (t / G, t % G);
         let row = &a[(t0 + t) * nb..(t0 + t + 1) * nb];
         for (b, by) in row.iter().enumerate() {
             let gb = g * nb + b;
-            p.d[gb * GROUP + j] = by.d;
+            p.d[gb * G + j] = by.d;
             let sum = |i: usize| -> i32 {
                 by.bsums[per * i..per * (i + 1)]
                     .iter()
@@ -396,11 +454,11 @@ fn pack<W: Format>(a: &[BlockQ8K], nb: usize, t0: usize, tn: usize, p: &mut Pack
             };
             for q in 0..W::PAIR_WORDS {
                 // |sum| <= 32 * 127: each fits i16.
-                p.pairs[(gb * PAIRS + q) * GROUP + j] = i16_pair(sum(2 * q), sum(2 * q + 1));
+                p.pairs[(gb * PAIRS + q) * G + j] = i16_pair(sum(2 * q), sum(2 * q + 1));
             }
             for (k, q) in by.qs.chunks_exact(4).enumerate() {
                 let word = u32::from_le_bytes([q[0] as u8, q[1] as u8, q[2] as u8, q[3] as u8]);
-                p.codes[(gb * WORDS + k) * GROUP + j] = word;
+                p.codes[(gb * WORDS + k) * G + j] = word;
             }
         }
     }
@@ -445,7 +503,7 @@ unsafe fn run<W: Format>(w: &[u8], row_bytes: usize, a: &[u8], act_bytes: usize,
         let mut p = PACKED.take();
         for t0 in (0..toks).step_by(GROUPS * GROUP) {
             let tn = (toks - t0).min(GROUPS * GROUP);
-            pack::<W>(&ab, nb, t0, tn, &mut p);
+            pack::<W, GROUP>(&ab, nb, t0, tn, &mut p);
             for r0 in (0..banded).step_by(BAND) {
                 // SAFETY: rows r0..r0 + 8 and tokens t0..t0 + tn exist;
                 // `out.fits(rows, toks)` bounds every index written.
@@ -474,10 +532,11 @@ unsafe fn run<W: Format>(w: &[u8], row_bytes: usize, a: &[u8], act_bytes: usize,
     }
 }
 
-/// One weight row by one activation row, in the banded kernel's arithmetic.
+/// One weight row by one activation row, in the banded kernels' arithmetic
+/// (these and `gemm8_k.rs`'s).
 #[inline]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn row_dot<W: Format>(w: &[W], a: &[BlockQ8K]) -> f32 {
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn row_dot<W: Format>(w: &[W], a: &[BlockQ8K]) -> f32 {
     let mut acc = 0.0f32;
     for (bx, by) in w.iter().zip(a) {
         let ((s1, s2), (d, dmin)) = bx.ints(by);

@@ -195,7 +195,7 @@ unsafe fn row_dot<W: Format>(w: &[W], a: &[W::A]) -> f32 {
 /// the eight lanes of `v[r]` (exact: integer adds).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn row_sums8(v: [__m256i; 8]) -> __m256i {
+pub(super) unsafe fn row_sums8(v: [__m256i; 8]) -> __m256i {
     // Per 128-bit half: [v0, v1, v2, v3] (then v4..v8) summed over its four lanes.
     let h0 = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
     let h1 = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));

@@ -26,6 +26,7 @@ mod gemm;
 mod gemm16;
 mod gemm16_legacy;
 mod gemm8;
+mod gemm8_k;
 mod gemm_float;
 mod gemm_k;
 
@@ -77,13 +78,14 @@ pub(super) fn quantizer(isa: Isa, ty: GgmlType) -> Option<QuantizeFn> {
 /// type `ty` under `isa`, `None` where the matmul dots pair by pair.
 /// AVX-512 runs the 16-token kernels (`gemm16.rs`, `gemm16_legacy.rs`:
 /// every format with a tile); `gemm.rs`'s VNNI tiles stay behind them.
-/// AVX2 runs the 8-token kernels of `gemm8.rs` (the 32-element formats but
-/// Q5_1), `gemm.rs`'s tiles for the rest. The float formats run
+/// AVX2 runs the 8-token kernels of `gemm8.rs` and `gemm8_k.rs` (every
+/// format with a tile but Q5_1), `gemm.rs`'s tiles for Q5_1. The float formats run
 /// `gemm_float.rs` on both.
 /// Callers must have checked [`available`]`(isa)`.
 pub(super) fn gemm(isa: Isa, ty: GgmlType) -> Option<GemmFn> {
     match isa {
         Isa::Avx2 => gemm8::gemm(ty)
+            .or_else(|| gemm8_k::gemm(ty))
             .or_else(|| gemm::avx2::gemm(ty))
             .or_else(|| gemm_float::avx2::gemm(ty)),
         Isa::Avx512 => gemm16::gemm(ty)
@@ -101,7 +103,11 @@ pub(super) fn gemm(isa: Isa, ty: GgmlType) -> Option<GemmFn> {
 /// banded kernels scale each pair's exact sum, as the per-row dots do.
 pub(super) fn gemm_finite_scales(isa: Isa, ty: GgmlType) -> bool {
     match isa {
-        Isa::Avx2 => gemm8::gemm(ty).is_none() && gemm::avx2::gemm(ty).is_some(),
+        Isa::Avx2 => {
+            gemm8::gemm(ty).is_none()
+                && gemm8_k::gemm(ty).is_none()
+                && gemm::avx2::gemm(ty).is_some()
+        }
         Isa::Avx512 => {
             gemm16::gemm(ty).is_none()
                 && gemm16_legacy::gemm(ty).is_none()
