@@ -459,8 +459,15 @@ unsafe fn vec_dot_q5_k_q8_k(x: &[BlockQ5K], y: &[BlockQ8K]) -> f32 {
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn q6_k_lanes(bx: &BlockQ6K, by: &BlockQ8K) -> __m256i {
     let m4 = _mm256_set1_epi8(0x0F);
+    // The sixteen scales as i16, those of each half in both 128-bit lanes:
+    // one byte shuffle per 32 values then gives a chunk's two scales.
+    let sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(bx.scales.as_ptr().cast()));
+    let halves = [
+        _mm256_permute2x128_si256::<0x00>(sc16, sc16),
+        _mm256_permute2x128_si256::<0x11>(sc16, sc16),
+    ];
     let mut acc = _mm256_setzero_si256();
-    for h in 0..2 {
+    for (h, &scales) in halves.iter().enumerate() {
         let ql0 = load32(bx.ql.as_ptr().add(64 * h));
         let ql1 = load32(bx.ql.as_ptr().add(64 * h + 32));
         let qh = load32(bx.qh.as_ptr().add(32 * h));
@@ -485,18 +492,22 @@ pub(super) unsafe fn q6_k_lanes(bx: &BlockQ6K, by: &BlockQ8K) -> __m256i {
         ];
         for (c, &q) in quants.iter().enumerate() {
             let q8 = load32(by.qs.as_ptr().add(128 * h + 32 * c));
-            // q * q8 (q < 64: pairs within i16), scaled per 16 values.
+            // q * q8 (q < 64: pairs within i16), scaled per 16 values:
+            // scale 8h + 2c in the low lane, 8h + 2c + 1 in the high one.
             let p = _mm256_maddubs_epi16(q, q8);
-            let g = 8 * h + 2 * c;
-            let sc = _mm256_set_m128i(
-                _mm_set1_epi16(i16::from(bx.scales[g + 1])),
-                _mm_set1_epi16(i16::from(bx.scales[g])),
+            let (lo, hi) = (4 * c as i8, 4 * c as i8 + 2);
+            #[rustfmt::skip]
+            let pick = _mm256_setr_epi8(
+                lo, lo + 1, lo, lo + 1, lo, lo + 1, lo, lo + 1,
+                lo, lo + 1, lo, lo + 1, lo, lo + 1, lo, lo + 1,
+                hi, hi + 1, hi, hi + 1, hi, hi + 1, hi, hi + 1,
+                hi, hi + 1, hi, hi + 1, hi, hi + 1, hi, hi + 1,
             );
+            let sc = _mm256_shuffle_epi8(scales, pick);
             acc = _mm256_add_epi32(acc, _mm256_madd_epi16(p, sc));
         }
     }
     // The offset: 32 * sum scale * bsum, once per block.
-    let sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(bx.scales.as_ptr().cast()));
     let corr = _mm256_madd_epi16(load32(by.bsums.as_ptr()), sc16);
     _mm256_sub_epi32(acc, _mm256_slli_epi32::<5>(corr))
 }
