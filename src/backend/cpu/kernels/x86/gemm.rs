@@ -52,6 +52,31 @@ pub(super) struct Tiles<W, A> {
     pub t: usize,
 }
 
+/// The shape of one [`crate::backend::cpu::kernels::GemmFn`] call over
+/// weight blocks `W` and activation blocks `A`: `(blocks per row, weight
+/// rows, activation rows)`, `None` where the call breaks the contract
+/// (rows not whole blocks, activation rows of another length, `out` too
+/// short), and then computes nothing.
+pub(super) fn gemm_shape<W: Pod, A: Pod>(
+    w: &[u8],
+    row_bytes: usize,
+    a: &[u8],
+    act_bytes: usize,
+    out: &Out<'_>,
+) -> Option<(usize, usize, usize)> {
+    let (sw, sa) = (size_of::<W>(), size_of::<A>());
+    if row_bytes == 0
+        || act_bytes == 0
+        || !row_bytes.is_multiple_of(sw)
+        || !act_bytes.is_multiple_of(sa)
+    {
+        return None;
+    }
+    let nb = row_bytes / sw;
+    let (rows, toks) = (w.len() / row_bytes, a.len() / act_bytes);
+    (act_bytes / sa == nb && out.fits(rows, toks)).then_some((nb, rows, toks))
+}
+
 /// Runs the tiles of `k` over all weight rows of `w` and activation rows of
 /// `a` (the [`crate::backend::cpu::kernels::GemmFn`] contract): weight rows
 /// outer in steps of `R`, so `R` rows stay in L1 while the activations pass.
@@ -66,19 +91,9 @@ pub(super) unsafe fn drive<W: Pod, A: Pod>(
     out: Out<'_>,
     k: &Tiles<W, A>,
 ) {
-    let (sw, sa) = (std::mem::size_of::<W>(), std::mem::size_of::<A>());
-    if row_bytes == 0
-        || act_bytes == 0
-        || !row_bytes.is_multiple_of(sw)
-        || !act_bytes.is_multiple_of(sa)
-    {
+    let Some((nb, rows, toks)) = gemm_shape::<W, A>(w, row_bytes, a, act_bytes, &out) else {
         return;
-    }
-    let nb = row_bytes / sw;
-    let (rows, toks) = (w.len() / row_bytes, a.len() / act_bytes);
-    if act_bytes / sa != nb || !out.fits(rows, toks) {
-        return;
-    }
+    };
     let wb = blocks::<W>(&w[..rows * row_bytes]);
     let ab = blocks::<A>(&a[..toks * act_bytes]);
     let (wp, ap) = (wb.as_ptr(), ab.as_ptr());

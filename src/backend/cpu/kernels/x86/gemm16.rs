@@ -28,6 +28,7 @@ use super::avx2::{
     q2_k_lanes, q2_k_min_lanes, q3_k_lanes, q3_scales_array, q6_k_lanes,
 };
 use super::decode512::{self, OneToken};
+use super::gemm::gemm_shape;
 use crate::backend::cpu::kernels::{blocks, GemmFn, Out};
 use crate::quant::blocks::{
     BlockIQ4XS, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K, QK_K,
@@ -471,19 +472,9 @@ pub(super) fn pack<W: Format, const G: usize>(
 /// The CPU must have AVX-512 F/BW/VL + VNNI, AVX2, FMA and F16C.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 unsafe fn run<W: Format>(w: &[u8], row_bytes: usize, a: &[u8], act_bytes: usize, out: Out<'_>) {
-    let (sw, sa) = (size_of::<W>(), size_of::<BlockQ8K>());
-    if row_bytes == 0
-        || act_bytes == 0
-        || !row_bytes.is_multiple_of(sw)
-        || !act_bytes.is_multiple_of(sa)
-    {
+    let Some((nb, rows, toks)) = gemm_shape::<W, BlockQ8K>(w, row_bytes, a, act_bytes, &out) else {
         return;
-    }
-    let nb = row_bytes / sw;
-    let (rows, toks) = (w.len() / row_bytes, a.len() / act_bytes);
-    if act_bytes / sa != nb || !out.fits(rows, toks) {
-        return;
-    }
+    };
     let wb = blocks::<W>(&w[..rows * row_bytes]);
     let ab = blocks::<BlockQ8K>(&a[..toks * act_bytes]);
     let (rs, ts, op) = (out.row_stride, out.tok_stride, out.out.as_mut_ptr());

@@ -23,7 +23,7 @@ use half::f16;
 
 use super::avx2::{h2f, iq4_levels, nibbles, q5_quants};
 use super::decode512::{gather_f16, row_sums8};
-use super::gemm::prefetch_share;
+use super::gemm::{gemm_shape, prefetch_share};
 use super::gemm16;
 use crate::backend::cpu::kernels::{blocks, GemmFn, Out};
 use crate::quant::blocks::{
@@ -317,19 +317,9 @@ pub(super) fn pack<A: Act, const G: usize>(
 /// The CPU must have AVX-512 F/BW/VL + VNNI, AVX2, FMA and F16C.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 unsafe fn run<W: Format>(w: &[u8], row_bytes: usize, a: &[u8], act_bytes: usize, out: Out<'_>) {
-    let (sw, sa) = (size_of::<W>(), size_of::<W::A>());
-    if row_bytes == 0
-        || act_bytes == 0
-        || !row_bytes.is_multiple_of(sw)
-        || !act_bytes.is_multiple_of(sa)
-    {
+    let Some((nb, rows, toks)) = gemm_shape::<W, W::A>(w, row_bytes, a, act_bytes, &out) else {
         return;
-    }
-    let nb = row_bytes / sw;
-    let (rows, toks) = (w.len() / row_bytes, a.len() / act_bytes);
-    if act_bytes / sa != nb || !out.fits(rows, toks) {
-        return;
-    }
+    };
     let wb = blocks::<W>(&w[..rows * row_bytes]);
     let ab = blocks::<W::A>(&a[..toks * act_bytes]);
     let (rs, ts, op) = (out.row_stride, out.tok_stride, out.out.as_mut_ptr());

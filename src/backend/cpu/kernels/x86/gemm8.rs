@@ -28,18 +28,18 @@ use std::cell::Cell;
 
 use super::avx2::{h2f, hsum};
 use super::decode512::gather_f16;
-use super::gemm::prefetch_share;
+use super::gemm::{gemm_shape, prefetch_share};
 use super::gemm16_legacy::{pack, Act, Format, Packed};
 use crate::backend::cpu::kernels::{blocks, GemmFn, Out};
 use crate::quant::blocks::{BlockIQ4NL, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ8_0};
 use crate::quant::GgmlType;
 
 /// Tokens per ymm register.
-const GROUP: usize = 8;
+pub(super) const GROUP: usize = 8;
 /// Weight rows per band.
-const BAND: usize = 8;
+pub(super) const BAND: usize = 8;
 /// Groups of tokens per pass over a band's weights (64 tokens).
-const GROUPS: usize = 8;
+pub(super) const GROUPS: usize = 8;
 /// 4-byte groups per 32-element block.
 const WORDS: usize = 8;
 
@@ -86,19 +86,9 @@ const fn signed<W: Format>() -> bool {
 /// The CPU must have AVX2, FMA and F16C.
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn run<W: Format>(w: &[u8], row_bytes: usize, a: &[u8], act_bytes: usize, out: Out<'_>) {
-    let (sw, sa) = (size_of::<W>(), size_of::<W::A>());
-    if row_bytes == 0
-        || act_bytes == 0
-        || !row_bytes.is_multiple_of(sw)
-        || !act_bytes.is_multiple_of(sa)
-    {
+    let Some((nb, rows, toks)) = gemm_shape::<W, W::A>(w, row_bytes, a, act_bytes, &out) else {
         return;
-    }
-    let nb = row_bytes / sw;
-    let (rows, toks) = (w.len() / row_bytes, a.len() / act_bytes);
-    if act_bytes / sa != nb || !out.fits(rows, toks) {
-        return;
-    }
+    };
     let wb = blocks::<W>(&w[..rows * row_bytes]);
     let ab = blocks::<W::A>(&a[..toks * act_bytes]);
     let (rs, ts, op) = (out.row_stride, out.tok_stride, out.out.as_mut_ptr());
@@ -345,8 +335,25 @@ unsafe fn band<W: Format>(
             }
         }
     }
+    store(&acc, tn, out, rs, ts);
+}
+
+/// Writes a band's sums `acc[g][r]` (lane `j`: token `8g + j`) of `tn`
+/// tokens to `out[r * rs + t * ts]` (this file's and `gemm8_k.rs`'s bands).
+///
+/// # Safety
+/// AVX2; `out` is valid for every index written.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn store(
+    acc: &[[__m256; BAND]; GROUPS],
+    tn: usize,
+    out: *mut f32,
+    rs: usize,
+    ts: usize,
+) {
     let mut lanes = [[0.0f32; GROUP]; BAND];
-    for (g, accg) in acc.iter().enumerate().take(ng) {
+    for (g, accg) in acc.iter().enumerate().take(tn.div_ceil(GROUP)) {
         for (l, v) in lanes.iter_mut().zip(accg) {
             _mm256_storeu_ps(l.as_mut_ptr(), *v);
         }

@@ -22,23 +22,17 @@
 use std::arch::x86_64::*;
 use std::cell::Cell;
 
-use super::gemm::prefetch_share;
+use super::gemm::{gemm_shape, prefetch_share};
 use super::gemm16::{pack, row_dot, Decoded, Format, Packed, PAIRS, WORDS};
-use super::gemm8::row_sums8;
+use super::gemm8::{row_sums8, store, BAND, GROUP, GROUPS};
 use crate::backend::cpu::kernels::{blocks, GemmFn, Out};
 use crate::quant::blocks::{
     BlockIQ4XS, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K,
 };
 use crate::quant::GgmlType;
 
-/// Tokens per ymm register.
-const GROUP: usize = 8;
-/// Weight rows per band.
-const BAND: usize = 8;
 /// Weight rows per register tile of [`band`].
 const TILE_ROWS: usize = 4;
-/// Groups of tokens per pass over a band's weights (64 tokens).
-const GROUPS: usize = 8;
 
 thread_local! {
     /// Transposed activations, reused across calls on each thread.
@@ -94,19 +88,9 @@ const fn chunk<W: Format>() -> usize {
 /// The CPU must have AVX2, FMA and F16C.
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn run<W: Format>(w: &[u8], row_bytes: usize, a: &[u8], act_bytes: usize, out: Out<'_>) {
-    let (sw, sa) = (size_of::<W>(), size_of::<BlockQ8K>());
-    if row_bytes == 0
-        || act_bytes == 0
-        || !row_bytes.is_multiple_of(sw)
-        || !act_bytes.is_multiple_of(sa)
-    {
+    let Some((nb, rows, toks)) = gemm_shape::<W, BlockQ8K>(w, row_bytes, a, act_bytes, &out) else {
         return;
-    }
-    let nb = row_bytes / sw;
-    let (rows, toks) = (w.len() / row_bytes, a.len() / act_bytes);
-    if act_bytes / sa != nb || !out.fits(rows, toks) {
-        return;
-    }
+    };
     let wb = blocks::<W>(&w[..rows * row_bytes]);
     let ab = blocks::<BlockQ8K>(&a[..toks * act_bytes]);
     let (rs, ts, op) = (out.row_stride, out.tok_stride, out.out.as_mut_ptr());
@@ -219,18 +203,7 @@ unsafe fn band<W: Format>(
             }
         }
     }
-    let mut lanes = [[0.0f32; GROUP]; BAND];
-    for (g, accg) in acc.iter().enumerate().take(ng) {
-        for (l, v) in lanes.iter_mut().zip(accg) {
-            _mm256_storeu_ps(l.as_mut_ptr(), *v);
-        }
-        let n = (tn - g * GROUP).min(GROUP);
-        for (r, l) in lanes.iter().enumerate() {
-            for (j, &x) in l.iter().enumerate().take(n) {
-                *out.add(r * rs + (g * GROUP + j) * ts) = x;
-            }
-        }
-    }
+    store(&acc, tn, out, rs, ts);
 }
 
 /// `sum_s sc_s * sum(u * q8)` of each of four rows over one block, for the
