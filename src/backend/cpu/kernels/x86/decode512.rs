@@ -100,6 +100,38 @@ pub(super) unsafe fn gather_f16(bits: impl Fn(usize) -> u16) -> __m256 {
     _mm256_cvtph_ps(_mm_set_epi64x(hi as i64, lo as i64))
 }
 
+/// Byte offsets `[0, rb, 2 rb, .., 7 rb]` of eight rows of `rb` bytes, the
+/// index vector of [`gather_f16_pairs`] (fails for rows too long to index
+/// with an i32: none a model has).
+#[inline]
+#[target_feature(enable = "avx2")]
+pub(super) unsafe fn row_offsets8(rb: usize) -> Option<__m256i> {
+    let rb = i32::try_from(rb)
+        .ok()
+        .filter(|rb| rb.checked_mul(7).is_some())?;
+    Some(_mm256_mullo_epi32(
+        _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+        _mm256_set1_epi32(rb),
+    ))
+}
+
+/// The f16 pairs at `first + offsets[r]` for eight rows `r`, as f32: the
+/// low halves (`d`) and the high halves (`m`, `dmin`), row `r` in lane `r`.
+/// One hardware gather: eight scalar loads shifted together into a
+/// register (as [`gather_f16`]) were a third of the one-token band
+/// kernels' instructions, the hottest part of their loop on a Xeon.
+///
+/// # Safety
+/// AVX-512 F/VL; the four bytes at each `first + offsets[r]` are readable.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl")]
+pub(super) unsafe fn gather_f16_pairs(first: *const u8, offsets: __m256i) -> (__m256, __m256) {
+    let pairs = _mm256_i32gather_epi32::<1>(first.cast(), offsets);
+    let lo = _mm256_cvtph_ps(_mm256_cvtepi32_epi16(pairs));
+    let hi = _mm256_cvtph_ps(_mm256_cvtepi32_epi16(_mm256_srli_epi32::<16>(pairs)));
+    (lo, hi)
+}
+
 /// One activation block laid out for IQ4_XS weights: `q[h][lohi]`, for
 /// sub-blocks `4h..4h + 4`, holds in 128-bit lane `k` the 16 quants of
 /// sub-block `4h + k` the low (`lohi = 0`) or high nibbles multiply;

@@ -22,7 +22,7 @@ use bytemuck::Pod;
 use half::f16;
 
 use super::avx2::{h2f, iq4_levels, nibbles, q5_quants};
-use super::decode512::{gather_f16, row_sums8};
+use super::decode512::{gather_f16_pairs, row_offsets8, row_sums8};
 use super::gemm::{gemm_shape, prefetch_share};
 use super::gemm16;
 use crate::backend::cpu::kernels::{blocks, GemmFn, Out};
@@ -152,6 +152,8 @@ pub(super) enum Nibbles {
 macro_rules! format {
     ($W:ty, $A:ty, $bias:expr, $umax:expr, $min:expr, |$b:ident| $u:expr, $mb:expr
      $(, nibbles: $nib:expr)? $(, fifth: $qh:expr)?) => {
+        // `one_token` gathers `d` (and `m`, see below) as the block's first four bytes.
+        const _: () = assert!(std::mem::offset_of!($W, d) == 0 && size_of::<$W>() >= 4);
         impl Format for $W {
             type A = $A;
             const BIAS: i32 = $bias;
@@ -185,6 +187,10 @@ macro_rules! format {
         }
     };
 }
+
+// The formats with a min keep it right after `d` (`one_token`'s gather).
+const _: () =
+    assert!(std::mem::offset_of!(BlockQ4_1, m) == 2 && std::mem::offset_of!(BlockQ5_1, m) == 2);
 
 format!(
     BlockQ4_0,
@@ -323,8 +329,15 @@ unsafe fn run<W: Format>(w: &[u8], row_bytes: usize, a: &[u8], act_bytes: usize,
     let wb = blocks::<W>(&w[..rows * row_bytes]);
     let ab = blocks::<W::A>(&a[..toks * act_bytes]);
     let (rs, ts, op) = (out.row_stride, out.tok_stride, out.out.as_mut_ptr());
-    let banded = rows / BAND * BAND;
-    if toks == 1 {
+    // The one-token bands gather the rows' scales by i32 byte offsets:
+    // rows too long for those (none a model has) run row by row.
+    let offsets = row_offsets8(row_bytes);
+    let banded = if toks == 1 && offsets.is_none() {
+        0
+    } else {
+        rows / BAND * BAND
+    };
+    if let (1, Some(offsets)) = (toks, offsets) {
         // Several bands per pass: the activations' share of each block
         // step then serves 16 or 32 rows, and the rows' float chains run
         // side by side. Four bands of the 18-22-byte blocks. Q8_0's 34:
@@ -353,9 +366,9 @@ unsafe fn run<W: Format>(w: &[u8], row_bytes: usize, a: &[u8], act_bytes: usize,
             // every index written.
             unsafe {
                 match h {
-                    4 => one_token::<W, 4>(band_w, nb, &ab, ahead, o, rs),
-                    2 => one_token::<W, 2>(band_w, nb, &ab, ahead, o, rs),
-                    _ => one_token::<W, 1>(band_w, nb, &ab, ahead, o, rs),
+                    4 => one_token::<W, 4>(band_w, nb, &ab, ahead, offsets, o, rs),
+                    2 => one_token::<W, 2>(band_w, nb, &ab, ahead, offsets, o, rs),
+                    _ => one_token::<W, 1>(band_w, nb, &ab, ahead, offsets, o, rs),
                 }
             };
             r0 += h * BAND;
@@ -423,9 +436,10 @@ unsafe fn row_dot<W: Format>(w: &[W], a: &[W::A]) -> f32 {
 /// Per block, the eight exact row sums of a band come from
 /// [`nibble_sums8`] (four rows' packed bytes per zmm) or, for the other
 /// formats, from rows `p` and `p + 4` sharing one zmm `vpdpbusd` folded by
-/// [`row_sums8`]; the rows' f16 scales are gathered in general registers
-/// (no store of eight floats reloaded as one vector, which stalls the
-/// load). With `H = 2` each block step's activation work serves 16 rows.
+/// [`row_sums8`]; the rows' f16 scales come in by one hardware gather per
+/// band and block ([`gather_f16_pairs`], `offsets`: [`row_offsets8`] of
+/// the row length). With `H = 2` each block step's activation work serves
+/// 16 rows.
 ///
 /// # Safety
 /// AVX-512 VNNI as in [`run`]; `out` is valid for every index written.
@@ -435,6 +449,7 @@ unsafe fn one_token<W: Format, const H: usize>(
     nb: usize,
     a: &[W::A],
     ahead: usize,
+    offsets: __m256i,
     out: *mut f32,
     rs: usize,
 ) {
@@ -479,10 +494,10 @@ unsafe fn one_token<W: Format, const H: usize>(
             if W::BIAS != 0 {
                 isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(bias));
             }
-            let dw = gather_f16(|r| row(r).dm_bits().0);
+            // `d` is each block's first two bytes, `m` the next two (`format!`).
+            let (dw, mw) = gather_f16_pairs(at(8 * h, b) as *const W as *const u8, offsets);
             *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, d8), *acc);
             if W::MIN {
-                let mw = gather_f16(|r| row(r).dm_bits().1);
                 *acc = _mm256_fmadd_ps(mw, s8, *acc);
             }
         }
