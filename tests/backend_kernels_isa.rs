@@ -15,9 +15,7 @@
 #[allow(dead_code)]
 mod rng;
 
-use hearth::backend::cpu::kernels::{
-    interleave_rows, plain_row, Isa, KernelTable, WeightKernels, GROUP_ROWS, WEIGHT_TYPES,
-};
+use hearth::backend::cpu::kernels::{Isa, KernelTable, Layout, WeightKernels, WEIGHT_TYPES};
 use hearth::quant::reference;
 use hearth::quant::GgmlType;
 use rng::Rng;
@@ -280,36 +278,86 @@ fn quantized_rows(rng: &mut Rng, ty: GgmlType, k: usize, n: usize) -> (Vec<f32>,
 }
 
 /// Weight rows `wq` (rows of `rb` bytes of `ty`) in the layout `k`'s tiles
-/// read: interleaved in groups of rows where they want that.
+/// read: whole groups of rows rearranged where they want that.
 fn laid_out(k: &WeightKernels, ty: GgmlType, wq: &[u8], rb: usize) -> Vec<u8> {
     let mut w = wq.to_vec();
-    if k.interleave {
-        interleave_rows(&mut w, rb, ty.block_bytes());
-    }
+    k.layout.apply(&mut w, rb, ty.block_bytes());
     w
 }
 
 #[test]
-fn interleaved_rows_read_back_as_the_plain_rows() {
+fn rearranged_rows_read_back_as_the_plain_rows() {
     let mut rng = Rng::new(77);
-    for ty in [GgmlType::Q8_0, GgmlType::Q4_1, GgmlType::Q4_K] {
-        for rows in [1, 3, 4, 5, 8, 11] {
+    let layouts = [
+        (Layout::Interleaved, GgmlType::Q8_0),
+        (Layout::Interleaved, GgmlType::Q4_1),
+        (Layout::Interleaved, GgmlType::Q4_K),
+        (Layout::Bands { halves: 1 }, GgmlType::Q4_0),
+        (Layout::Bands { halves: 1 }, GgmlType::Q8_0),
+        (Layout::Bands { halves: 1 }, GgmlType::IQ4_NL),
+        (Layout::Bands { halves: 2 }, GgmlType::Q4_1),
+    ];
+    for (layout, ty) in layouts {
+        for rows in [1, 3, 4, 5, 8, 11, 16, 17, 35] {
             let (_, wq) = quantized_rows(&mut rng, ty, rows, 2 * ty.block_elems());
             let rb = wq.len() / rows;
             let mut w = wq.clone();
-            interleave_rows(&mut w, rb, ty.block_bytes());
-            let whole = rows / GROUP_ROWS * GROUP_ROWS;
+            layout.apply(&mut w, rb, ty.block_bytes());
+            let g = layout.group_rows();
+            let whole = rows / g * g;
             // The tail past the last whole group is untouched; a group
             // keeps its bytes, rearranged.
-            assert_eq!(w[whole * rb..], wq[whole * rb..], "{ty} {rows}");
-            if whole > 0 {
-                assert_ne!(w[..whole * rb], wq[..whole * rb], "{ty} {rows}");
+            let ctx = format!("{layout:?} {ty} {rows}");
+            assert_eq!(w[whole * rb..], wq[whole * rb..], "{ctx}");
+            for g0 in (0..whole).step_by(g) {
+                let (a, b) = (&w[g0 * rb..(g0 + g) * rb], &wq[g0 * rb..(g0 + g) * rb]);
+                assert_ne!(a, b, "{ctx}: group {g0} unchanged");
+                let (mut a, mut b) = (a.to_vec(), b.to_vec());
+                a.sort_unstable();
+                b.sort_unstable();
+                assert_eq!(a, b, "{ctx}: group {g0} lost bytes");
             }
             for r in 0..rows {
-                let got = plain_row(&w, rows, rb, ty.block_bytes(), r);
-                assert_eq!(&*got, &wq[r * rb..(r + 1) * rb], "{ty} {rows} row {r}");
+                let got = layout.plain_row(&w, rows, rb, ty.block_bytes(), r);
+                assert_eq!(&*got, &wq[r * rb..(r + 1) * rb], "{ctx} row {r}");
             }
-            assert!(plain_row(&w, rows, rb, ty.block_bytes(), rows).is_empty());
+            assert!(layout
+                .plain_row(&w, rows, rb, ty.block_bytes(), rows)
+                .is_empty());
+        }
+    }
+}
+
+#[test]
+fn banded_layout_puts_sixteen_rows_scales_and_words_side_by_side() {
+    // The layout the AVX-512 one-token kernels read, written out by hand
+    // for Q4_1: per block step, 16 `d`, 16 `m`, then word k of each row.
+    let ty = GgmlType::Q4_1;
+    let (bb, rows, nb) = (ty.block_bytes(), 16, 2);
+    let wq: Vec<u8> = (0..rows * nb * bb)
+        .map(|i| (i * 7 + i / 251) as u8)
+        .collect();
+    let rb = nb * bb;
+    let mut w = wq.clone();
+    Layout::Bands { halves: 2 }.apply(&mut w, rb, bb);
+    for r in 0..rows {
+        for b in 0..nb {
+            let plain = &wq[r * rb + b * bb..][..bb];
+            let step = &w[b * rows * bb..][..rows * bb];
+            assert_eq!(
+                step[2 * r..2 * r + 2],
+                plain[0..2],
+                "d of row {r} block {b}"
+            );
+            assert_eq!(step[32 + 2 * r..34 + 2 * r], plain[2..4], "m of row {r}");
+            for k in 0..4 {
+                let at = 64 + 64 * k + 4 * r;
+                assert_eq!(
+                    step[at..at + 4],
+                    plain[4 + 4 * k..8 + 4 * k],
+                    "word {k} row {r}"
+                );
+            }
         }
     }
 }

@@ -4,8 +4,8 @@
 //! weight type's `vec_dot_type` (Q8_0, Q8_1, Q8_K, fp16, bf16), then every
 //! output element is one `vec_dot` of a weight row with an activation row.
 //! Weights stay in their GGUF blocks (never a dequantized copy; where the
-//! tiles want it, each group of four rows is interleaved block by block,
-//! [`crate::backend::cpu::kernels::interleave_rows`]). The exact-f32
+//! tiles want it, each whole group of rows is rearranged once at load,
+//! [`crate::backend::cpu::kernels::Layout`]). The exact-f32
 //! mode instead expands one weight row at a time into scratch and dots it with
 //! the f32 activations (for tests).
 
@@ -13,9 +13,7 @@ use std::borrow::Cow;
 use std::ops::Range;
 
 use super::hostmem::HostMem;
-use super::kernels::{
-    finite_scales, interleave_rows, plain_row, KernelTable, Out, WeightKernels, Widen, GROUP_ROWS,
-};
+use super::kernels::{finite_scales, KernelTable, Layout, Out, WeightKernels, Widen};
 use super::threads::Threads;
 use crate::backend::BackendError;
 use crate::quant::GgmlType;
@@ -117,12 +115,10 @@ impl Weight {
             // The tiles skip the conversion's infinity / NaN case; such a
             // weight dots pair by pair, as the scalar kernels do.
             kernels.gemm = None;
-            kernels.interleave = false;
+            kernels.layout = Layout::Plain;
         }
-        if kernels.interleave {
-            let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut data[..]);
-            interleave_rows(&mut bytes[..data_len], row_bytes, stored.block_bytes());
-        }
+        let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut data[..]);
+        (kernels.layout).apply(&mut bytes[..data_len], row_bytes, stored.block_bytes());
         Ok(Self {
             name: name.to_string(),
             ty,
@@ -138,8 +134,8 @@ impl Weight {
     }
 
     /// All bytes of the weight, as the kernels read them: whole groups of
-    /// rows interleaved where the tiles want that
-    /// ([`crate::backend::cpu::kernels::WeightKernels::interleave`]).
+    /// rows rearranged where the tiles want that
+    /// ([`crate::backend::cpu::kernels::WeightKernels::layout`]).
     pub fn bytes(&self) -> &[u8] {
         &bytemuck::cast_slice(&self.data[..])[..self.data_len]
     }
@@ -147,7 +143,7 @@ impl Weight {
     /// All bytes of the weight in the GGUF encoding and layout (a copy
     /// where the stored ones differ).
     pub fn plain_bytes(&self) -> Cow<'_, [u8]> {
-        if self.stored == self.ty && !self.kernels.interleave {
+        if self.stored == self.ty && self.kernels.layout == Layout::Plain {
             return Cow::Borrowed(self.bytes());
         }
         Cow::Owned(
@@ -158,7 +154,7 @@ impl Weight {
     }
 
     /// The bytes of row `r` (`r < rows`) in the GGUF encoding and layout:
-    /// borrowed, or gathered from an interleaved group and decoded from the
+    /// borrowed, or gathered from a rearranged group and decoded from the
     /// stored type.
     pub fn row(&self, r: usize) -> Cow<'_, [u8]> {
         let row = self.stored_row(r);
@@ -174,11 +170,8 @@ impl Weight {
 
     /// Row `r` as stored (type [`Weight::stored`]), in the plain layout.
     fn stored_row(&self, r: usize) -> Cow<'_, [u8]> {
-        if self.kernels.interleave {
-            let bb = self.stored.block_bytes();
-            return plain_row(self.bytes(), self.rows, self.row_bytes, bb, r);
-        }
-        Cow::Borrowed(&self.bytes()[r * self.row_bytes..(r + 1) * self.row_bytes])
+        let bb = self.stored.block_bytes();
+        (self.kernels.layout).plain_row(self.bytes(), self.rows, self.row_bytes, bb, r)
     }
 
     /// Whether a one-token matmul runs the tiled kernel (as batches do, so
@@ -313,10 +306,11 @@ pub fn matmul(
     }
     let mut acts = ACTS.take();
     let act_bytes = quantize_into(threads, table, w, x, &mut acts);
-    // A range that cuts a group of interleaved rows cannot go to the tiles
+    // A range that cuts a group of rearranged rows cannot go to the tiles
     // (no model asks for one; experts' ranges are whole groups).
-    let whole = |r: usize| r.is_multiple_of(GROUP_ROWS) || r == w.rows;
-    let cuts_group = w.kernels.interleave && !(whole(rows.start) && whole(rows.end));
+    let group = w.kernels.layout.group_rows();
+    let whole = |r: usize| r.is_multiple_of(group) || r == w.rows;
+    let cuts_group = !(whole(rows.start) && whole(rows.end));
     if let Ok(act_bytes) = act_bytes {
         let a: &[u8] = &bytemuck::cast_slice(&acts)[..n * act_bytes];
         let wr = &w.bytes()[rows.start * w.row_bytes..rows.end * w.row_bytes];
@@ -396,7 +390,8 @@ impl Product<'_> {
     /// Rows per task when splitting over rows: one task per thread would
     /// leave a slow thread's share undone; eight per thread balance, in
     /// multiples of the kernels' bands of eight rows (rows past the last
-    /// whole band take a kernel's slower one-row path), at least 16.
+    /// whole band take a kernel's slower one-row path) and of the layout's
+    /// groups (a task starts at a group), at least 16.
     fn rows_per_task(&self, nt: usize) -> usize {
         if nt <= 1 {
             return self.m;
@@ -409,7 +404,8 @@ impl Product<'_> {
         } else {
             16
         };
-        self.m.div_ceil(8 * nt).max(least).next_multiple_of(8)
+        let step = self.w.kernels.layout.group_rows().max(8);
+        self.m.div_ceil(8 * nt).max(least).next_multiple_of(step)
     }
 
     /// Results of weight rows `rows` with activation rows `toks`, at
@@ -445,7 +441,7 @@ impl Product<'_> {
                 gemm(wr, rb, a, self.act_bytes, out);
             }
             None => {
-                // Rows in the plain layout (gathered where interleaved).
+                // Rows in the plain layout (gathered where rearranged).
                 let dot = self.w.kernels.vec_dot;
                 for (r, wr) in rows.map(|r| self.w.stored_row(self.first + r)).enumerate() {
                     for (t, arow) in a.chunks_exact(self.act_bytes).enumerate() {

@@ -191,11 +191,9 @@ pub struct WeightKernels {
     /// measured faster for this format). With `false`, a token alone and the
     /// same token in a batch agree within f32 rounding, not bit for bit.
     pub gemm_one_token: bool,
-    /// Whether [`WeightKernels::gemm`] reads each whole group of
-    /// [`GROUP_ROWS`] rows interleaved block by block ([`interleave_rows`]),
-    /// so that a tile of four rows reads one sequential stream. The weight
-    /// is then stored that way; rows past the last whole group stay plain.
-    pub interleave: bool,
+    /// How [`WeightKernels::gemm`] wants the weight's whole groups of rows
+    /// stored ([`Layout`]); rows past the last whole group stay plain.
+    pub layout: Layout,
     /// A lossless re-encoding the weight is stored in instead, whose
     /// kernels run faster here ([`Widen`]); the other fields are then not
     /// used for it.
@@ -240,7 +238,7 @@ pub struct Widen {
     pub decode: fn(from: &[u8], to: &mut [u8]),
 }
 
-/// Rows per group of the interleaved layout ([`WeightKernels::interleave`]).
+/// Rows per group of [`Layout::Interleaved`].
 pub const GROUP_ROWS: usize = 4;
 
 /// Rearranges each whole group of [`GROUP_ROWS`] rows of `bytes` (rows of
@@ -266,31 +264,160 @@ pub fn interleave_rows(bytes: &mut [u8], row_bytes: usize, block_bytes: usize) {
     }
 }
 
-/// Row `r` of `bytes` laid out by [`interleave_rows`] (`rows` rows in
-/// all), in the plain layout: borrowed past the last whole group, gathered
-/// inside one. Empty when `r` is out of range.
-pub fn plain_row(
-    bytes: &[u8],
-    rows: usize,
-    row_bytes: usize,
-    block_bytes: usize,
-    r: usize,
-) -> Cow<'_, [u8]> {
-    let whole = rows / GROUP_ROWS * GROUP_ROWS;
-    let plain = block_bytes == 0 || !row_bytes.is_multiple_of(block_bytes);
-    if r >= whole || plain {
-        return Cow::Borrowed(bytes.get(r * row_bytes..(r + 1) * row_bytes).unwrap_or(&[]));
+/// Rows per group of [`Layout::Bands`].
+pub const BAND_ROWS: usize = 16;
+
+/// How the whole groups of a weight's rows are stored, for the tiles that
+/// read them ([`WeightKernels::layout`]). Every layout keeps a group's
+/// bytes in the group's place, so ranges of whole groups slice as plain
+/// rows do; rows past the last whole group stay plain.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Layout {
+    /// The GGUF rows, one after another.
+    Plain,
+    /// Groups of [`GROUP_ROWS`] rows interleaved block by block
+    /// ([`interleave_rows`]): a tile of four rows reads one stream.
+    Interleaved,
+    /// Groups of [`BAND_ROWS`] rows of a 32-element format, transposed
+    /// block by block ([`band_rows`]): per block index, the group's first
+    /// f16 scales (16 x 2 bytes), their second ones where the blocks have
+    /// `halves = 2` (`m`), then each 4-byte word of the quants, 16 rows
+    /// side by side. One 512-bit load is then one word of 16 rows, one
+    /// `vpdpbusd` their 16 partial sums in lanes, and the 16 scales one
+    /// conversion: the one-token kernels assemble nothing.
+    Bands {
+        /// The f16 scales at the head of each block (1 or 2).
+        halves: usize,
+    },
+}
+
+impl Layout {
+    /// Rows per group (1 for [`Layout::Plain`]).
+    pub fn group_rows(self) -> usize {
+        match self {
+            Layout::Plain => 1,
+            Layout::Interleaved => GROUP_ROWS,
+            Layout::Bands { .. } => BAND_ROWS,
+        }
     }
-    let group = &bytes[r / GROUP_ROWS * GROUP_ROWS * row_bytes..][..GROUP_ROWS * row_bytes];
-    let i = r % GROUP_ROWS;
-    let out = group
-        .chunks_exact(block_bytes)
-        .skip(i)
-        .step_by(GROUP_ROWS)
-        .flatten()
-        .copied()
+
+    /// Whether the layout applies to rows of `row_bytes` made of blocks of
+    /// `block_bytes` (else the rows stay plain).
+    fn fits(self, row_bytes: usize, block_bytes: usize) -> bool {
+        let whole_blocks =
+            block_bytes > 0 && row_bytes > 0 && row_bytes.is_multiple_of(block_bytes);
+        match self {
+            Layout::Plain => false,
+            Layout::Interleaved => whole_blocks,
+            Layout::Bands { halves } => {
+                whole_blocks
+                    && block_bytes > 2 * halves
+                    && (block_bytes - 2 * halves).is_multiple_of(4)
+            }
+        }
+    }
+
+    /// Stores the whole groups of `bytes` (rows of `row_bytes`, blocks of
+    /// `block_bytes`) in this layout; nothing changes where it does not
+    /// fit the sizes.
+    pub fn apply(self, bytes: &mut [u8], row_bytes: usize, block_bytes: usize) {
+        match self {
+            Layout::Plain => {}
+            Layout::Interleaved => interleave_rows(bytes, row_bytes, block_bytes),
+            Layout::Bands { halves } => {
+                if self.fits(row_bytes, block_bytes) {
+                    band_rows(bytes, row_bytes, block_bytes, halves);
+                }
+            }
+        }
+    }
+
+    /// Row `r` of `bytes` stored in this layout (`rows` rows in all, of
+    /// `row_bytes`, blocks of `block_bytes`), in the plain layout: borrowed
+    /// past the last whole group, gathered inside one. Empty when `r` is
+    /// out of range.
+    pub fn plain_row(
+        self,
+        bytes: &[u8],
+        rows: usize,
+        row_bytes: usize,
+        block_bytes: usize,
+        r: usize,
+    ) -> Cow<'_, [u8]> {
+        let g = self.group_rows();
+        let whole = rows / g * g;
+        if r >= whole || !self.fits(row_bytes, block_bytes) {
+            return Cow::Borrowed(bytes.get(r * row_bytes..(r + 1) * row_bytes).unwrap_or(&[]));
+        }
+        let group = &bytes[r / g * g * row_bytes..][..g * row_bytes];
+        let i = r % g;
+        let out = match self {
+            Layout::Bands { halves } => {
+                let mut out = vec![0u8; row_bytes];
+                for (block, packed) in out
+                    .chunks_exact_mut(block_bytes)
+                    .zip(group.chunks_exact(BAND_ROWS * block_bytes))
+                {
+                    for (from, to, len) in band_pieces(block_bytes, halves, i) {
+                        block[from..from + len].copy_from_slice(&packed[to..to + len]);
+                    }
+                }
+                out
+            }
+            _ => group
+                .chunks_exact(block_bytes)
+                .skip(i)
+                .step_by(GROUP_ROWS)
+                .flatten()
+                .copied()
+                .collect(),
+        };
+        Cow::Owned(out)
+    }
+}
+
+/// Where the pieces of row `r`'s block go in a [`Layout::Bands`] group's
+/// block step: `(offset in the block, offset in the step, length)`, the
+/// `halves` f16 scales first, then the quant words.
+fn band_pieces(
+    block_bytes: usize,
+    halves: usize,
+    r: usize,
+) -> impl Iterator<Item = (usize, usize, usize)> {
+    let head = 2 * halves;
+    let scales = (0..halves).map(move |f| (2 * f, 2 * BAND_ROWS * f + 2 * r, 2));
+    let words = (0..(block_bytes - head) / 4).map(move |k| {
+        (
+            head + 4 * k,
+            2 * BAND_ROWS * halves + 4 * BAND_ROWS * k + 4 * r,
+            4,
+        )
+    });
+    scales.chain(words)
+}
+
+/// Rearranges each whole group of [`BAND_ROWS`] rows of `bytes` into
+/// [`Layout::Bands`] (`halves` f16 scales at the head of each block of
+/// `block_bytes`, the rest 4-byte words); rows past the last whole group
+/// stay as they are. The caller checks that the sizes fit.
+fn band_rows(bytes: &mut [u8], row_bytes: usize, block_bytes: usize, halves: usize) {
+    let mut plain = vec![0u8; BAND_ROWS * row_bytes];
+    let pieces: Vec<Vec<(usize, usize, usize)>> = (0..BAND_ROWS)
+        .map(|r| band_pieces(block_bytes, halves, r).collect())
         .collect();
-    Cow::Owned(out)
+    for g in bytes.chunks_exact_mut(BAND_ROWS * row_bytes) {
+        plain.copy_from_slice(g);
+        for (r, row) in plain.chunks_exact(row_bytes).enumerate() {
+            for (block, step) in row
+                .chunks_exact(block_bytes)
+                .zip(g.chunks_exact_mut(BAND_ROWS * block_bytes))
+            {
+                for &(from, to, len) in &pieces[r] {
+                    step[to..to + len].copy_from_slice(&block[from..from + len]);
+                }
+            }
+        }
+    }
 }
 
 impl std::fmt::Debug for WeightKernels {
@@ -422,7 +549,7 @@ fn scalar_weight_kernels(ty: GgmlType) -> Option<WeightKernels> {
         dequantize_row,
         gemm: None,
         gemm_one_token: false,
-        interleave: false,
+        layout: Layout::Plain,
         widen: None,
         gemm_finite_scales: false,
     })
@@ -470,7 +597,7 @@ fn scalar_kquant_kernels(ty: GgmlType) -> Option<WeightKernels> {
         dequantize_row,
         gemm: None,
         gemm_one_token: false,
-        interleave: false,
+        layout: Layout::Plain,
         widen: None,
         gemm_finite_scales: false,
     })
@@ -570,12 +697,13 @@ impl KernelTable {
             k.gemm = Some(gemm);
             k.gemm_one_token = x86::gemm_one_token(self.isa, ty);
             k.gemm_finite_scales = x86::gemm_finite_scales(self.isa, ty);
+            k.layout = x86::layout(self.isa, ty);
         }
         #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
         if let Some(gemm) = wasm::gemm(self.isa, ty) {
             k.gemm = Some(gemm);
             k.gemm_one_token = true;
-            k.interleave = true;
+            k.layout = Layout::Interleaved;
             k.gemm_finite_scales = true;
         }
         #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]

@@ -25,7 +25,7 @@ use super::avx2::{h2f, iq4_levels, nibbles, q5_quants};
 use super::decode512::{gather_f16_pairs, row_offsets8, row_sums8};
 use super::gemm::{gemm_shape, prefetch_share};
 use super::gemm16;
-use crate::backend::cpu::kernels::{blocks, GemmFn, Out};
+use crate::backend::cpu::kernels::{blocks, GemmFn, Layout, Out, BAND_ROWS};
 use crate::quant::blocks::{
     BlockIQ4NL, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, BlockQ8_1, KVALUES_IQ4NL,
 };
@@ -271,15 +271,36 @@ pub(super) fn gemm(ty: GgmlType) -> Option<GemmFn> {
     // (eight lanes per pair, the mins summed apart): through this kernel a
     // Q5_1 Mixtral's router picked another expert at one step of the
     // synthetic tests, and its logits moved past their bounds.
+    /// An entry running [`run_bands`] for block type `$W` (stored in
+    /// [`layout`]'s bands).
+    macro_rules! bands {
+        ($W:ty) => {
+            |w: &[u8], rb: usize, a: &[u8], ab: usize, out: Out<'_>| {
+                // SAFETY: as for `entry!`.
+                unsafe { run_bands::<$W>(w, rb, a, ab, out) }
+            }
+        };
+    }
     let f: GemmFn = match ty {
-        GgmlType::Q4_0 => entry!(BlockQ4_0),
-        GgmlType::Q4_1 => entry!(BlockQ4_1),
+        GgmlType::Q4_0 => bands!(BlockQ4_0),
+        GgmlType::Q4_1 => bands!(BlockQ4_1),
         GgmlType::Q5_0 => entry!(BlockQ5_0),
-        GgmlType::Q8_0 => entry!(BlockQ8_0),
-        GgmlType::IQ4_NL => entry!(BlockIQ4NL),
+        GgmlType::Q8_0 => bands!(BlockQ8_0),
+        GgmlType::IQ4_NL => bands!(BlockIQ4NL),
         _ => return None,
     };
     Some(f)
+}
+
+/// How [`gemm`]'s kernel of `ty` wants the weight stored: the formats it
+/// runs through [`run_bands`] in [`Layout::Bands`] (their `d`, and `m`
+/// where they have one, then words of quants), the others plain.
+pub(super) fn layout(ty: GgmlType) -> Layout {
+    match ty {
+        GgmlType::Q4_0 | GgmlType::Q8_0 | GgmlType::IQ4_NL => Layout::Bands { halves: 1 },
+        GgmlType::Q4_1 => Layout::Bands { halves: 2 },
+        _ => Layout::Plain,
+    }
 }
 
 /// Transposes tokens `t0..t0 + tn` of `a` (rows of `nb` blocks) into `p`
@@ -382,7 +403,8 @@ unsafe fn run<W: Format>(w: &[u8], row_bytes: usize, a: &[u8], act_bytes: usize,
                 let band_w = &wb[r0 * nb..(r0 + BAND) * nb];
                 // SAFETY: rows r0..r0 + 8 and tokens t0..t0 + tn exist;
                 // `out.fits(rows, toks)` bounds every index written.
-                unsafe { band(band_w, nb, &p, tn, op.add(r0 * rs + t0 * ts), rs, ts) };
+                let o = op.add(r0 * rs + t0 * ts);
+                unsafe { band(|r, b| band_w[r * nb + b], nb, &p, tn, o, rs, ts) };
             }
         }
         PACKED.set(p);
@@ -595,14 +617,14 @@ unsafe fn nibble_sums8(
     _mm512_castsi512_si256(_mm512_permutexvar_epi32(idx, v))
 }
 
-/// Eight weight rows (`w`, 8 rows of `nb` blocks) by the `tn` packed tokens
-/// of `p`, results at `out[r * rs + t * ts]`.
+/// Eight weight rows (`w(r, b)`: block `b` of row `r < 8`, `nb` blocks a
+/// row) by the `tn` packed tokens of `p`, results at `out[r * rs + t * ts]`.
 ///
 /// # Safety
 /// AVX-512 VNNI as in [`run`]; `out` is valid for every index written.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 unsafe fn band<W: Format>(
-    w: &[W],
+    w: impl Fn(usize, usize) -> W,
     nb: usize,
     p: &Packed,
     tn: usize,
@@ -617,7 +639,7 @@ unsafe fn band<W: Format>(
     let mut mw = [0.0f32; BAND];
     for b in 0..nb {
         for r in 0..BAND {
-            let (u, d, m) = w[r * nb + b].decode();
+            let (u, d, m) = w(r, b).decode();
             _mm256_storeu_si256(q[r].as_mut_ptr().cast(), u);
             (dw[r], mw[r]) = (d, m);
         }
@@ -651,4 +673,218 @@ unsafe fn band<W: Format>(
         }
     }
     gemm16::store(&acc, tn, out, rs, ts);
+}
+
+/// The f16 scales at the head of a block of `W` in [`Layout::Bands`].
+const fn halves<W: Format>() -> usize {
+    if W::MIN {
+        2
+    } else {
+        1
+    }
+}
+
+/// Block `r` (`r < BAND_ROWS`) of a [`Layout::Bands`] group's block step
+/// `step`, as the plain block.
+///
+/// # Safety
+/// `step` points at a whole block step of `BAND_ROWS` blocks of `W`.
+#[inline]
+unsafe fn band_block<W: Format>(step: *const u8, r: usize) -> W {
+    let mut block = W::zeroed();
+    let bytes = bytemuck::bytes_of_mut(&mut block);
+    let h = halves::<W>();
+    for f in 0..h {
+        let from = step.add(2 * BAND_ROWS * f + 2 * r);
+        bytes[2 * f..2 * f + 2].copy_from_slice(std::slice::from_raw_parts(from, 2));
+    }
+    for k in 0..(size_of::<W>() - 2 * h) / 4 {
+        let from = step.add(2 * BAND_ROWS * h + 4 * BAND_ROWS * k + 4 * r);
+        let at = 2 * h + 4 * k;
+        bytes[at..at + 4].copy_from_slice(std::slice::from_raw_parts(from, 4));
+    }
+    block
+}
+
+/// The [`GemmFn`] of format `W` stored in [`Layout::Bands`]: whole groups
+/// of 16 rows through [`one_token_bands`] (one token) or [`band`] (its
+/// blocks gathered back, once per block and 64 tokens), the plain rows
+/// past the last whole group through [`run`].
+///
+/// # Safety
+/// The CPU must have AVX-512 F/BW/VL + VNNI, AVX2, FMA and F16C.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn run_bands<W: Format>(
+    w: &[u8],
+    row_bytes: usize,
+    a: &[u8],
+    act_bytes: usize,
+    out: Out<'_>,
+) {
+    let Some((nb, rows, toks)) = gemm_shape::<W, W::A>(w, row_bytes, a, act_bytes, &out) else {
+        return;
+    };
+    let ab = blocks::<W::A>(&a[..toks * act_bytes]);
+    let Out {
+        out: buf,
+        row_stride: rs,
+        tok_stride: ts,
+    } = out;
+    let op = buf.as_mut_ptr();
+    let grouped = rows / BAND_ROWS * BAND_ROWS;
+    // A group's block step: 16 blocks, one per row.
+    let step = BAND_ROWS * size_of::<W>();
+    let wp = w.as_ptr();
+    if toks == 1 {
+        // Two groups per pass for the 18-20-byte blocks (the activation's
+        // words then serve 32 rows), one for Q8_0's 34.
+        let most = if size_of::<W>() <= 22 { 2 } else { 1 };
+        let mut r0 = 0;
+        while r0 < grouped {
+            let h = ((grouped - r0) / BAND_ROWS).min(most);
+            let (g, o) = (wp.add(r0 * row_bytes), op.add(r0 * rs));
+            // SAFETY: rows r0..r0 + 16 h are whole groups of `w`;
+            // `out.fits(rows, 1)` (checked by `gemm_shape`) bounds every
+            // index written.
+            unsafe {
+                match h {
+                    2 => one_token_bands::<W, 2>(g, nb, &ab, h * step, o, rs),
+                    _ => one_token_bands::<W, 1>(g, nb, &ab, h * step, o, rs),
+                }
+            };
+            r0 += h * BAND_ROWS;
+        }
+    } else if grouped > 0 {
+        let mut p = PACKED.take();
+        for t0 in (0..toks).step_by(GROUPS * GROUP) {
+            let tn = (toks - t0).min(GROUPS * GROUP);
+            pack::<_, GROUP>(&ab, nb, t0, tn, &mut p);
+            for g0 in (0..grouped).step_by(BAND_ROWS) {
+                let g = wp.add(g0 * row_bytes);
+                for half in [0, BAND] {
+                    let o = op.add((g0 + half) * rs + t0 * ts);
+                    // SAFETY: rows g0..g0 + 16 are a whole group, so each
+                    // block step `b < nb` is in `w`; `out.fits(rows, toks)`
+                    // bounds every index written.
+                    let block =
+                        |r: usize, b: usize| unsafe { band_block::<W>(g.add(b * step), half + r) };
+                    unsafe { band(block, nb, &p, tn, o, rs, ts) };
+                }
+            }
+        }
+        PACKED.set(p);
+    }
+    if grouped < rows {
+        // The rows past the last whole group are plain.
+        let tail = Out {
+            out: &mut buf[grouped * rs..],
+            row_stride: rs,
+            tok_stride: ts,
+        };
+        run::<W>(
+            &w[grouped * row_bytes..rows * row_bytes],
+            row_bytes,
+            a,
+            act_bytes,
+            tail,
+        );
+    }
+}
+
+/// `H` whole groups of 16 weight rows in [`Layout::Bands`] (`w`, each of
+/// `nb` block steps) by one activation row `a` (decode), results at
+/// `out[r * rs]`, each block step prefetching `ahead` bytes of the rows
+/// after `w`: [`row_dot`]'s float operations lane by lane, row `16 h + r`
+/// in lane `r` of `acc[h]`.
+///
+/// Per block step of a group: its 16 `d` (and `m`) are one conversion, and
+/// each 64-byte word of quants one load, whose low (and high) nibbles, or
+/// bytes, one `vpdpbusd` against that word of the activations broadcast
+/// multiplies, the 16 rows' partial sums landing in their lanes. Nothing
+/// is gathered, inserted or folded across lanes.
+///
+/// # Safety
+/// AVX-512 VNNI as in [`run`]; `w` holds `H` whole groups of `nb` block
+/// steps; `out` is valid for every index written.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn one_token_bands<W: Format, const H: usize>(
+    w: *const u8,
+    nb: usize,
+    a: &[W::A],
+    ahead: usize,
+    out: *mut f32,
+    rs: usize,
+) {
+    if a.len() < nb {
+        return;
+    }
+    let step = BAND_ROWS * size_of::<W>();
+    let group = nb * step;
+    let words = 2 * BAND_ROWS * halves::<W>();
+    let m4 = _mm512_set1_epi8(0x0F);
+    let flip = _mm512_set1_epi8(i8::MIN);
+    let table = _mm512_broadcast_i32x4(_mm_loadu_si128(KVALUES_IQ4NL.as_ptr().cast()));
+    let ones = _mm256_set1_epi8(1);
+    let mut acc = [_mm512_setzero_ps(); H];
+    for (b, by) in a.iter().enumerate().take(nb) {
+        let q8 = by.qs();
+        // The pass reads one stream; its next rows' share of this step.
+        prefetch_share(w.add(H * group).cast(), ahead, b);
+        let x: [__m512i; WORDS] = std::array::from_fn(|k| {
+            _mm512_set1_epi32(i32::from_le_bytes([
+                q8[4 * k] as u8,
+                q8[4 * k + 1] as u8,
+                q8[4 * k + 2] as u8,
+                q8[4 * k + 3] as u8,
+            ]))
+        });
+        let bias = if W::BIAS != 0 {
+            let q = _mm256_loadu_si256(q8.as_ptr().cast());
+            _mm512_set1_epi32(W::BIAS * hsum(_mm256_dpbusd_epi32(_mm256_setzero_si256(), ones, q)))
+        } else {
+            _mm512_setzero_si512()
+        };
+        let (d8, s8) = (_mm512_set1_ps(h2f(by.d())), _mm512_set1_ps(h2f(by.s())));
+        for (h, acc) in acc.iter_mut().enumerate() {
+            let p = w.add(h * group + b * step);
+            let q = p.add(words);
+            let word = |k: usize| _mm512_loadu_si512(q.add(4 * BAND_ROWS * k).cast());
+            let (mut s0, mut s1) = (_mm512_setzero_si512(), _mm512_setzero_si512());
+            if W::NIBBLES == Nibbles::No {
+                // Q8_0: the quants plus 128 as unsigned bytes.
+                for k in (0..WORDS).step_by(2) {
+                    s0 = _mm512_dpbusd_epi32(s0, _mm512_xor_si512(word(k), flip), x[k]);
+                    s1 = _mm512_dpbusd_epi32(s1, _mm512_xor_si512(word(k + 1), flip), x[k + 1]);
+                }
+            } else {
+                // Word c's low nibbles are quants 4c..4c + 4, its high
+                // ones 16 + 4c..20 + 4c.
+                for c in 0..WORDS / 2 {
+                    let v = word(c);
+                    let mut lo = _mm512_and_si512(v, m4);
+                    let mut hi = _mm512_and_si512(_mm512_srli_epi16::<4>(v), m4);
+                    if W::NIBBLES == Nibbles::Levels {
+                        lo = _mm512_xor_si512(_mm512_shuffle_epi8(table, lo), flip);
+                        hi = _mm512_xor_si512(_mm512_shuffle_epi8(table, hi), flip);
+                    }
+                    s0 = _mm512_dpbusd_epi32(s0, lo, x[c]);
+                    s1 = _mm512_dpbusd_epi32(s1, hi, x[c + WORDS / 2]);
+                }
+            }
+            let isum = _mm512_sub_epi32(_mm512_add_epi32(s0, s1), bias);
+            let dw = _mm512_cvtph_ps(_mm256_loadu_si256(p.cast()));
+            *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dw, d8), *acc);
+            if W::MIN {
+                let mw = _mm512_cvtph_ps(_mm256_loadu_si256(p.add(2 * BAND_ROWS).cast()));
+                *acc = _mm512_fmadd_ps(mw, s8, *acc);
+            }
+        }
+    }
+    for (h, acc) in acc.iter().enumerate() {
+        let mut v = [0.0f32; BAND_ROWS];
+        _mm512_storeu_ps(v.as_mut_ptr(), *acc);
+        for (r, &x) in v.iter().enumerate() {
+            *out.add((BAND_ROWS * h + r) * rs) = x;
+        }
+    }
 }

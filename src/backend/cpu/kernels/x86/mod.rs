@@ -30,7 +30,7 @@ mod gemm8_k;
 mod gemm_float;
 mod gemm_k;
 
-use super::{DotFn, GemmFn, Isa, QuantizeFn};
+use super::{DotFn, GemmFn, Isa, Layout, QuantizeFn};
 use crate::quant::GgmlType;
 
 /// Whether this CPU runs `isa`'s kernels.
@@ -93,6 +93,16 @@ pub(super) fn gemm(isa: Isa, ty: GgmlType) -> Option<GemmFn> {
             .or_else(|| gemm::avx512::gemm(ty))
             .or_else(|| gemm_float::avx512::gemm(ty)),
         _ => None,
+    }
+}
+
+/// How [`gemm`]'s kernel of `ty` under `isa` wants the weight stored:
+/// AVX-512's one-token bands of Q4_0, Q4_1, Q8_0 and IQ4_NL read groups of
+/// 16 rows transposed block by block ([`Layout::Bands`]), the rest plain.
+pub(super) fn layout(isa: Isa, ty: GgmlType) -> Layout {
+    match isa {
+        Isa::Avx512 if gemm16::gemm(ty).is_none() => gemm16_legacy::layout(ty),
+        _ => Layout::Plain,
     }
 }
 
