@@ -675,6 +675,13 @@ unsafe fn band<W: Format>(
     gemm16::store(&acc, tn, out, rs, ts);
 }
 
+/// How far ahead of its reads each stream of [`one_token_bands`]
+/// prefetches: the hardware prefetchers alone leave decode from DRAM at
+/// 8-9 GB/s of one core's ~15; prefetching the next pass's rows (as
+/// [`one_token`] does) gave 9-11, this 12-14 (2048x8192 Q4_0 / Q8_0; 1024
+/// to 8192 bytes measured alike within the noise, none at all 8-9).
+const BANDS_AHEAD: usize = 2048;
+
 /// The f16 scales at the head of a block of `W` in [`Layout::Bands`].
 const fn halves<W: Format>() -> usize {
     if W::MIN {
@@ -736,20 +743,23 @@ unsafe fn run_bands<W: Format>(
     let step = BAND_ROWS * size_of::<W>();
     let wp = w.as_ptr();
     if toks == 1 {
-        // Two groups per pass for the 18-20-byte blocks (the activation's
-        // words then serve 32 rows), one for Q8_0's 34.
-        let most = if size_of::<W>() <= 22 { 2 } else { 1 };
+        // Up to four groups per pass: the activation's words then serve 64
+        // rows, and four streams run ahead of the arithmetic (measured on
+        // 2048x8192 from DRAM, against one or two groups per pass: 10-11
+        // -> 12-14 GB/s at one thread, 17-19 -> 22-25 at two).
         let mut r0 = 0;
         while r0 < grouped {
-            let h = ((grouped - r0) / BAND_ROWS).min(most);
+            let h = ((grouped - r0) / BAND_ROWS).min(4);
             let (g, o) = (wp.add(r0 * row_bytes), op.add(r0 * rs));
             // SAFETY: rows r0..r0 + 16 h are whole groups of `w`;
             // `out.fits(rows, 1)` (checked by `gemm_shape`) bounds every
             // index written.
             unsafe {
                 match h {
-                    2 => one_token_bands::<W, 2>(g, nb, &ab, h * step, o, rs),
-                    _ => one_token_bands::<W, 1>(g, nb, &ab, h * step, o, rs),
+                    4 => one_token_bands::<W, 4>(g, nb, &ab, o, rs),
+                    3 => one_token_bands::<W, 3>(g, nb, &ab, o, rs),
+                    2 => one_token_bands::<W, 2>(g, nb, &ab, o, rs),
+                    _ => one_token_bands::<W, 1>(g, nb, &ab, o, rs),
                 }
             };
             r0 += h * BAND_ROWS;
@@ -793,9 +803,9 @@ unsafe fn run_bands<W: Format>(
 
 /// `H` whole groups of 16 weight rows in [`Layout::Bands`] (`w`, each of
 /// `nb` block steps) by one activation row `a` (decode), results at
-/// `out[r * rs]`, each block step prefetching `ahead` bytes of the rows
-/// after `w`: [`row_dot`]'s float operations lane by lane, row `16 h + r`
-/// in lane `r` of `acc[h]`.
+/// `out[r * rs]`, each group's stream prefetched [`BANDS_AHEAD`] bytes
+/// ahead: [`row_dot`]'s float operations lane by lane, row `16 h + r` in
+/// lane `r` of `acc[h]`.
 ///
 /// Per block step of a group: its 16 `d` (and `m`) are one conversion, and
 /// each 64-byte word of quants one load, whose low (and high) nibbles, or
@@ -811,7 +821,6 @@ unsafe fn one_token_bands<W: Format, const H: usize>(
     w: *const u8,
     nb: usize,
     a: &[W::A],
-    ahead: usize,
     out: *mut f32,
     rs: usize,
 ) {
@@ -828,8 +837,10 @@ unsafe fn one_token_bands<W: Format, const H: usize>(
     let mut acc = [_mm512_setzero_ps(); H];
     for (b, by) in a.iter().enumerate().take(nb) {
         let q8 = by.qs();
-        // The pass reads one stream; its next rows' share of this step.
-        prefetch_share(w.add(H * group).cast(), ahead, b);
+        for h in 0..H {
+            let next = w.wrapping_add(h * group + b * step + BANDS_AHEAD);
+            prefetch_share(next.cast(), step, 0);
+        }
         let x: [__m512i; WORDS] = std::array::from_fn(|k| {
             _mm512_set1_epi32(i32::from_le_bytes([
                 q8[4 * k] as u8,
