@@ -279,7 +279,7 @@ pub enum Layout {
     /// ([`interleave_rows`]): a tile of four rows reads one stream.
     Interleaved,
     /// Groups of [`BAND_ROWS`] rows of a 32-element format, transposed
-    /// block by block ([`band_rows`]): per block index, the group's first
+    /// block by block ([`Layout::apply`]): per block index, the group's first
     /// f16 scales (16 x 2 bytes), their second ones where the blocks have
     /// `halves = 2` (`m`), then each 4-byte word of the quants, 16 rows
     /// side by side. One 512-bit load is then one word of 16 rows, one

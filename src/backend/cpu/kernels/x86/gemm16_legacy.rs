@@ -10,10 +10,13 @@
 //! one-row path ([`row_dot`]) does the same operations in the same order, so
 //! a token's results are bit for bit independent of the batch it is in.
 //!
-//! One token (decode) runs [`one_token`] instead of the transposed bands:
-//! up to four bands of eight rows per pass against the one activation row,
-//! each band's exact row sums folded into lanes, the same float operations
-//! lane by lane, and the next bands prefetched as one sequential stream.
+//! The weights are stored at load in groups of 16 rows transposed block by
+//! block ([`Layout::Bands`], [`layout`]), and one token (decode) runs
+//! [`one_token_bands`]: one 512-bit load is one 4-byte word of 16 rows, one
+//! `vpdpbusd` their 16 partial sums in lanes, the 16 scales one
+//! conversion, the same float operations lane by lane. The rows past the
+//! last whole group stay plain ([`run`]: [`one_token`]'s bands of eight
+//! rows, their exact sums folded into lanes, or the one-row path).
 
 use std::arch::x86_64::*;
 use std::cell::Cell;
@@ -255,15 +258,16 @@ format!(
     nibbles: Nibbles::Levels
 );
 
-/// The 16-token kernel of weight type `ty`, `None` where there is none.
+/// The 16-token kernel of weight type `ty`, `None` where there is none:
+/// [`run_bands`] over the weight stored in [`layout`]'s bands.
 pub(super) fn gemm(ty: GgmlType) -> Option<GemmFn> {
-    /// An entry running [`run`] for block type `$W`.
-    macro_rules! entry {
+    /// An entry running [`run_bands`] for block type `$W`.
+    macro_rules! bands {
         ($W:ty) => {
             |w: &[u8], rb: usize, a: &[u8], ab: usize, out: Out<'_>| {
                 // SAFETY: `x86::gemm` hands this entry out only after
                 // detecting AVX-512 F/BW/VL + VNNI (and AVX2, FMA, F16C).
-                unsafe { run::<$W>(w, rb, a, ab, out) }
+                unsafe { run_bands::<$W>(w, rb, a, ab, out) }
             }
         };
     }
@@ -271,20 +275,10 @@ pub(super) fn gemm(ty: GgmlType) -> Option<GemmFn> {
     // (eight lanes per pair, the mins summed apart): through this kernel a
     // Q5_1 Mixtral's router picked another expert at one step of the
     // synthetic tests, and its logits moved past their bounds.
-    /// An entry running [`run_bands`] for block type `$W` (stored in
-    /// [`layout`]'s bands).
-    macro_rules! bands {
-        ($W:ty) => {
-            |w: &[u8], rb: usize, a: &[u8], ab: usize, out: Out<'_>| {
-                // SAFETY: as for `entry!`.
-                unsafe { run_bands::<$W>(w, rb, a, ab, out) }
-            }
-        };
-    }
     let f: GemmFn = match ty {
         GgmlType::Q4_0 => bands!(BlockQ4_0),
         GgmlType::Q4_1 => bands!(BlockQ4_1),
-        GgmlType::Q5_0 => entry!(BlockQ5_0),
+        GgmlType::Q5_0 => bands!(BlockQ5_0),
         GgmlType::Q8_0 => bands!(BlockQ8_0),
         GgmlType::IQ4_NL => bands!(BlockIQ4NL),
         _ => return None,
@@ -297,7 +291,9 @@ pub(super) fn gemm(ty: GgmlType) -> Option<GemmFn> {
 /// where they have one, then words of quants), the others plain.
 pub(super) fn layout(ty: GgmlType) -> Layout {
     match ty {
-        GgmlType::Q4_0 | GgmlType::Q8_0 | GgmlType::IQ4_NL => Layout::Bands { halves: 1 },
+        GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 | GgmlType::IQ4_NL => {
+            Layout::Bands { halves: 1 }
+        }
         GgmlType::Q4_1 => Layout::Bands { halves: 2 },
         _ => Layout::Plain,
     }
@@ -834,6 +830,12 @@ unsafe fn one_token_bands<W: Format, const H: usize>(
     let flip = _mm512_set1_epi8(i8::MIN);
     let table = _mm512_broadcast_i32x4(_mm_loadu_si128(KVALUES_IQ4NL.as_ptr().cast()));
     let ones = _mm256_set1_epi8(1);
+    // Q5_0: `vpshufb` indices copying byte k of each u32 lane to its four
+    // bytes, and the 16 its fifth bits add.
+    let lanes = _mm512_broadcast_i32x4(_mm_setr_epi32(0, 0x0404_0404, 0x0808_0808, 0x0C0C_0C0C));
+    let spread: [__m512i; 4] =
+        std::array::from_fn(|k| _mm512_add_epi8(lanes, _mm512_set1_epi8(k as i8)));
+    let sixteen = _mm512_set1_epi8(0x10);
     let mut acc = [_mm512_setzero_ps(); H];
     for (b, by) in a.iter().enumerate().take(nb) {
         let q8 = by.qs();
@@ -869,14 +871,35 @@ unsafe fn one_token_bands<W: Format, const H: usize>(
                 }
             } else {
                 // Word c's low nibbles are quants 4c..4c + 4, its high
-                // ones 16 + 4c..20 + 4c.
+                // ones 16 + 4c..20 + 4c. Q5_0's words follow its `qh`.
+                let fifth = W::NIBBLES == Nibbles::Fifth;
+                let qh = if fifth {
+                    word(0)
+                } else {
+                    _mm512_setzero_si512()
+                };
                 for c in 0..WORDS / 2 {
-                    let v = word(c);
+                    let v = word(c + usize::from(fifth));
                     let mut lo = _mm512_and_si512(v, m4);
                     let mut hi = _mm512_and_si512(_mm512_srli_epi16::<4>(v), m4);
                     if W::NIBBLES == Nibbles::Levels {
                         lo = _mm512_xor_si512(_mm512_shuffle_epi8(table, lo), flip);
                         hi = _mm512_xor_si512(_mm512_shuffle_epi8(table, hi), flip);
+                    }
+                    if fifth {
+                        // Quant j's fifth bit is bit j of its row's `qh`:
+                        // byte j / 8 of the lane copied to the lane's four
+                        // bytes, each tested against its own bit.
+                        let bits = _mm512_set1_epi32(if c % 2 == 0 {
+                            0x0804_0201
+                        } else {
+                            0x8040_2010_u32 as i32
+                        });
+                        let set = |byte: usize| {
+                            _mm512_test_epi8_mask(_mm512_shuffle_epi8(qh, spread[byte]), bits)
+                        };
+                        lo = _mm512_mask_add_epi8(lo, set(c / 2), lo, sixteen);
+                        hi = _mm512_mask_add_epi8(hi, set(2 + c / 2), hi, sixteen);
                     }
                     s0 = _mm512_dpbusd_epi32(s0, lo, x[c]);
                     s1 = _mm512_dpbusd_epi32(s1, hi, x[c + WORDS / 2]);

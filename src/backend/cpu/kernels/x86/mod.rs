@@ -96,8 +96,8 @@ pub(super) fn gemm(isa: Isa, ty: GgmlType) -> Option<GemmFn> {
     }
 }
 
-/// How [`gemm`]'s kernel of `ty` under `isa` wants the weight stored:
-/// AVX-512's one-token bands of Q4_0, Q4_1, Q8_0 and IQ4_NL read groups of
+/// How [`gemm()`]'s kernel of `ty` under `isa` wants the weight stored:
+/// AVX-512's kernels of Q4_0, Q4_1, Q5_0, Q8_0 and IQ4_NL read groups of
 /// 16 rows transposed block by block ([`Layout::Bands`]), the rest plain.
 pub(super) fn layout(isa: Isa, ty: GgmlType) -> Layout {
     match isa {
