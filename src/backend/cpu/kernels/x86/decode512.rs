@@ -41,6 +41,7 @@ use std::cell::Cell;
 
 use super::avx2::{k4_scales_mins_v, q3_scales};
 use super::gemm::prefetch_share;
+use crate::backend::cpu::kernels::BAND_ROWS;
 use crate::quant::blocks::{
     BlockIQ4XS, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K, KVALUES_IQ4NL,
 };
@@ -616,5 +617,120 @@ pub(super) unsafe fn one_token<W: OneToken>(
     _mm256_storeu_ps(v.as_mut_ptr(), acc);
     for (r, &x) in v.iter().enumerate() {
         *out.add(r * rs) = x;
+    }
+}
+
+/// `H` whole groups of 16 Q4_K rows in [`Layout::Bands`] (`w`, each of
+/// `nb` block steps; two f16 scales, `d` and `dmin`, then 35 words: the
+/// three of the packed scales, the 32 of quants) by one activation row `a`,
+/// results at `out[r * rs]`, row `16 h + r` in lane `r` of `acc[h]`, each
+/// group's stream prefetched `ahead` bytes ahead.
+///
+/// Per block step and group, in lanes: the 16 rows' eight 6-bit scales and
+/// mins are unpacked from their three scale words by shifts and masks
+/// (ggml's `get_scale_min_k4`, four bytes per lane at once); each 64-byte
+/// word of quants is one load whose low and high nibbles go to two
+/// sub-blocks' `vpdpbusd` chains; a sub-block's exact sums times its scale
+/// (`vpmulld`) make `s1`, and the mins against the activation's sub-block
+/// sums (`vpdpwssd`) `s2`. Then `gemm16.rs`'s float operations:
+/// `acc += (s1 * d - s2 * dmin) * d8`.
+///
+/// # Safety
+/// AVX-512 VNNI as in `gemm16::run`; `w` holds `H` whole groups of `nb`
+/// block steps; `out` is valid for every index written.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(super) unsafe fn one_token_bands_q4k<const H: usize>(
+    w: *const u8,
+    nb: usize,
+    a: &[BlockQ8K],
+    ahead: usize,
+    out: *mut f32,
+    rs: usize,
+) {
+    const ROWS: usize = BAND_ROWS;
+    let step = ROWS * size_of::<BlockQ4K>();
+    let group = nb * step;
+    let m4 = _mm512_set1_epi8(0x0F);
+    let (m6, hi2) = (_mm512_set1_epi8(0x3F), _mm512_set1_epi8(0x30));
+    let byte = _mm512_set1_epi32(0xFF);
+    let mut acc = [_mm512_setzero_ps(); H];
+    for (b, by) in a.iter().enumerate().take(nb) {
+        for h in 0..H {
+            let next = w.wrapping_add(h * group + b * step + ahead);
+            prefetch_share(next.cast(), step, 0);
+        }
+        let q8 = by.qs.as_ptr();
+        let act = |at: usize| _mm512_set1_epi32(std::ptr::read_unaligned(q8.add(at).cast::<i32>()));
+        // The activation's eight sub-block sums, as the i16 pairs the
+        // mins' bytes (0, 2) and (1, 3) of each lane meet.
+        let bs = |j: usize| i32::from(by.bsums[2 * j]) + i32::from(by.bsums[2 * j + 1]);
+        let pair = |lo: usize, hi: usize| _mm512_set1_epi32((bs(lo) & 0xFFFF) | (bs(hi) << 16));
+        let sums = [pair(0, 2), pair(1, 3), pair(4, 6), pair(5, 7)];
+        let d8 = _mm512_set1_ps(by.d);
+        for (h, acc) in acc.iter_mut().enumerate() {
+            let p = w.add(h * group + b * step);
+            let word = |k: usize| _mm512_loadu_si512(p.add(4 * ROWS * (1 + k)).cast());
+            // Scales and mins of sub-blocks 0..4 and 4..8, a byte each.
+            let (s0, s1, s2) = (word(0), word(1), word(2));
+            let sc = [
+                _mm512_and_si512(s0, m6),
+                _mm512_or_si512(
+                    _mm512_and_si512(s2, m4),
+                    _mm512_and_si512(_mm512_srli_epi32::<2>(s0), hi2),
+                ),
+            ];
+            let mn = [
+                _mm512_and_si512(s1, m6),
+                _mm512_or_si512(
+                    _mm512_and_si512(_mm512_srli_epi32::<4>(s2), m4),
+                    _mm512_and_si512(_mm512_srli_epi32::<2>(s1), hi2),
+                ),
+            ];
+            let mut t2 = _mm512_setzero_si512();
+            for (half, m) in mn.iter().enumerate() {
+                let even = _mm512_and_si512(*m, _mm512_set1_epi32(0x00FF_00FF));
+                let odd =
+                    _mm512_and_si512(_mm512_srli_epi32::<8>(*m), _mm512_set1_epi32(0x00FF_00FF));
+                t2 = _mm512_dpwssd_epi32(t2, even, sums[2 * half]);
+                t2 = _mm512_dpwssd_epi32(t2, odd, sums[2 * half + 1]);
+            }
+            let mut t1 = _mm512_setzero_si512();
+            for i in 0..4 {
+                // Words 8i..8i + 8: sub-block 2i in the low nibbles,
+                // 2i + 1 in the high ones.
+                let (mut lo, mut hi) = (_mm512_setzero_si512(), _mm512_setzero_si512());
+                for k in 0..8 {
+                    let v = word(3 + 8 * i + k);
+                    let vl = _mm512_and_si512(v, m4);
+                    let vh = _mm512_and_si512(_mm512_srli_epi16::<4>(v), m4);
+                    lo = _mm512_dpbusd_epi32(lo, vl, act(64 * i + 4 * k));
+                    hi = _mm512_dpbusd_epi32(hi, vh, act(64 * i + 32 + 4 * k));
+                }
+                let scale = |j: usize| {
+                    let v = sc[j / 4];
+                    let shifted = match j % 4 {
+                        0 => v,
+                        1 => _mm512_srli_epi32::<8>(v),
+                        2 => _mm512_srli_epi32::<16>(v),
+                        _ => _mm512_srli_epi32::<24>(v),
+                    };
+                    _mm512_and_si512(shifted, byte)
+                };
+                t1 = _mm512_add_epi32(t1, _mm512_mullo_epi32(lo, scale(2 * i)));
+                t1 = _mm512_add_epi32(t1, _mm512_mullo_epi32(hi, scale(2 * i + 1)));
+            }
+            let d = _mm512_cvtph_ps(_mm256_loadu_si256(p.cast()));
+            let dmin = _mm512_cvtph_ps(_mm256_loadu_si256(p.add(2 * ROWS).cast()));
+            let m = _mm512_mul_ps(_mm512_cvtepi32_ps(t1), d);
+            let m = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(t2), dmin, m);
+            *acc = _mm512_add_ps(*acc, _mm512_mul_ps(m, d8));
+        }
+    }
+    for (h, acc) in acc.iter().enumerate() {
+        let mut v = [0.0f32; ROWS];
+        _mm512_storeu_ps(v.as_mut_ptr(), *acc);
+        for (r, &x) in v.iter().enumerate() {
+            *out.add((ROWS * h + r) * rs) = x;
+        }
     }
 }

@@ -29,7 +29,8 @@ use super::avx2::{
 };
 use super::decode512::{self, OneToken};
 use super::gemm::gemm_shape;
-use crate::backend::cpu::kernels::{blocks, GemmFn, Out};
+use super::gemm16_legacy::band_block;
+use crate::backend::cpu::kernels::{blocks, GemmFn, Layout, Out, BAND_ROWS};
 use crate::quant::blocks::{
     BlockIQ4XS, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K, QK_K,
 };
@@ -79,13 +80,26 @@ pub(super) fn gemm(ty: GgmlType) -> Option<GemmFn> {
     let f: GemmFn = match ty {
         GgmlType::Q2_K => entry!(BlockQ2K),
         GgmlType::Q3_K => entry!(BlockQ3K),
-        GgmlType::Q4_K => entry!(BlockQ4K),
+        GgmlType::Q4_K => |w: &[u8], rb: usize, a: &[u8], ab: usize, out: Out<'_>| {
+            // SAFETY: as for `entry!`; Q4_K is stored in `layout`'s bands.
+            unsafe { run_bands_q4k(w, rb, a, ab, out) }
+        },
         GgmlType::Q5_K => entry!(BlockQ5K),
         GgmlType::Q6_K => entry!(BlockQ6K),
         GgmlType::IQ4_XS => entry!(BlockIQ4XS),
         _ => return None,
     };
     Some(f)
+}
+
+/// How [`gemm`]'s kernel of `ty` wants the weight stored: Q4_K in
+/// [`Layout::Bands`] (`d` and `dmin`, then words of scales and quants), the
+/// others plain.
+pub(super) fn layout(ty: GgmlType) -> Layout {
+    match ty {
+        GgmlType::Q4_K => Layout::Bands { halves: 2 },
+        _ => Layout::Plain,
+    }
 }
 
 /// Decoded weight block: unsigned bytes `u = q + BIAS` (as 64 words),
@@ -498,9 +512,10 @@ unsafe fn run<W: Format>(w: &[u8], row_bytes: usize, a: &[u8], act_bytes: usize,
             for r0 in (0..banded).step_by(BAND) {
                 // SAFETY: rows r0..r0 + 8 and tokens t0..t0 + tn exist;
                 // `out.fits(rows, toks)` bounds every index written.
+                let rows = &wb[r0 * nb..(r0 + BAND) * nb];
                 unsafe {
                     band(
-                        &wb[r0 * nb..(r0 + BAND) * nb],
+                        |r, b| rows[r * nb + b],
                         nb,
                         &p,
                         tn,
@@ -541,15 +556,15 @@ pub(super) unsafe fn row_dot<W: Format>(w: &[W], a: &[BlockQ8K]) -> f32 {
     acc
 }
 
-/// Eight weight rows (`w`, 8 rows of `nb` blocks) by the `tn` packed tokens
-/// of `p`, results at `out[r * rs + t * ts]`: each block decoded once,
+/// Eight weight rows (`w(r, b)`: block `b` of row `r < 8`, `nb` blocks a
+/// row) by the `tn` packed tokens of `p`, results at `out[r * rs + t * ts]`: each block decoded once,
 /// then tiles of [`TILE_ROWS`] rows by up to [`TILE_GROUPS`] groups.
 ///
 /// # Safety
 /// AVX-512 VNNI as in [`run`]; `out` is valid for every index written.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 unsafe fn band<W: Format>(
-    w: &[W],
+    w: impl Fn(usize, usize) -> W,
     nb: usize,
     p: &Packed,
     tn: usize,
@@ -568,7 +583,7 @@ unsafe fn band<W: Format>(
     });
     for b in 0..nb {
         for (r, dr) in dec.iter_mut().enumerate() {
-            w[r * nb + b].decode(dr);
+            w(r, b).decode(dr);
         }
         for r0 in (0..BAND).step_by(TILE_ROWS) {
             let rows: &[Decoded; TILE_ROWS] = &*dec.as_ptr().add(r0).cast();
@@ -705,3 +720,84 @@ unsafe fn tile<W: Format, const G: usize>(
         }
     }
 }
+
+/// Q4_K's [`GemmFn`], the weight stored in [`Layout::Bands`]: whole groups
+/// of 16 rows through `decode512::one_token_bands_q4k` (one token) or
+/// [`band`] (blocks gathered back once per block and 64 tokens), the plain
+/// rows past the last whole group through [`run`].
+///
+/// # Safety
+/// The CPU must have AVX-512 F/BW/VL + VNNI, AVX2, FMA and F16C.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn run_bands_q4k(w: &[u8], row_bytes: usize, a: &[u8], act_bytes: usize, out: Out<'_>) {
+    type W = BlockQ4K;
+    let Some((nb, rows, toks)) = gemm_shape::<W, BlockQ8K>(w, row_bytes, a, act_bytes, &out) else {
+        return;
+    };
+    let ab = blocks::<BlockQ8K>(&a[..toks * act_bytes]);
+    let Out {
+        out: buf,
+        row_stride: rs,
+        tok_stride: ts,
+    } = out;
+    let op = buf.as_mut_ptr();
+    let grouped = rows / BAND_ROWS * BAND_ROWS;
+    let step = BAND_ROWS * size_of::<W>();
+    let wp = w.as_ptr();
+    if toks == 1 {
+        let mut r0 = 0;
+        while r0 < grouped {
+            let h = ((grouped - r0) / BAND_ROWS).min(2);
+            let (g, o) = (wp.add(r0 * row_bytes), op.add(r0 * rs));
+            // SAFETY: rows r0..r0 + 16 h are whole groups of `w`;
+            // `out.fits(rows, 1)` (checked by `gemm_shape`) bounds every
+            // index written.
+            unsafe {
+                match h {
+                    2 => decode512::one_token_bands_q4k::<2>(g, nb, &ab, AHEAD, o, rs),
+                    _ => decode512::one_token_bands_q4k::<1>(g, nb, &ab, AHEAD, o, rs),
+                }
+            };
+            r0 += h * BAND_ROWS;
+        }
+    } else if grouped > 0 {
+        let mut p = PACKED.take();
+        for t0 in (0..toks).step_by(GROUPS * GROUP) {
+            let tn = (toks - t0).min(GROUPS * GROUP);
+            pack::<W, GROUP>(&ab, nb, t0, tn, &mut p);
+            for g0 in (0..grouped).step_by(BAND_ROWS) {
+                let g = wp.add(g0 * row_bytes);
+                for half in [0, BAND] {
+                    let o = op.add((g0 + half) * rs + t0 * ts);
+                    // SAFETY: rows g0..g0 + 16 are a whole group, so each
+                    // block step `b < nb` is in `w`; `out.fits(rows, toks)`
+                    // bounds every index written.
+                    let block = |r: usize, b: usize| unsafe {
+                        band_block::<W>(g.add(b * step), half + r, 2)
+                    };
+                    unsafe { band(block, nb, &p, tn, o, rs, ts) };
+                }
+            }
+        }
+        PACKED.set(p);
+    }
+    if grouped < rows {
+        // The rows past the last whole group are plain.
+        let tail = Out {
+            out: &mut buf[grouped * rs..],
+            row_stride: rs,
+            tok_stride: ts,
+        };
+        run::<W>(
+            &w[grouped * row_bytes..rows * row_bytes],
+            row_bytes,
+            a,
+            act_bytes,
+            tail,
+        );
+    }
+}
+
+/// How far ahead of its reads each group's stream of Q4_K's one-token
+/// bands prefetches (as `gemm16_legacy`'s bands).
+const AHEAD: usize = 2048;

@@ -688,15 +688,14 @@ const fn halves<W: Format>() -> usize {
 }
 
 /// Block `r` (`r < BAND_ROWS`) of a [`Layout::Bands`] group's block step
-/// `step`, as the plain block.
+/// `step` (blocks with `h` f16 scales at their head), as the plain block.
 ///
 /// # Safety
 /// `step` points at a whole block step of `BAND_ROWS` blocks of `W`.
 #[inline]
-unsafe fn band_block<W: Format>(step: *const u8, r: usize) -> W {
+pub(super) unsafe fn band_block<W: Pod>(step: *const u8, r: usize, h: usize) -> W {
     let mut block = W::zeroed();
     let bytes = bytemuck::bytes_of_mut(&mut block);
-    let h = halves::<W>();
     for f in 0..h {
         let from = step.add(2 * BAND_ROWS * f + 2 * r);
         bytes[2 * f..2 * f + 2].copy_from_slice(std::slice::from_raw_parts(from, 2));
@@ -772,8 +771,9 @@ unsafe fn run_bands<W: Format>(
                     // SAFETY: rows g0..g0 + 16 are a whole group, so each
                     // block step `b < nb` is in `w`; `out.fits(rows, toks)`
                     // bounds every index written.
-                    let block =
-                        |r: usize, b: usize| unsafe { band_block::<W>(g.add(b * step), half + r) };
+                    let block = |r: usize, b: usize| unsafe {
+                        band_block::<W>(g.add(b * step), half + r, halves::<W>())
+                    };
                     unsafe { band(block, nb, &p, tn, o, rs, ts) };
                 }
             }

@@ -97,11 +97,12 @@ pub(super) fn gemm(isa: Isa, ty: GgmlType) -> Option<GemmFn> {
 }
 
 /// How [`gemm()`]'s kernel of `ty` under `isa` wants the weight stored:
-/// AVX-512's kernels of Q4_0, Q4_1, Q5_0, Q8_0 and IQ4_NL read groups of
+/// AVX-512's kernels of Q4_0, Q4_1, Q5_0, Q8_0, IQ4_NL and Q4_K read groups of
 /// 16 rows transposed block by block ([`Layout::Bands`]), the rest plain.
 pub(super) fn layout(isa: Isa, ty: GgmlType) -> Layout {
     match isa {
-        Isa::Avx512 if gemm16::gemm(ty).is_none() => gemm16_legacy::layout(ty),
+        Isa::Avx512 if gemm16::gemm(ty).is_some() => gemm16::layout(ty),
+        Isa::Avx512 => gemm16_legacy::layout(ty),
         _ => Layout::Plain,
     }
 }
