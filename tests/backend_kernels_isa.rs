@@ -292,10 +292,12 @@ fn rearranged_rows_read_back_as_the_plain_rows() {
         (Layout::Interleaved, GgmlType::Q8_0),
         (Layout::Interleaved, GgmlType::Q4_1),
         (Layout::Interleaved, GgmlType::Q4_K),
-        (Layout::Bands { halves: 1 }, GgmlType::Q4_0),
-        (Layout::Bands { halves: 1 }, GgmlType::Q8_0),
-        (Layout::Bands { halves: 1 }, GgmlType::IQ4_NL),
-        (Layout::Bands { halves: 2 }, GgmlType::Q4_1),
+        (Layout::Bands { halves: 1, at: 0 }, GgmlType::Q4_0),
+        (Layout::Bands { halves: 1, at: 0 }, GgmlType::Q8_0),
+        (Layout::Bands { halves: 1, at: 0 }, GgmlType::IQ4_NL),
+        (Layout::Bands { halves: 2, at: 0 }, GgmlType::Q4_1),
+        (Layout::Bands { halves: 2, at: 0 }, GgmlType::Q4_K),
+        (Layout::Bands { halves: 1, at: 208 }, GgmlType::Q6_K),
     ];
     for (layout, ty) in layouts {
         for rows in [1, 3, 4, 5, 8, 11, 16, 17, 35] {
@@ -339,7 +341,7 @@ fn banded_layout_puts_sixteen_rows_scales_and_words_side_by_side() {
         .collect();
     let rb = nb * bb;
     let mut w = wq.clone();
-    Layout::Bands { halves: 2 }.apply(&mut w, rb, bb);
+    Layout::Bands { halves: 2, at: 0 }.apply(&mut w, rb, bb);
     for r in 0..rows {
         for b in 0..nb {
             let plain = &wq[r * rb + b * bb..][..bb];

@@ -278,16 +278,20 @@ pub enum Layout {
     /// Groups of [`GROUP_ROWS`] rows interleaved block by block
     /// ([`interleave_rows`]): a tile of four rows reads one stream.
     Interleaved,
-    /// Groups of [`BAND_ROWS`] rows of a 32-element format, transposed
-    /// block by block ([`Layout::apply`]): per block index, the group's first
-    /// f16 scales (16 x 2 bytes), their second ones where the blocks have
-    /// `halves = 2` (`m`), then each 4-byte word of the quants, 16 rows
-    /// side by side. One 512-bit load is then one word of 16 rows, one
-    /// `vpdpbusd` their 16 partial sums in lanes, and the 16 scales one
-    /// conversion: the one-token kernels assemble nothing.
+    /// Groups of [`BAND_ROWS`] rows transposed block by block
+    /// ([`Layout::apply`]): per block index, the group's first f16 scales
+    /// (16 x 2 bytes), their second ones where the blocks have
+    /// `halves = 2` (`m`, `dmin`), then each 4-byte word of the rest of
+    /// the block (quants, packed sub-block scales), 16 rows side by side.
+    /// One 512-bit load is then one word of 16 rows, one `vpdpbusd` their
+    /// 16 partial sums in lanes, and the 16 scales one conversion: the
+    /// one-token kernels assemble nothing.
     Bands {
-        /// The f16 scales at the head of each block (1 or 2).
+        /// The f16 scales of each block (1 or 2).
         halves: usize,
+        /// Their byte offset in the block (0 but for Q6_K's `d`, last; a
+        /// multiple of 4).
+        at: usize,
     },
 }
 
@@ -309,8 +313,10 @@ impl Layout {
         match self {
             Layout::Plain => false,
             Layout::Interleaved => whole_blocks,
-            Layout::Bands { halves } => {
+            Layout::Bands { halves, at } => {
                 whole_blocks
+                    && at.is_multiple_of(4)
+                    && block_bytes >= at + 2 * halves
                     && block_bytes > 2 * halves
                     && (block_bytes - 2 * halves).is_multiple_of(4)
             }
@@ -324,9 +330,9 @@ impl Layout {
         match self {
             Layout::Plain => {}
             Layout::Interleaved => interleave_rows(bytes, row_bytes, block_bytes),
-            Layout::Bands { halves } => {
+            Layout::Bands { halves, at } => {
                 if self.fits(row_bytes, block_bytes) {
-                    band_rows(bytes, row_bytes, block_bytes, halves);
+                    band_rows(bytes, row_bytes, block_bytes, halves, at);
                 }
             }
         }
@@ -352,13 +358,13 @@ impl Layout {
         let group = &bytes[r / g * g * row_bytes..][..g * row_bytes];
         let i = r % g;
         let out = match self {
-            Layout::Bands { halves } => {
+            Layout::Bands { halves, at } => {
                 let mut out = vec![0u8; row_bytes];
                 for (block, packed) in out
                     .chunks_exact_mut(block_bytes)
                     .zip(group.chunks_exact(BAND_ROWS * block_bytes))
                 {
-                    for (from, to, len) in band_pieces(block_bytes, halves, i) {
+                    for (from, to, len) in band_pieces(block_bytes, halves, at, i) {
                         block[from..from + len].copy_from_slice(&packed[to..to + len]);
                     }
                 }
@@ -378,20 +384,19 @@ impl Layout {
 
 /// Where the pieces of row `r`'s block go in a [`Layout::Bands`] group's
 /// block step: `(offset in the block, offset in the step, length)`, the
-/// `halves` f16 scales first, then the quant words.
+/// `halves` f16 scales (at byte `at` of the block) first, then the words
+/// of the other bytes in their order.
 fn band_pieces(
     block_bytes: usize,
     halves: usize,
+    at: usize,
     r: usize,
 ) -> impl Iterator<Item = (usize, usize, usize)> {
     let head = 2 * halves;
-    let scales = (0..halves).map(move |f| (2 * f, 2 * BAND_ROWS * f + 2 * r, 2));
+    let scales = (0..halves).map(move |f| (at + 2 * f, 2 * BAND_ROWS * f + 2 * r, 2));
     let words = (0..(block_bytes - head) / 4).map(move |k| {
-        (
-            head + 4 * k,
-            2 * BAND_ROWS * halves + 4 * BAND_ROWS * k + 4 * r,
-            4,
-        )
+        let from = if 4 * k < at { 4 * k } else { 4 * k + head };
+        (from, 2 * BAND_ROWS * halves + 4 * BAND_ROWS * k + 4 * r, 4)
     });
     scales.chain(words)
 }
@@ -400,10 +405,10 @@ fn band_pieces(
 /// [`Layout::Bands`] (`halves` f16 scales at the head of each block of
 /// `block_bytes`, the rest 4-byte words); rows past the last whole group
 /// stay as they are. The caller checks that the sizes fit.
-fn band_rows(bytes: &mut [u8], row_bytes: usize, block_bytes: usize, halves: usize) {
+fn band_rows(bytes: &mut [u8], row_bytes: usize, block_bytes: usize, halves: usize, at: usize) {
     let mut plain = vec![0u8; BAND_ROWS * row_bytes];
     let pieces: Vec<Vec<(usize, usize, usize)>> = (0..BAND_ROWS)
-        .map(|r| band_pieces(block_bytes, halves, r).collect())
+        .map(|r| band_pieces(block_bytes, halves, at, r).collect())
         .collect();
     for g in bytes.chunks_exact_mut(BAND_ROWS * row_bytes) {
         plain.copy_from_slice(g);

@@ -620,7 +620,7 @@ pub(super) unsafe fn one_token<W: OneToken>(
     }
 }
 
-/// `H` whole groups of 16 Q4_K rows in [`Layout::Bands`] (`w`, each of
+/// `H` whole groups of 16 Q4_K rows in [`Layout::Bands`](crate::backend::cpu::kernels::Layout::Bands) (`w`, each of
 /// `nb` block steps; two f16 scales, `d` and `dmin`, then 35 words: the
 /// three of the packed scales, the 32 of quants) by one activation row `a`,
 /// results at `out[r * rs]`, row `16 h + r` in lane `r` of `acc[h]`, each
@@ -723,6 +723,112 @@ pub(super) unsafe fn one_token_bands_q4k<const H: usize>(
             let dmin = _mm512_cvtph_ps(_mm256_loadu_si256(p.add(2 * ROWS).cast()));
             let m = _mm512_mul_ps(_mm512_cvtepi32_ps(t1), d);
             let m = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(t2), dmin, m);
+            *acc = _mm512_add_ps(*acc, _mm512_mul_ps(m, d8));
+        }
+    }
+    for (h, acc) in acc.iter().enumerate() {
+        let mut v = [0.0f32; ROWS];
+        _mm512_storeu_ps(v.as_mut_ptr(), *acc);
+        for (r, &x) in v.iter().enumerate() {
+            *out.add((ROWS * h + r) * rs) = x;
+        }
+    }
+}
+
+/// `H` whole groups of 16 Q6_K rows in [`Layout::Bands`](crate::backend::cpu::kernels::Layout::Bands) (`w`, each of
+/// `nb` block steps; the 16 rows' `d`, then 52 words: 32 of `ql`, 16 of
+/// `qh`, 4 of the i8 sub-block scales) by one activation row `a`, results
+/// at `out[r * rs]`, row `16 h + r` in lane `r` of `acc[h]`, each group's
+/// stream prefetched `ahead` bytes ahead.
+///
+/// Per block step and group: each word of `ql` and its word of `qh` give
+/// four registers of 6-bit quants plus 32 (a shift and two masks each),
+/// and their `vpdpbusd` chains the 16 sub-blocks' exact sums, which meet
+/// their sign-extended scales in `vpmulld`; the offset of 32 comes back as
+/// `32 * sum(sc * bsum)` from `vpdpwssd`. Then `gemm16.rs`'s float
+/// operations: `acc += (s1 * d) * d8`.
+///
+/// # Safety
+/// AVX-512 VNNI as in `gemm16::run`; `w` holds `H` whole groups of `nb`
+/// block steps; `out` is valid for every index written.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(super) unsafe fn one_token_bands_q6k<const H: usize>(
+    w: *const u8,
+    nb: usize,
+    a: &[BlockQ8K],
+    ahead: usize,
+    out: *mut f32,
+    rs: usize,
+) {
+    const ROWS: usize = BAND_ROWS;
+    let step = ROWS * size_of::<BlockQ6K>();
+    let group = nb * step;
+    let (m4, m30) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(0x30));
+    let mut acc = [_mm512_setzero_ps(); H];
+    for (b, by) in a.iter().enumerate().take(nb) {
+        for h in 0..H {
+            let next = w.wrapping_add(h * group + b * step + ahead);
+            prefetch_share(next.cast(), step, 0);
+        }
+        let q8 = by.qs.as_ptr();
+        let act = |at: usize| _mm512_set1_epi32(std::ptr::read_unaligned(q8.add(at).cast::<i32>()));
+        let bs = |j: usize| i32::from(by.bsums[j]);
+        let pair = |lo: usize, hi: usize| _mm512_set1_epi32((bs(lo) & 0xFFFF) | (bs(hi) << 16));
+        let d8 = _mm512_set1_ps(by.d);
+        for (h, acc) in acc.iter_mut().enumerate() {
+            let p = w.add(h * group + b * step);
+            let word = |k: usize| _mm512_loadu_si512(p.add(2 * ROWS + 4 * ROWS * k).cast());
+            let scales: [__m512i; 4] = std::array::from_fn(|k| word(48 + k));
+            // Sub-block j's scale, sign-extended, in every row's lane.
+            let scale = |j: usize| {
+                let v = scales[j / 4];
+                let top = match j % 4 {
+                    0 => _mm512_slli_epi32::<24>(v),
+                    1 => _mm512_slli_epi32::<16>(v),
+                    2 => _mm512_slli_epi32::<8>(v),
+                    _ => v,
+                };
+                _mm512_srai_epi32::<24>(top)
+            };
+            let mut t1 = _mm512_setzero_si512();
+            for n in 0..2 {
+                // Half n: ggml's `ql[l]`, `ql[l + 32]` and `qh[l]` for
+                // l = 4k..4k + 4 give values l, l + 32, l + 64 and l + 96
+                // of the half, in sub-blocks k / 4 + 0, 2, 4 and 6.
+                let mut s = [_mm512_setzero_si512(); 8];
+                for k in 0..8 {
+                    let (lo, hi, qh) =
+                        (word(16 * n + k), word(16 * n + 8 + k), word(32 + 8 * n + k));
+                    let six = |q: __m512i, bits: __m512i| {
+                        _mm512_or_si512(_mm512_and_si512(q, m4), _mm512_and_si512(bits, m30))
+                    };
+                    let u = [
+                        six(lo, _mm512_slli_epi16::<4>(qh)),
+                        six(hi, _mm512_slli_epi16::<2>(qh)),
+                        six(_mm512_srli_epi16::<4>(lo), qh),
+                        six(_mm512_srli_epi16::<4>(hi), _mm512_srli_epi16::<2>(qh)),
+                    ];
+                    let y = 128 * n + 4 * k;
+                    for (i, u) in u.iter().enumerate() {
+                        let j = k / 4 + 2 * i;
+                        s[j] = _mm512_dpbusd_epi32(s[j], *u, act(y + 32 * i));
+                    }
+                }
+                for (j, sj) in s.iter().enumerate() {
+                    t1 = _mm512_add_epi32(t1, _mm512_mullo_epi32(*sj, scale(8 * n + j)));
+                }
+            }
+            // The offset: 32 * sum(sc_j * bsums_j), scales as i16 pairs.
+            let mut t2 = _mm512_setzero_si512();
+            for (k, v) in scales.iter().enumerate() {
+                let even = _mm512_srai_epi16::<8>(_mm512_slli_epi16::<8>(*v));
+                let odd = _mm512_srai_epi16::<8>(*v);
+                t2 = _mm512_dpwssd_epi32(t2, even, pair(4 * k, 4 * k + 2));
+                t2 = _mm512_dpwssd_epi32(t2, odd, pair(4 * k + 1, 4 * k + 3));
+            }
+            let s1 = _mm512_sub_epi32(t1, _mm512_slli_epi32::<5>(t2));
+            let d = _mm512_cvtph_ps(_mm256_loadu_si256(p.cast()));
+            let m = _mm512_mul_ps(_mm512_cvtepi32_ps(s1), d);
             *acc = _mm512_add_ps(*acc, _mm512_mul_ps(m, d8));
         }
     }

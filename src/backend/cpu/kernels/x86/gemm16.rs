@@ -82,23 +82,84 @@ pub(super) fn gemm(ty: GgmlType) -> Option<GemmFn> {
         GgmlType::Q3_K => entry!(BlockQ3K),
         GgmlType::Q4_K => |w: &[u8], rb: usize, a: &[u8], ab: usize, out: Out<'_>| {
             // SAFETY: as for `entry!`; Q4_K is stored in `layout`'s bands.
-            unsafe { run_bands_q4k(w, rb, a, ab, out) }
+            unsafe { run_bands::<BlockQ4K>(w, rb, a, ab, out) }
         },
         GgmlType::Q5_K => entry!(BlockQ5K),
-        GgmlType::Q6_K => entry!(BlockQ6K),
+        GgmlType::Q6_K => |w: &[u8], rb: usize, a: &[u8], ab: usize, out: Out<'_>| {
+            // SAFETY: as for `entry!`; Q6_K is stored in `layout`'s bands.
+            unsafe { run_bands::<BlockQ6K>(w, rb, a, ab, out) }
+        },
         GgmlType::IQ4_XS => entry!(BlockIQ4XS),
         _ => return None,
     };
     Some(f)
 }
 
-/// How [`gemm`]'s kernel of `ty` wants the weight stored: Q4_K in
-/// [`Layout::Bands`] (`d` and `dmin`, then words of scales and quants), the
-/// others plain.
+/// How [`gemm`]'s kernel of `ty` wants the weight stored: Q4_K and Q6_K
+/// in [`Layout::Bands`] ([`Banded`]), the others plain.
 pub(super) fn layout(ty: GgmlType) -> Layout {
+    let bands = |halves, at| Layout::Bands { halves, at };
     match ty {
-        GgmlType::Q4_K => Layout::Bands { halves: 2 },
+        GgmlType::Q4_K => bands(BlockQ4K::HALVES, BlockQ4K::AT),
+        GgmlType::Q6_K => bands(BlockQ6K::HALVES, BlockQ6K::AT),
         _ => Layout::Plain,
+    }
+}
+
+/// A format stored in [`Layout::Bands`], and its one-token kernel.
+trait Banded: Format {
+    /// The f16 scales of a block.
+    const HALVES: usize;
+    /// Their byte offset in the block.
+    const AT: usize;
+    /// `H` whole groups of 16 rows (`w`, `nb` block steps each) by the
+    /// activation row `a`, results at `out[r * rs]`, each group's stream
+    /// prefetched `ahead` bytes ahead.
+    ///
+    /// # Safety
+    /// AVX-512 VNNI as in [`run`]; `w` holds `H` whole groups; `out` is
+    /// valid for every index written.
+    unsafe fn one_token<const H: usize>(
+        w: *const u8,
+        nb: usize,
+        a: &[BlockQ8K],
+        ahead: usize,
+        out: *mut f32,
+        rs: usize,
+    );
+}
+
+impl Banded for BlockQ4K {
+    const HALVES: usize = 2;
+    const AT: usize = 0;
+    #[inline]
+    unsafe fn one_token<const H: usize>(
+        w: *const u8,
+        nb: usize,
+        a: &[BlockQ8K],
+        ahead: usize,
+        out: *mut f32,
+        rs: usize,
+    ) {
+        // SAFETY: the caller's contract.
+        unsafe { decode512::one_token_bands_q4k::<H>(w, nb, a, ahead, out, rs) }
+    }
+}
+
+impl Banded for BlockQ6K {
+    const HALVES: usize = 1;
+    const AT: usize = std::mem::offset_of!(BlockQ6K, d);
+    #[inline]
+    unsafe fn one_token<const H: usize>(
+        w: *const u8,
+        nb: usize,
+        a: &[BlockQ8K],
+        ahead: usize,
+        out: *mut f32,
+        rs: usize,
+    ) {
+        // SAFETY: the caller's contract.
+        unsafe { decode512::one_token_bands_q6k::<H>(w, nb, a, ahead, out, rs) }
     }
 }
 
@@ -721,16 +782,21 @@ unsafe fn tile<W: Format, const G: usize>(
     }
 }
 
-/// Q4_K's [`GemmFn`], the weight stored in [`Layout::Bands`]: whole groups
-/// of 16 rows through `decode512::one_token_bands_q4k` (one token) or
-/// [`band`] (blocks gathered back once per block and 64 tokens), the plain
-/// rows past the last whole group through [`run`].
+/// The [`GemmFn`] of `W` stored in [`Layout::Bands`]: whole groups of 16
+/// rows through [`Banded::one_token`] (one token) or [`band`] (blocks
+/// gathered back once per block and 64 tokens), the plain rows past the
+/// last whole group through [`run`].
 ///
 /// # Safety
 /// The CPU must have AVX-512 F/BW/VL + VNNI, AVX2, FMA and F16C.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn run_bands_q4k(w: &[u8], row_bytes: usize, a: &[u8], act_bytes: usize, out: Out<'_>) {
-    type W = BlockQ4K;
+unsafe fn run_bands<W: Banded>(
+    w: &[u8],
+    row_bytes: usize,
+    a: &[u8],
+    act_bytes: usize,
+    out: Out<'_>,
+) {
     let Some((nb, rows, toks)) = gemm_shape::<W, BlockQ8K>(w, row_bytes, a, act_bytes, &out) else {
         return;
     };
@@ -754,8 +820,8 @@ unsafe fn run_bands_q4k(w: &[u8], row_bytes: usize, a: &[u8], act_bytes: usize, 
             // index written.
             unsafe {
                 match h {
-                    2 => decode512::one_token_bands_q4k::<2>(g, nb, &ab, AHEAD, o, rs),
-                    _ => decode512::one_token_bands_q4k::<1>(g, nb, &ab, AHEAD, o, rs),
+                    2 => W::one_token::<2>(g, nb, &ab, AHEAD, o, rs),
+                    _ => W::one_token::<1>(g, nb, &ab, AHEAD, o, rs),
                 }
             };
             r0 += h * BAND_ROWS;
@@ -773,7 +839,7 @@ unsafe fn run_bands_q4k(w: &[u8], row_bytes: usize, a: &[u8], act_bytes: usize, 
                     // block step `b < nb` is in `w`; `out.fits(rows, toks)`
                     // bounds every index written.
                     let block = |r: usize, b: usize| unsafe {
-                        band_block::<W>(g.add(b * step), half + r, 2)
+                        band_block::<W>(g.add(b * step), half + r, W::HALVES, W::AT)
                     };
                     unsafe { band(block, nb, &p, tn, o, rs, ts) };
                 }
@@ -798,6 +864,6 @@ unsafe fn run_bands_q4k(w: &[u8], row_bytes: usize, a: &[u8], act_bytes: usize, 
     }
 }
 
-/// How far ahead of its reads each group's stream of Q4_K's one-token
-/// bands prefetches (as `gemm16_legacy`'s bands).
+/// How far ahead of its reads each group's stream of the one-token bands
+/// prefetches (as `gemm16_legacy`'s bands).
 const AHEAD: usize = 2048;

@@ -292,9 +292,9 @@ pub(super) fn gemm(ty: GgmlType) -> Option<GemmFn> {
 pub(super) fn layout(ty: GgmlType) -> Layout {
     match ty {
         GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 | GgmlType::IQ4_NL => {
-            Layout::Bands { halves: 1 }
+            Layout::Bands { halves: 1, at: 0 }
         }
-        GgmlType::Q4_1 => Layout::Bands { halves: 2 },
+        GgmlType::Q4_1 => Layout::Bands { halves: 2, at: 0 },
         _ => Layout::Plain,
     }
 }
@@ -688,22 +688,23 @@ const fn halves<W: Format>() -> usize {
 }
 
 /// Block `r` (`r < BAND_ROWS`) of a [`Layout::Bands`] group's block step
-/// `step` (blocks with `h` f16 scales at their head), as the plain block.
+/// `step` (blocks with `h` f16 scales at byte `at`), as the plain block.
 ///
 /// # Safety
 /// `step` points at a whole block step of `BAND_ROWS` blocks of `W`.
 #[inline]
-pub(super) unsafe fn band_block<W: Pod>(step: *const u8, r: usize, h: usize) -> W {
+pub(super) unsafe fn band_block<W: Pod>(step: *const u8, r: usize, h: usize, at: usize) -> W {
     let mut block = W::zeroed();
     let bytes = bytemuck::bytes_of_mut(&mut block);
     for f in 0..h {
         let from = step.add(2 * BAND_ROWS * f + 2 * r);
-        bytes[2 * f..2 * f + 2].copy_from_slice(std::slice::from_raw_parts(from, 2));
+        let to = at + 2 * f;
+        bytes[to..to + 2].copy_from_slice(std::slice::from_raw_parts(from, 2));
     }
     for k in 0..(size_of::<W>() - 2 * h) / 4 {
         let from = step.add(2 * BAND_ROWS * h + 4 * BAND_ROWS * k + 4 * r);
-        let at = 2 * h + 4 * k;
-        bytes[at..at + 4].copy_from_slice(std::slice::from_raw_parts(from, 4));
+        let to = if 4 * k < at { 4 * k } else { 4 * k + 2 * h };
+        bytes[to..to + 4].copy_from_slice(std::slice::from_raw_parts(from, 4));
     }
     block
 }
@@ -772,7 +773,7 @@ unsafe fn run_bands<W: Format>(
                     // block step `b < nb` is in `w`; `out.fits(rows, toks)`
                     // bounds every index written.
                     let block = |r: usize, b: usize| unsafe {
-                        band_block::<W>(g.add(b * step), half + r, halves::<W>())
+                        band_block::<W>(g.add(b * step), half + r, halves::<W>(), 0)
                     };
                     unsafe { band(block, nb, &p, tn, o, rs, ts) };
                 }

@@ -97,7 +97,7 @@ pub(super) fn gemm(isa: Isa, ty: GgmlType) -> Option<GemmFn> {
 }
 
 /// How [`gemm()`]'s kernel of `ty` under `isa` wants the weight stored:
-/// AVX-512's kernels of Q4_0, Q4_1, Q5_0, Q8_0, IQ4_NL and Q4_K read groups of
+/// AVX-512's kernels of Q4_0, Q4_1, Q5_0, Q8_0, IQ4_NL, Q4_K and Q6_K read groups of
 /// 16 rows transposed block by block ([`Layout::Bands`]), the rest plain.
 pub(super) fn layout(isa: Isa, ty: GgmlType) -> Layout {
     match isa {
