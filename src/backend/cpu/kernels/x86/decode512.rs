@@ -620,6 +620,41 @@ pub(super) unsafe fn one_token<W: OneToken>(
     }
 }
 
+/// Prefetches, for each of `H` streams of [`Layout::Bands`] groups (the
+/// current block step `at`, groups `group` bytes apart), the `step` bytes
+/// `ahead` bytes further on. A prefetch never faults, so the addresses
+/// may lie past the weights.
+///
+/// [`Layout::Bands`]: crate::backend::cpu::kernels::Layout::Bands
+#[inline(always)]
+pub(super) unsafe fn prefetch_groups<const H: usize>(
+    at: *const u8,
+    group: usize,
+    step: usize,
+    ahead: usize,
+) {
+    for h in 0..H {
+        prefetch_share(at.wrapping_add(h * group + ahead).cast(), step, 0);
+    }
+}
+
+/// Writes the sums of `H` groups of 16 rows (row `16 h + r` in lane `r` of
+/// `acc[h]`) to `out[row * rs]`.
+///
+/// # Safety
+/// AVX-512 F; `out` is valid for every index written.
+#[inline]
+#[target_feature(enable = "avx512f")]
+pub(super) unsafe fn store_groups<const H: usize>(acc: &[__m512; H], out: *mut f32, rs: usize) {
+    for (h, acc) in acc.iter().enumerate() {
+        let mut v = [0.0f32; BAND_ROWS];
+        _mm512_storeu_ps(v.as_mut_ptr(), *acc);
+        for (r, &x) in v.iter().enumerate() {
+            *out.add((BAND_ROWS * h + r) * rs) = x;
+        }
+    }
+}
+
 /// `H` whole groups of 16 Q4_K rows in [`Layout::Bands`](crate::backend::cpu::kernels::Layout::Bands) (`w`, each of
 /// `nb` block steps; two f16 scales, `d` and `dmin`, then 35 words: the
 /// three of the packed scales, the 32 of quants) by one activation row `a`,
@@ -655,10 +690,7 @@ pub(super) unsafe fn one_token_bands_q4k<const H: usize>(
     let byte = _mm512_set1_epi32(0xFF);
     let mut acc = [_mm512_setzero_ps(); H];
     for (b, by) in a.iter().enumerate().take(nb) {
-        for h in 0..H {
-            let next = w.wrapping_add(h * group + b * step + ahead);
-            prefetch_share(next.cast(), step, 0);
-        }
+        prefetch_groups::<H>(w.wrapping_add(b * step), group, step, ahead);
         let q8 = by.qs.as_ptr();
         let act = |at: usize| _mm512_set1_epi32(std::ptr::read_unaligned(q8.add(at).cast::<i32>()));
         // The activation's eight sub-block sums, as the i16 pairs the
@@ -726,13 +758,7 @@ pub(super) unsafe fn one_token_bands_q4k<const H: usize>(
             *acc = _mm512_add_ps(*acc, _mm512_mul_ps(m, d8));
         }
     }
-    for (h, acc) in acc.iter().enumerate() {
-        let mut v = [0.0f32; ROWS];
-        _mm512_storeu_ps(v.as_mut_ptr(), *acc);
-        for (r, &x) in v.iter().enumerate() {
-            *out.add((ROWS * h + r) * rs) = x;
-        }
-    }
+    store_groups(&acc, out, rs);
 }
 
 /// `H` whole groups of 16 Q6_K rows in [`Layout::Bands`](crate::backend::cpu::kernels::Layout::Bands) (`w`, each of
@@ -766,10 +792,7 @@ pub(super) unsafe fn one_token_bands_q6k<const H: usize>(
     let (m4, m30) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(0x30));
     let mut acc = [_mm512_setzero_ps(); H];
     for (b, by) in a.iter().enumerate().take(nb) {
-        for h in 0..H {
-            let next = w.wrapping_add(h * group + b * step + ahead);
-            prefetch_share(next.cast(), step, 0);
-        }
+        prefetch_groups::<H>(w.wrapping_add(b * step), group, step, ahead);
         let q8 = by.qs.as_ptr();
         let act = |at: usize| _mm512_set1_epi32(std::ptr::read_unaligned(q8.add(at).cast::<i32>()));
         let bs = |j: usize| i32::from(by.bsums[j]);
@@ -832,11 +855,5 @@ pub(super) unsafe fn one_token_bands_q6k<const H: usize>(
             *acc = _mm512_add_ps(*acc, _mm512_mul_ps(m, d8));
         }
     }
-    for (h, acc) in acc.iter().enumerate() {
-        let mut v = [0.0f32; ROWS];
-        _mm512_storeu_ps(v.as_mut_ptr(), *acc);
-        for (r, &x) in v.iter().enumerate() {
-            *out.add((ROWS * h + r) * rs) = x;
-        }
-    }
+    store_groups(&acc, out, rs);
 }

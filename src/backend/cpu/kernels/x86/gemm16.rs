@@ -29,7 +29,7 @@ use super::avx2::{
 };
 use super::decode512::{self, OneToken};
 use super::gemm::gemm_shape;
-use super::gemm16_legacy::band_block;
+use super::gemm16_legacy::{band_block, BANDS_AHEAD};
 use crate::backend::cpu::kernels::{blocks, GemmFn, Layout, Out, BAND_ROWS};
 use crate::quant::blocks::{
     BlockIQ4XS, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K, QK_K,
@@ -820,8 +820,8 @@ unsafe fn run_bands<W: Banded>(
             // index written.
             unsafe {
                 match h {
-                    2 => W::one_token::<2>(g, nb, &ab, AHEAD, o, rs),
-                    _ => W::one_token::<1>(g, nb, &ab, AHEAD, o, rs),
+                    2 => W::one_token::<2>(g, nb, &ab, BANDS_AHEAD, o, rs),
+                    _ => W::one_token::<1>(g, nb, &ab, BANDS_AHEAD, o, rs),
                 }
             };
             r0 += h * BAND_ROWS;
@@ -863,7 +863,3 @@ unsafe fn run_bands<W: Banded>(
         );
     }
 }
-
-/// How far ahead of its reads each group's stream of the one-token bands
-/// prefetches (as `gemm16_legacy`'s bands).
-const AHEAD: usize = 2048;

@@ -25,7 +25,7 @@ use bytemuck::Pod;
 use half::f16;
 
 use super::avx2::{h2f, iq4_levels, nibbles, q5_quants};
-use super::decode512::{gather_f16_pairs, row_offsets8, row_sums8};
+use super::decode512::{gather_f16_pairs, prefetch_groups, row_offsets8, row_sums8, store_groups};
 use super::gemm::{gemm_shape, prefetch_share};
 use super::gemm16;
 use crate::backend::cpu::kernels::{blocks, GemmFn, Layout, Out, BAND_ROWS};
@@ -676,7 +676,7 @@ unsafe fn band<W: Format>(
 /// 8-9 GB/s of one core's ~15; prefetching the next pass's rows (as
 /// [`one_token`] does) gave 9-11, this 12-14 (2048x8192 Q4_0 / Q8_0; 1024
 /// to 8192 bytes measured alike within the noise, none at all 8-9).
-const BANDS_AHEAD: usize = 2048;
+pub(super) const BANDS_AHEAD: usize = 2048;
 
 /// The f16 scales at the head of a block of `W` in [`Layout::Bands`].
 const fn halves<W: Format>() -> usize {
@@ -840,10 +840,7 @@ unsafe fn one_token_bands<W: Format, const H: usize>(
     let mut acc = [_mm512_setzero_ps(); H];
     for (b, by) in a.iter().enumerate().take(nb) {
         let q8 = by.qs();
-        for h in 0..H {
-            let next = w.wrapping_add(h * group + b * step + BANDS_AHEAD);
-            prefetch_share(next.cast(), step, 0);
-        }
+        prefetch_groups::<H>(w.wrapping_add(b * step), group, step, BANDS_AHEAD);
         let x: [__m512i; WORDS] = std::array::from_fn(|k| {
             _mm512_set1_epi32(i32::from_le_bytes([
                 q8[4 * k] as u8,
@@ -915,11 +912,5 @@ unsafe fn one_token_bands<W: Format, const H: usize>(
             }
         }
     }
-    for (h, acc) in acc.iter().enumerate() {
-        let mut v = [0.0f32; BAND_ROWS];
-        _mm512_storeu_ps(v.as_mut_ptr(), *acc);
-        for (r, &x) in v.iter().enumerate() {
-            *out.add((BAND_ROWS * h + r) * rs) = x;
-        }
-    }
+    store_groups(&acc, out, rs);
 }
