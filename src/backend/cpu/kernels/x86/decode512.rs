@@ -41,6 +41,7 @@ use std::cell::Cell;
 
 use super::avx2::{k4_scales_mins_v, q3_scales};
 use super::gemm::prefetch_share;
+use super::gemm16_legacy::BANDS_AHEAD;
 use crate::backend::cpu::kernels::BAND_ROWS;
 use crate::quant::blocks::{
     BlockIQ4XS, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K, KVALUES_IQ4NL,
@@ -659,7 +660,7 @@ pub(super) unsafe fn store_groups<const H: usize>(acc: &[__m512; H], out: *mut f
 /// `nb` block steps; two f16 scales, `d` and `dmin`, then 35 words: the
 /// three of the packed scales, the 32 of quants) by one activation row `a`,
 /// results at `out[r * rs]`, row `16 h + r` in lane `r` of `acc[h]`, each
-/// group's stream prefetched `ahead` bytes ahead.
+/// group's stream prefetched [`BANDS_AHEAD`] bytes ahead.
 ///
 /// Per block step and group, in lanes: the 16 rows' eight 6-bit scales and
 /// mins are unpacked from their three scale words by shifts and masks
@@ -678,7 +679,6 @@ pub(super) unsafe fn one_token_bands_q4k<const H: usize>(
     w: *const u8,
     nb: usize,
     a: &[BlockQ8K],
-    ahead: usize,
     out: *mut f32,
     rs: usize,
 ) {
@@ -690,7 +690,7 @@ pub(super) unsafe fn one_token_bands_q4k<const H: usize>(
     let byte = _mm512_set1_epi32(0xFF);
     let mut acc = [_mm512_setzero_ps(); H];
     for (b, by) in a.iter().enumerate().take(nb) {
-        prefetch_groups::<H>(w.wrapping_add(b * step), group, step, ahead);
+        prefetch_groups::<H>(w.wrapping_add(b * step), group, step, BANDS_AHEAD);
         let q8 = by.qs.as_ptr();
         let act = |at: usize| _mm512_set1_epi32(std::ptr::read_unaligned(q8.add(at).cast::<i32>()));
         // The activation's eight sub-block sums, as the i16 pairs the
@@ -765,7 +765,7 @@ pub(super) unsafe fn one_token_bands_q4k<const H: usize>(
 /// `nb` block steps; the 16 rows' `d`, then 52 words: 32 of `ql`, 16 of
 /// `qh`, 4 of the i8 sub-block scales) by one activation row `a`, results
 /// at `out[r * rs]`, row `16 h + r` in lane `r` of `acc[h]`, each group's
-/// stream prefetched `ahead` bytes ahead.
+/// stream prefetched [`BANDS_AHEAD`] bytes ahead.
 ///
 /// Per block step and group: each word of `ql` and its word of `qh` give
 /// four registers of 6-bit quants plus 32 (a shift and two masks each),
@@ -782,7 +782,6 @@ pub(super) unsafe fn one_token_bands_q6k<const H: usize>(
     w: *const u8,
     nb: usize,
     a: &[BlockQ8K],
-    ahead: usize,
     out: *mut f32,
     rs: usize,
 ) {
@@ -792,7 +791,7 @@ pub(super) unsafe fn one_token_bands_q6k<const H: usize>(
     let (m4, m30) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(0x30));
     let mut acc = [_mm512_setzero_ps(); H];
     for (b, by) in a.iter().enumerate().take(nb) {
-        prefetch_groups::<H>(w.wrapping_add(b * step), group, step, ahead);
+        prefetch_groups::<H>(w.wrapping_add(b * step), group, step, BANDS_AHEAD);
         let q8 = by.qs.as_ptr();
         let act = |at: usize| _mm512_set1_epi32(std::ptr::read_unaligned(q8.add(at).cast::<i32>()));
         let bs = |j: usize| i32::from(by.bsums[j]);

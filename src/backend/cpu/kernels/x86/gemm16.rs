@@ -29,7 +29,7 @@ use super::avx2::{
 };
 use super::decode512::{self, OneToken};
 use super::gemm::gemm_shape;
-use super::gemm16_legacy::{band_block, BANDS_AHEAD};
+use super::gemm16_legacy::band_block;
 use crate::backend::cpu::kernels::{blocks, GemmFn, Layout, Out, BAND_ROWS};
 use crate::quant::blocks::{
     BlockIQ4XS, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K, QK_K,
@@ -113,8 +113,7 @@ trait Banded: Format {
     /// Their byte offset in the block.
     const AT: usize;
     /// `H` whole groups of 16 rows (`w`, `nb` block steps each) by the
-    /// activation row `a`, results at `out[r * rs]`, each group's stream
-    /// prefetched `ahead` bytes ahead.
+    /// activation row `a`, results at `out[r * rs]`.
     ///
     /// # Safety
     /// AVX-512 VNNI as in [`run`]; `w` holds `H` whole groups; `out` is
@@ -123,7 +122,6 @@ trait Banded: Format {
         w: *const u8,
         nb: usize,
         a: &[BlockQ8K],
-        ahead: usize,
         out: *mut f32,
         rs: usize,
     );
@@ -137,12 +135,11 @@ impl Banded for BlockQ4K {
         w: *const u8,
         nb: usize,
         a: &[BlockQ8K],
-        ahead: usize,
         out: *mut f32,
         rs: usize,
     ) {
         // SAFETY: the caller's contract.
-        unsafe { decode512::one_token_bands_q4k::<H>(w, nb, a, ahead, out, rs) }
+        unsafe { decode512::one_token_bands_q4k::<H>(w, nb, a, out, rs) }
     }
 }
 
@@ -154,12 +151,11 @@ impl Banded for BlockQ6K {
         w: *const u8,
         nb: usize,
         a: &[BlockQ8K],
-        ahead: usize,
         out: *mut f32,
         rs: usize,
     ) {
         // SAFETY: the caller's contract.
-        unsafe { decode512::one_token_bands_q6k::<H>(w, nb, a, ahead, out, rs) }
+        unsafe { decode512::one_token_bands_q6k::<H>(w, nb, a, out, rs) }
     }
 }
 
@@ -820,8 +816,8 @@ unsafe fn run_bands<W: Banded>(
             // index written.
             unsafe {
                 match h {
-                    2 => W::one_token::<2>(g, nb, &ab, BANDS_AHEAD, o, rs),
-                    _ => W::one_token::<1>(g, nb, &ab, BANDS_AHEAD, o, rs),
+                    2 => W::one_token::<2>(g, nb, &ab, o, rs),
+                    _ => W::one_token::<1>(g, nb, &ab, o, rs),
                 }
             };
             r0 += h * BAND_ROWS;
