@@ -14,15 +14,18 @@
 //! descheduled in the middle of a chunk, which chunk sizes of several per
 //! thread keep short (the callers size them so).
 //!
-//! Graceful on a crowded machine: where no worker joined a region though
-//! none was parked (they lost their core), or the caller kept waiting on one
-//! that lost its core in mid-chunk (a wait longer than its own work), the
-//! pool runs the next regions on the caller alone, twice as
-//! many after each such stall (up to `MAX_BACKOFF`), then tries the
-//! workers again; so 2 threads degrade towards one thread's speed instead
-//! of below it: waking a worker that then competes for the same share of
-//! the machine as the caller costs more than it brings. (On wasm, with no
-//! clock, only the first signal counts.)
+//! Graceful on a crowded machine: a region *stalls* where no worker joined
+//! it though none was parked (they lost their core), or where the caller
+//! kept waiting on one that lost its core in mid-chunk (a wait longer than
+//! its own work). Where most recent regions stall, the pool runs the next
+//! regions on the caller alone, twice as many each time the stalls go on
+//! (up to `MAX_BACKOFF`), then tries the workers again; so 2 threads
+//! degrade towards one thread's speed instead of below it: waking a worker
+//! that then competes for the same share of the machine as the caller
+//! costs more than it brings. A stall now and then (a virtual CPU the host
+//! took away for a moment) does not count: running solo for it would cost
+//! far more than the stall did. (On wasm, with no clock, only the first
+//! signal counts.)
 //!
 //! Natively the workers are threads of their own; in the threaded wasm
 //! build (`+atomics`) they are long-lived jobs on rayon's global pool,
@@ -35,26 +38,46 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering}
 use std::sync::{Arc, Condvar, Mutex};
 
 /// How long a waiting worker polls the region counter before it parks:
-/// longer than the gaps between the regions of one token, far shorter
-/// than a scheduler time slice (a spinning worker on a crowded machine
-/// burns the share its own next chunk would need).
+/// longer than the gaps between the regions of one token (and than a
+/// caller's last chunk, which the worker may wait out), far shorter than
+/// an idle pause between requests. Parking is not cheap on a virtual
+/// machine: the parked worker's vCPU halts, and waking it goes through
+/// the host.
 #[cfg(not(target_arch = "wasm32"))]
-const WORKER_SPIN: std::time::Duration = std::time::Duration::from_micros(200);
+const WORKER_SPIN: Spin = Spin::micros(5_000);
 /// wasm has no clock: rounds of 64 polls (a poll is one atomic load, a few
 /// ns; there is no `pause` either).
 #[cfg(target_arch = "wasm32")]
-const WORKER_SPIN_ROUNDS: u32 = 1 << 10;
+const WORKER_SPIN: Spin = Spin::rounds(1 << 10);
 
-/// Polls while the caller waits for joined workers before it parks (a
-/// worker that joined and lost its core needs a core back, and a caller
-/// spinning on it only burns its own share).
-const CALLER_SPIN: u32 = 1 << 10;
+/// How long the caller polls for the joined workers to leave before it
+/// parks: longer than a chunk (a worker still inside has at most one to
+/// finish), shorter than a scheduler time slice (a worker that lost its
+/// core needs one back, and a caller spinning on it burns its share).
+/// On a virtual machine a caller that parks after every region waits on
+/// the host to wake its vCPU: with a budget of 1024 polls (some 50 µs)
+/// decode at 2 threads ran at half the speed it runs with this one.
+#[cfg(not(target_arch = "wasm32"))]
+const CALLER_SPIN: Spin = Spin::micros(2_000);
+#[cfg(target_arch = "wasm32")]
+const CALLER_SPIN: Spin = Spin::rounds(1 << 4);
 
-/// After a stalled region, the pool runs up to `1 << MAX_BACKOFF` regions
-/// (some four decode steps of a small model) on the caller alone.
+/// Where stalls go on, the pool runs up to `1 << MAX_BACKOFF` regions (some
+/// four decode steps of a small model) on the caller alone.
 const MAX_BACKOFF: u32 = 10;
 /// Parallel regions without a stall after which the backoff halves.
 const CLEAN_DECAY: u32 = 64;
+/// The stall rate is a moving average over about `1 << RATE_WINDOW`
+/// regions, in units of `1 / RATE_ONE`.
+const RATE_WINDOW: u32 = 3;
+const RATE_ONE: u32 = 1 << 10;
+/// The pool goes solo when the stall rate reaches this: half the recent
+/// regions, some six stalls in a row from a clean start. Stalls of one
+/// region in twenty (a busy host) stay well below it.
+const RATE_SOLO: u32 = RATE_ONE / 2;
+/// The rate a solo spell leaves behind: two stalls in a row on the return
+/// to the workers start the next, longer spell.
+const RATE_AFTER_SOLO: u32 = RATE_ONE * 3 / 8;
 /// A caller's wait for workers is a stall past this (and past twice its
 /// own work in the region): well over a healthy chunk of decode.
 #[cfg(not(target_arch = "wasm32"))]
@@ -260,10 +283,12 @@ impl Pool {
 struct Backoff {
     /// Regions still to run on the caller alone.
     solo: AtomicU32,
-    /// The last stall's exponent (`1 << shift` solo regions).
+    /// The last spell's exponent (`1 << shift` solo regions).
     shift: AtomicU32,
-    /// Parallel regions since the last stall or decay.
+    /// Parallel regions since the last spell or decay.
     clean: AtomicU32,
+    /// Moving average of stalls per parallel region (`RATE_ONE` = all).
+    rate: AtomicU32,
 }
 
 impl Backoff {
@@ -278,13 +303,19 @@ impl Backoff {
 
     /// Accounts for a parallel region that did or did not stall.
     fn record(&self, stalled: bool) {
+        let rate = self.rate.load(Ordering::Relaxed);
+        let rate = rate - (rate >> RATE_WINDOW) + if stalled { RATE_ONE >> RATE_WINDOW } else { 0 };
         let shift = self.shift.load(Ordering::Relaxed);
-        if stalled {
+        if rate >= RATE_SOLO {
             let shift = (shift + 1).min(MAX_BACKOFF);
             self.shift.store(shift, Ordering::Relaxed);
             self.solo.store(1 << shift, Ordering::Relaxed);
             self.clean.store(0, Ordering::Relaxed);
-        } else if shift > 0 {
+            self.rate.store(RATE_AFTER_SOLO, Ordering::Relaxed);
+            return;
+        }
+        self.rate.store(rate, Ordering::Relaxed);
+        if !stalled && shift > 0 {
             let clean = self.clean.load(Ordering::Relaxed) + 1;
             if clean >= CLEAN_DECAY {
                 self.shift.store(shift - 1, Ordering::Relaxed);
@@ -319,34 +350,55 @@ impl Clock {
     }
 }
 
-/// A worker's spin budget before it parks.
-#[cfg(not(target_arch = "wasm32"))]
-struct Spin(std::time::Instant);
-
-#[cfg(not(target_arch = "wasm32"))]
-impl Spin {
-    fn start() -> Self {
-        Self(std::time::Instant::now())
-    }
-
-    fn over(&self) -> bool {
-        self.0.elapsed() > WORKER_SPIN
-    }
+/// A spin budget before parking: wall time natively, rounds of 64 polls on
+/// wasm (no clock there).
+#[derive(Clone, Copy)]
+struct Spin {
+    #[cfg(not(target_arch = "wasm32"))]
+    budget: std::time::Duration,
+    #[cfg(target_arch = "wasm32")]
+    budget: u32,
 }
 
-/// A worker's spin budget before it parks, in rounds (no clock on wasm).
-#[cfg(target_arch = "wasm32")]
-struct Spin(std::cell::Cell<u32>);
-
-#[cfg(target_arch = "wasm32")]
 impl Spin {
-    fn start() -> Self {
-        Self(std::cell::Cell::new(0))
+    #[cfg(not(target_arch = "wasm32"))]
+    const fn micros(us: u64) -> Self {
+        Self {
+            budget: std::time::Duration::from_micros(us),
+        }
     }
 
-    fn over(&self) -> bool {
-        self.0.set(self.0.get() + 1);
-        self.0.get() > WORKER_SPIN_ROUNDS
+    #[cfg(target_arch = "wasm32")]
+    const fn rounds(rounds: u32) -> Self {
+        Self { budget: rounds }
+    }
+
+    /// Polls `done` in rounds of 64 until it gives a value or the budget
+    /// runs out (`None`).
+    fn until<T>(self, mut done: impl FnMut() -> Option<T>) -> Option<T> {
+        #[cfg(not(target_arch = "wasm32"))]
+        let start = std::time::Instant::now();
+        #[cfg(target_arch = "wasm32")]
+        let mut rounds = 0u32;
+        loop {
+            for _ in 0..64 {
+                if let Some(v) = done() {
+                    return Some(v);
+                }
+                std::hint::spin_loop();
+            }
+            #[cfg(not(target_arch = "wasm32"))]
+            if start.elapsed() > self.budget {
+                return None;
+            }
+            #[cfg(target_arch = "wasm32")]
+            {
+                rounds += 1;
+                if rounds > self.budget {
+                    return None;
+                }
+            }
+        }
     }
 }
 
@@ -370,15 +422,13 @@ impl Clock {
 /// Closes the current region to late workers and waits for those inside:
 /// spinning briefly, then parked until the last one leaves.
 fn close_and_wait(s: &Shared) {
-    let mut state = s.state.fetch_or(CLOSED, Ordering::AcqRel);
-    let mut polls = 0u32;
-    while state & ACTIVE != 0 {
-        if polls >= CALLER_SPIN {
-            return park_caller(s);
-        }
-        polls += 1;
-        std::hint::spin_loop();
-        state = s.state.load(Ordering::Acquire);
+    let state = s.state.fetch_or(CLOSED, Ordering::AcqRel);
+    if state & ACTIVE == 0 {
+        return;
+    }
+    let left = CALLER_SPIN.until(|| (s.state.load(Ordering::Acquire) & ACTIVE == 0).then_some(()));
+    if left.is_none() {
+        park_caller(s);
     }
 }
 
@@ -427,18 +477,11 @@ fn claim(s: &Shared, f: &(dyn Fn(usize) + Sync), chunks: usize) {
 /// Waits until the region number differs from `seen` (spinning, then
 /// parked); returns the state seen, or `None` when the pool stops.
 fn wait_for_region(s: &Shared, seen: u64) -> Option<u64> {
-    let spin = Spin::start();
-    loop {
-        for _ in 0..64 {
-            let state = s.state.load(Ordering::Acquire);
-            if state >> EPOCH_SHIFT != seen {
-                return Some(state);
-            }
-            std::hint::spin_loop();
-        }
-        if spin.over() {
-            break;
-        }
+    let moved = |state: u64| state >> EPOCH_SHIFT != seen;
+    if let Some(state) =
+        WORKER_SPIN.until(|| Some(s.state.load(Ordering::Acquire)).filter(|&st| moved(st)))
+    {
+        return Some(state);
     }
     let mut lock = s.lock.lock().ok()?;
     s.sleeping.fetch_add(1, Ordering::SeqCst);
@@ -518,5 +561,75 @@ impl Drop for Pool {
         for h in self.handles.drain(..) {
             let _ = h.join();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Runs a pattern of regions (true = stalled) and gives the share run
+    /// solo (a solo region takes the place of a parallel one).
+    fn solo_share(pattern: impl Iterator<Item = bool>) -> f64 {
+        let b = Backoff::default();
+        let (mut solo, mut total) = (0u32, 0u32);
+        for stalled in pattern {
+            total += 1;
+            if b.solo() {
+                solo += 1;
+            } else {
+                b.record(stalled);
+            }
+        }
+        f64::from(solo) / f64::from(total)
+    }
+
+    #[test]
+    fn stalls_now_and_then_never_send_the_pool_solo() {
+        // One region in twenty stalls, some in pairs: a busy host.
+        let share = solo_share((0..20_000).map(|i| i % 20 == 0 || i % 97 == 1));
+        assert_eq!(share, 0.0);
+    }
+
+    #[test]
+    fn a_run_of_stalls_sends_the_pool_solo_for_longer_each_time() {
+        let b = Backoff::default();
+        let mut first = None;
+        for i in 0..6 {
+            assert!(!b.solo());
+            b.record(true);
+            if b.solo.load(Ordering::Relaxed) > 0 {
+                first = Some(i);
+                break;
+            }
+        }
+        assert_eq!(first, Some(5), "six stalls in a row go solo");
+        let spell = b.solo.load(Ordering::Relaxed);
+        while b.solo() {}
+        // Two more stalls on the way back: a longer spell.
+        b.record(true);
+        assert_eq!(b.solo.load(Ordering::Relaxed), 0);
+        b.record(true);
+        assert_eq!(b.solo.load(Ordering::Relaxed), 2 * spell);
+    }
+
+    #[test]
+    fn a_crowded_machine_runs_mostly_solo_and_a_quiet_one_recovers() {
+        // Every parallel region stalls: most regions run on the caller.
+        assert!(solo_share(std::iter::repeat_n(true, 20_000)) > 0.9);
+        // Then the machine quiets down: the backoff decays back to none.
+        let b = Backoff::default();
+        for _ in 0..5_000 {
+            if !b.solo() {
+                b.record(true);
+            }
+        }
+        for _ in 0..50_000 {
+            if !b.solo() {
+                b.record(false);
+            }
+        }
+        assert_eq!(b.shift.load(Ordering::Relaxed), 0);
+        assert!(!b.solo());
     }
 }
