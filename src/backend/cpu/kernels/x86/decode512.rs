@@ -788,7 +788,7 @@ pub(super) unsafe fn one_token_bands_q6k<const H: usize>(
     const ROWS: usize = BAND_ROWS;
     let step = ROWS * size_of::<BlockQ6K>();
     let group = nb * step;
-    let (m4, m30) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(0x30));
+    let (m4, m33) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(0x33));
     let mut acc = [_mm512_setzero_ps(); H];
     for (b, by) in a.iter().enumerate().take(nb) {
         prefetch_groups::<H>(w.wrapping_add(b * step), group, step, BANDS_AHEAD);
@@ -821,14 +821,22 @@ pub(super) unsafe fn one_token_bands_q6k<const H: usize>(
                 for k in 0..8 {
                     let (lo, hi, qh) =
                         (word(16 * n + k), word(16 * n + 8 + k), word(32 + 8 * n + k));
-                    let six = |q: __m512i, bits: __m512i| {
-                        _mm512_or_si512(_mm512_and_si512(q, m4), _mm512_and_si512(bits, m30))
-                    };
+                    // Each byte of `qh` holds four 2-bit fields. `a` keeps
+                    // fields 0 and 2 (bits 0-1, 4-5), `b` fields 1 and 3
+                    // moved down to the same places; shifting either left
+                    // by 4 brings its low field to bits 4-5 with zeros above
+                    // (what spills into the next byte lands in the nibble
+                    // the select takes from the quants).
+                    let a = _mm512_and_si512(qh, m33);
+                    let b = _mm512_and_si512(_mm512_srli_epi16::<2>(qh), m33);
+                    // Bits 0-3 from `q`, 4-7 from `bits`.
+                    let six =
+                        |q: __m512i, bits: __m512i| _mm512_ternarylogic_epi32::<0xE4>(q, bits, m4);
                     let u = [
-                        six(lo, _mm512_slli_epi16::<4>(qh)),
-                        six(hi, _mm512_slli_epi16::<2>(qh)),
-                        six(_mm512_srli_epi16::<4>(lo), qh),
-                        six(_mm512_srli_epi16::<4>(hi), _mm512_srli_epi16::<2>(qh)),
+                        six(lo, _mm512_slli_epi16::<4>(a)),
+                        six(hi, _mm512_slli_epi16::<4>(b)),
+                        six(_mm512_srli_epi16::<4>(lo), a),
+                        six(_mm512_srli_epi16::<4>(hi), b),
                     ];
                     let y = 128 * n + 4 * k;
                     for (i, u) in u.iter().enumerate() {
