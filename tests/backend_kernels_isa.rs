@@ -298,6 +298,7 @@ fn rearranged_rows_read_back_as_the_plain_rows() {
         (Layout::Bands { halves: 2, at: 0 }, GgmlType::Q4_1),
         (Layout::Bands { halves: 2, at: 0 }, GgmlType::Q4_K),
         (Layout::Bands { halves: 1, at: 208 }, GgmlType::Q6_K),
+        (Layout::Bands { halves: 2, at: 0 }, GgmlType::IQ4_XS),
     ];
     for (layout, ty) in layouts {
         for rows in [1, 3, 4, 5, 8, 11, 16, 17, 35] {

@@ -761,6 +761,88 @@ pub(super) unsafe fn one_token_bands_q4k<const H: usize>(
     store_groups(&acc, out, rs);
 }
 
+/// `H` whole groups of 16 IQ4_XS rows in [`Layout::Bands`](crate::backend::cpu::kernels::Layout::Bands) (`w`, each of
+/// `nb` block steps; the 16 rows' `d`, then their `scales_h`, then 33
+/// words: `scales_l`, the 32 of quants) by one activation row `a`, results
+/// at `out[r * rs]`, row `16 h + r` in lane `r` of `acc[h]`, each group's
+/// stream prefetched [`BANDS_AHEAD`] bytes ahead.
+///
+/// Per block step and group: each word of quants is one load whose low and
+/// high nibbles index IQ4_NL's levels plus 128 (one `vpshufb` each) for
+/// two `vpdpbusd` chains, a sub-block's values 0..16 and 16..32; the bias
+/// comes back as `128 * sum(q8)` from the activation's sums, and a
+/// sub-block's exact sum meets its 6-bit scale, unpacked in lanes, in
+/// `vpmulld`. Then `gemm16.rs`'s float operations: `acc += (s1 * d) * d8`.
+///
+/// # Safety
+/// AVX-512 VNNI as in `gemm16::run`; `w` holds `H` whole groups of `nb`
+/// block steps; `out` is valid for every index written.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(super) unsafe fn one_token_bands_iq4xs<const H: usize>(
+    w: *const u8,
+    nb: usize,
+    a: &[BlockQ8K],
+    out: *mut f32,
+    rs: usize,
+) {
+    const ROWS: usize = BAND_ROWS;
+    let step = ROWS * size_of::<BlockIQ4XS>();
+    let group = nb * step;
+    let m4 = _mm512_set1_epi8(0x0F);
+    let levels = _mm_loadu_si128(KVALUES_IQ4NL.as_ptr().cast());
+    let table = _mm512_broadcast_i32x4(_mm_xor_si128(levels, _mm_set1_epi8(i8::MIN)));
+    let (nibble, two_bits, offset) = (
+        _mm512_set1_epi32(0xF),
+        _mm512_set1_epi32(3),
+        _mm512_set1_epi32(32),
+    );
+    let mut acc = [_mm512_setzero_ps(); H];
+    for (b, by) in a.iter().enumerate().take(nb) {
+        prefetch_groups::<H>(w.wrapping_add(b * step), group, step, BANDS_AHEAD);
+        let q8 = by.qs.as_ptr();
+        let act = |at: usize| _mm512_set1_epi32(std::ptr::read_unaligned(q8.add(at).cast::<i32>()));
+        // What the levels' +128 adds to sub-block `ib`'s sum.
+        let bias = |ib: usize| {
+            let sum = i32::from(by.bsums[2 * ib]) + i32::from(by.bsums[2 * ib + 1]);
+            _mm512_set1_epi32(128 * sum)
+        };
+        let d8 = _mm512_set1_ps(by.d);
+        for (h, acc) in acc.iter_mut().enumerate() {
+            let p = w.add(h * group + b * step);
+            let word = |k: usize| _mm512_loadu_si512(p.add(4 * ROWS * (1 + k)).cast());
+            let low_bits = word(0);
+            let high_bits = _mm512_cvtepu16_epi32(_mm256_loadu_si256(p.add(2 * ROWS).cast()));
+            let mut t1 = _mm512_setzero_si512();
+            for ib in 0..8 {
+                // Words 4ib + 1..4ib + 5: the sub-block's values 0..16 in
+                // the low nibbles, 16..32 in the high ones.
+                let (mut lo, mut hi) = (_mm512_setzero_si512(), _mm512_setzero_si512());
+                for k in 0..4 {
+                    let v = word(1 + 4 * ib + k);
+                    let vl = _mm512_shuffle_epi8(table, _mm512_and_si512(v, m4));
+                    let vh =
+                        _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16::<4>(v), m4));
+                    lo = _mm512_dpbusd_epi32(lo, vl, act(32 * ib + 4 * k));
+                    hi = _mm512_dpbusd_epi32(hi, vh, act(32 * ib + 16 + 4 * k));
+                }
+                // The scale: nibble ib of `scales_l`, bits 2ib..2ib + 2 of
+                // `scales_h` above it, less 32.
+                let count = |n: usize| _mm_cvtsi32_si128(n as i32);
+                let low = _mm512_and_si512(_mm512_srl_epi32(low_bits, count(4 * ib)), nibble);
+                let high = _mm512_and_si512(_mm512_srl_epi32(high_bits, count(2 * ib)), two_bits);
+                let sc =
+                    _mm512_sub_epi32(_mm512_or_si512(low, _mm512_slli_epi32::<4>(high)), offset);
+                let sum = _mm512_sub_epi32(_mm512_add_epi32(lo, hi), bias(ib));
+                t1 = _mm512_add_epi32(t1, _mm512_mullo_epi32(sum, sc));
+            }
+            let d = _mm512_cvtph_ps(_mm256_loadu_si256(p.cast()));
+            let m = _mm512_mul_ps(_mm512_cvtepi32_ps(t1), d);
+            *acc = _mm512_add_ps(*acc, _mm512_mul_ps(m, d8));
+        }
+    }
+    store_groups(&acc, out, rs);
+}
+
 /// `H` whole groups of 16 Q6_K rows in [`Layout::Bands`](crate::backend::cpu::kernels::Layout::Bands) (`w`, each of
 /// `nb` block steps; the 16 rows' `d`, then 52 words: 32 of `ql`, 16 of
 /// `qh`, 4 of the i8 sub-block scales) by one activation row `a`, results

@@ -89,19 +89,23 @@ pub(super) fn gemm(ty: GgmlType) -> Option<GemmFn> {
             // SAFETY: as for `entry!`; Q6_K is stored in `layout`'s bands.
             unsafe { run_bands::<BlockQ6K>(w, rb, a, ab, out) }
         },
-        GgmlType::IQ4_XS => entry!(BlockIQ4XS),
+        GgmlType::IQ4_XS => |w: &[u8], rb: usize, a: &[u8], ab: usize, out: Out<'_>| {
+            // SAFETY: as for `entry!`; IQ4_XS is stored in `layout`'s bands.
+            unsafe { run_bands::<BlockIQ4XS>(w, rb, a, ab, out) }
+        },
         _ => return None,
     };
     Some(f)
 }
 
-/// How [`gemm`]'s kernel of `ty` wants the weight stored: Q4_K and Q6_K
-/// in [`Layout::Bands`] ([`Banded`]), the others plain.
+/// How [`gemm`]'s kernel of `ty` wants the weight stored: Q4_K, Q6_K and
+/// IQ4_XS in [`Layout::Bands`] ([`Banded`]), the others plain.
 pub(super) fn layout(ty: GgmlType) -> Layout {
     let bands = |halves, at| Layout::Bands { halves, at };
     match ty {
         GgmlType::Q4_K => bands(BlockQ4K::HALVES, BlockQ4K::AT),
         GgmlType::Q6_K => bands(BlockQ6K::HALVES, BlockQ6K::AT),
+        GgmlType::IQ4_XS => bands(BlockIQ4XS::HALVES, BlockIQ4XS::AT),
         _ => Layout::Plain,
     }
 }
@@ -156,6 +160,24 @@ impl Banded for BlockQ6K {
     ) {
         // SAFETY: the caller's contract.
         unsafe { decode512::one_token_bands_q6k::<H>(w, nb, a, out, rs) }
+    }
+}
+
+/// IQ4_XS's `d` and `scales_h`, side by side at the head of the block, move
+/// as two f16-sized halves.
+impl Banded for BlockIQ4XS {
+    const HALVES: usize = 2;
+    const AT: usize = 0;
+    #[inline]
+    unsafe fn one_token<const H: usize>(
+        w: *const u8,
+        nb: usize,
+        a: &[BlockQ8K],
+        out: *mut f32,
+        rs: usize,
+    ) {
+        // SAFETY: the caller's contract.
+        unsafe { decode512::one_token_bands_iq4xs::<H>(w, nb, a, out, rs) }
     }
 }
 
