@@ -131,55 +131,33 @@ trait Banded: Format {
     );
 }
 
-impl Banded for BlockQ4K {
-    const HALVES: usize = 2;
-    const AT: usize = 0;
-    #[inline]
-    unsafe fn one_token<const H: usize>(
-        w: *const u8,
-        nb: usize,
-        a: &[BlockQ8K],
-        out: *mut f32,
-        rs: usize,
-    ) {
-        // SAFETY: the caller's contract.
-        unsafe { decode512::one_token_bands_q4k::<H>(w, nb, a, out, rs) }
-    }
+/// `impl Banded for $W`: `$halves` f16-sized scales at byte `$at` of the
+/// block, one-token kernel `decode512::$kernel`.
+macro_rules! banded {
+    ($W:ty, halves: $halves:expr, at: $at:expr, $kernel:ident) => {
+        impl Banded for $W {
+            const HALVES: usize = $halves;
+            const AT: usize = $at;
+            #[inline]
+            unsafe fn one_token<const H: usize>(
+                w: *const u8,
+                nb: usize,
+                a: &[BlockQ8K],
+                out: *mut f32,
+                rs: usize,
+            ) {
+                // SAFETY: the caller's contract.
+                unsafe { decode512::$kernel::<H>(w, nb, a, out, rs) }
+            }
+        }
+    };
 }
 
-impl Banded for BlockQ6K {
-    const HALVES: usize = 1;
-    const AT: usize = std::mem::offset_of!(BlockQ6K, d);
-    #[inline]
-    unsafe fn one_token<const H: usize>(
-        w: *const u8,
-        nb: usize,
-        a: &[BlockQ8K],
-        out: *mut f32,
-        rs: usize,
-    ) {
-        // SAFETY: the caller's contract.
-        unsafe { decode512::one_token_bands_q6k::<H>(w, nb, a, out, rs) }
-    }
-}
-
-/// IQ4_XS's `d` and `scales_h`, side by side at the head of the block, move
-/// as two f16-sized halves.
-impl Banded for BlockIQ4XS {
-    const HALVES: usize = 2;
-    const AT: usize = 0;
-    #[inline]
-    unsafe fn one_token<const H: usize>(
-        w: *const u8,
-        nb: usize,
-        a: &[BlockQ8K],
-        out: *mut f32,
-        rs: usize,
-    ) {
-        // SAFETY: the caller's contract.
-        unsafe { decode512::one_token_bands_iq4xs::<H>(w, nb, a, out, rs) }
-    }
-}
+banded!(BlockQ4K, halves: 2, at: 0, one_token_bands_q4k);
+banded!(BlockQ6K, halves: 1, at: std::mem::offset_of!(BlockQ6K, d), one_token_bands_q6k);
+// IQ4_XS's `d` and `scales_h`, side by side at the head of the block, move
+// as two f16-sized halves.
+banded!(BlockIQ4XS, halves: 2, at: 0, one_token_bands_iq4xs);
 
 /// Decoded weight block: unsigned bytes `u = q + BIAS` (as 64 words),
 /// sub-block scales, the coefficients of the block's correction term as
