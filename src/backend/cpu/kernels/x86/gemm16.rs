@@ -67,32 +67,28 @@ thread_local! {
 
 /// The 16-token kernel of weight type `ty`, `None` where there is none.
 pub(super) fn gemm(ty: GgmlType) -> Option<GemmFn> {
-    /// An entry running [`run`] for block type `$W`.
+    /// An entry running `$run` ([`run`], or [`run_bands`] for the formats
+    /// [`layout`] stores in bands) for block type `$W`.
     macro_rules! entry {
         ($W:ty) => {
+            entry!($W, run)
+        };
+        ($W:ty, $run:ident) => {
             |w: &[u8], rb: usize, a: &[u8], ab: usize, out: Out<'_>| {
                 // SAFETY: `x86::gemm` hands this entry out only after
-                // detecting AVX-512 F/BW/VL + VNNI (and AVX2, FMA, F16C).
-                unsafe { run::<$W>(w, rb, a, ab, out) }
+                // detecting AVX-512 F/BW/VL + VNNI (and AVX2, FMA, F16C);
+                // the weight is laid out as `layout` says for its type.
+                unsafe { $run::<$W>(w, rb, a, ab, out) }
             }
         };
     }
     let f: GemmFn = match ty {
         GgmlType::Q2_K => entry!(BlockQ2K),
         GgmlType::Q3_K => entry!(BlockQ3K),
-        GgmlType::Q4_K => |w: &[u8], rb: usize, a: &[u8], ab: usize, out: Out<'_>| {
-            // SAFETY: as for `entry!`; Q4_K is stored in `layout`'s bands.
-            unsafe { run_bands::<BlockQ4K>(w, rb, a, ab, out) }
-        },
+        GgmlType::Q4_K => entry!(BlockQ4K, run_bands),
         GgmlType::Q5_K => entry!(BlockQ5K),
-        GgmlType::Q6_K => |w: &[u8], rb: usize, a: &[u8], ab: usize, out: Out<'_>| {
-            // SAFETY: as for `entry!`; Q6_K is stored in `layout`'s bands.
-            unsafe { run_bands::<BlockQ6K>(w, rb, a, ab, out) }
-        },
-        GgmlType::IQ4_XS => |w: &[u8], rb: usize, a: &[u8], ab: usize, out: Out<'_>| {
-            // SAFETY: as for `entry!`; IQ4_XS is stored in `layout`'s bands.
-            unsafe { run_bands::<BlockIQ4XS>(w, rb, a, ab, out) }
-        },
+        GgmlType::Q6_K => entry!(BlockQ6K, run_bands),
+        GgmlType::IQ4_XS => entry!(BlockIQ4XS, run_bands),
         _ => return None,
     };
     Some(f)
