@@ -685,7 +685,7 @@ pub(super) unsafe fn one_token_bands_q4k<const H: usize>(
     const ROWS: usize = BAND_ROWS;
     let step = ROWS * size_of::<BlockQ4K>();
     let group = nb * step;
-    let m4 = _mm512_set1_epi8(0x0F);
+    let (m4, m4_hi) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(0xF0_u8 as i8));
     let (m6, hi2) = (_mm512_set1_epi8(0x3F), _mm512_set1_epi8(0x30));
     let byte = _mm512_set1_epi32(0xFF);
     let mut acc = [_mm512_setzero_ps(); H];
@@ -726,15 +726,19 @@ pub(super) unsafe fn one_token_bands_q4k<const H: usize>(
                 t2 = _mm512_dpwssd_epi32(t2, even, sums[2 * half]);
                 t2 = _mm512_dpwssd_epi32(t2, odd, sums[2 * half + 1]);
             }
-            let mut t1 = _mm512_setzero_si512();
+            // `t1` gathers the low nibbles' sub-blocks, `t16` the high
+            // ones' at 16 times their value (see below).
+            let (mut t1, mut t16) = (_mm512_setzero_si512(), _mm512_setzero_si512());
             for i in 0..4 {
                 // Words 8i..8i + 8: sub-block 2i in the low nibbles,
-                // 2i + 1 in the high ones.
+                // 2i + 1 in the high ones, which stay where they are:
+                // `vpdpbusd` takes `16 q` (at most 240) as unsigned, one
+                // mask instead of a shift and a mask.
                 let (mut lo, mut hi) = (_mm512_setzero_si512(), _mm512_setzero_si512());
                 for k in 0..8 {
                     let v = word(3 + 8 * i + k);
                     let vl = _mm512_and_si512(v, m4);
-                    let vh = _mm512_and_si512(_mm512_srli_epi16::<4>(v), m4);
+                    let vh = _mm512_and_si512(v, m4_hi);
                     lo = _mm512_dpbusd_epi32(lo, vl, act(64 * i + 4 * k));
                     hi = _mm512_dpbusd_epi32(hi, vh, act(64 * i + 32 + 4 * k));
                 }
@@ -749,8 +753,11 @@ pub(super) unsafe fn one_token_bands_q4k<const H: usize>(
                     _mm512_and_si512(shifted, byte)
                 };
                 t1 = _mm512_add_epi32(t1, _mm512_mullo_epi32(lo, scale(2 * i)));
-                t1 = _mm512_add_epi32(t1, _mm512_mullo_epi32(hi, scale(2 * i + 1)));
+                t16 = _mm512_add_epi32(t16, _mm512_mullo_epi32(hi, scale(2 * i + 1)));
             }
+            // `t16` is 16 times the exact sum, so the shift is exact (and
+            // nothing overflows: 32 * 240 * 128 * 63 * 4 < 2^31).
+            let t1 = _mm512_add_epi32(t1, _mm512_srai_epi32::<4>(t16));
             let d = _mm512_cvtph_ps(_mm256_loadu_si256(p.cast()));
             let dmin = _mm512_cvtph_ps(_mm256_loadu_si256(p.add(2 * ROWS).cast()));
             let m = _mm512_mul_ps(_mm512_cvtepi32_ps(t1), d);

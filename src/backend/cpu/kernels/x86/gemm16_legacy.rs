@@ -879,7 +879,13 @@ unsafe fn one_token_bands<W: Format, const H: usize>(
                 for c in 0..WORDS / 2 {
                     let v = word(c + usize::from(fifth));
                     let mut lo = _mm512_and_si512(v, m4);
-                    let mut hi = _mm512_and_si512(_mm512_srli_epi16::<4>(v), m4);
+                    let mut hi = if W::NIBBLES == Nibbles::Plain {
+                        // In place, `16 q` (at most 240): one mask, and
+                        // `s1` is 16 times the sum.
+                        _mm512_andnot_si512(m4, v)
+                    } else {
+                        _mm512_and_si512(_mm512_srli_epi16::<4>(v), m4)
+                    };
                     if W::NIBBLES == Nibbles::Levels {
                         lo = _mm512_xor_si512(_mm512_shuffle_epi8(table, lo), flip);
                         hi = _mm512_xor_si512(_mm512_shuffle_epi8(table, hi), flip);
@@ -902,6 +908,10 @@ unsafe fn one_token_bands<W: Format, const H: usize>(
                     s0 = _mm512_dpbusd_epi32(s0, lo, x[c]);
                     s1 = _mm512_dpbusd_epi32(s1, hi, x[c + WORDS / 2]);
                 }
+            }
+            if W::NIBBLES == Nibbles::Plain {
+                // Exact: each term is `16 q` times an activation.
+                s1 = _mm512_srai_epi32::<4>(s1);
             }
             let isum = _mm512_sub_epi32(_mm512_add_epi32(s0, s1), bias);
             let dw = _mm512_cvtph_ps(_mm256_loadu_si256(p.cast()));
