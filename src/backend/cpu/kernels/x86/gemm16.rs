@@ -27,9 +27,9 @@ use super::avx2::{
     h2f, hsum, iq4_levels, k45_lanes, k4_min_lanes, k4_scales_mins, lanes_iq4_xs, load32,
     q2_k_lanes, q2_k_min_lanes, q3_k_lanes, q3_scales_array, q6_k_lanes,
 };
+use super::band_decode::{BandDecode, BandDecoded};
 use super::decode512::{self, OneToken};
 use super::gemm::gemm_shape;
-use super::gemm16_legacy::band_block;
 use crate::backend::cpu::kernels::{blocks, GemmFn, Layout, Out, BAND_ROWS};
 use crate::quant::blocks::{
     BlockIQ4XS, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K, QK_K,
@@ -107,7 +107,7 @@ pub(super) fn layout(ty: GgmlType) -> Layout {
 }
 
 /// A format stored in [`Layout::Bands`], and its one-token kernel.
-trait Banded: Format {
+trait Banded: Format + BandDecode {
     /// The f16 scales of a block.
     const HALVES: usize;
     /// Their byte offset in the block.
@@ -170,6 +170,19 @@ pub(super) struct Decoded {
     pub(super) coef: [u32; 8],
     pub(super) d: f32,
     pub(super) dmin: f32,
+}
+
+impl Decoded {
+    /// All zeros.
+    pub(super) fn zeroed() -> Self {
+        Decoded {
+            q: [0; WORDS],
+            sc: [0; 16],
+            coef: [0; 8],
+            d: 0.0,
+            dmin: 0.0,
+        }
+    }
 }
 
 /// `lo` and `hi` (each fitting i16) as one word, the i16 pair `vpdpwssd`
@@ -565,17 +578,13 @@ unsafe fn run<W: Format>(w: &[u8], row_bytes: usize, a: &[u8], act_bytes: usize,
             for r0 in (0..banded).step_by(BAND) {
                 // SAFETY: rows r0..r0 + 8 and tokens t0..t0 + tn exist;
                 // `out.fits(rows, toks)` bounds every index written.
-                let rows = &wb[r0 * nb..(r0 + BAND) * nb];
+                let mut rows = PlainRows {
+                    w: &wb[r0 * nb..(r0 + BAND) * nb],
+                    nb,
+                    dec: std::array::from_fn(|_| Decoded::zeroed()),
+                };
                 unsafe {
-                    band(
-                        |r, b| rows[r * nb + b],
-                        nb,
-                        &p,
-                        tn,
-                        op.add(r0 * rs + t0 * ts),
-                        rs,
-                        ts,
-                    )
+                    band::<W, BAND>(&mut rows, nb, &p, tn, op.add(r0 * rs + t0 * ts), rs, ts)
                 };
             }
         }
@@ -609,15 +618,133 @@ pub(super) unsafe fn row_dot<W: Format>(w: &[W], a: &[BlockQ8K]) -> f32 {
     acc
 }
 
-/// Eight weight rows (`w(r, b)`: block `b` of row `r < 8`, `nb` blocks a
-/// row) by the `tn` packed tokens of `p`, results at `out[r * rs + t * ts]`: each block decoded once,
-/// then tiles of [`TILE_ROWS`] rows by up to [`TILE_GROUPS`] groups.
+/// The decoded weight rows [`tile`] reads: word `k`, sub-block scale `s`,
+/// correction coefficient `p`, `d` and `dmin` of row `r` (rows counted
+/// from the tile's first).
+trait TileRows {
+    fn q(&self, r: usize, k: usize) -> u32;
+    fn sc(&self, r: usize, s: usize) -> i32;
+    fn coef(&self, r: usize, p: usize) -> u32;
+    fn d(&self, r: usize) -> f32;
+    fn dmin(&self, r: usize) -> f32;
+}
+
+impl TileRows for &[Decoded] {
+    #[inline(always)]
+    fn q(&self, r: usize, k: usize) -> u32 {
+        self[r].q[k]
+    }
+    #[inline(always)]
+    fn sc(&self, r: usize, s: usize) -> i32 {
+        self[r].sc[s]
+    }
+    #[inline(always)]
+    fn coef(&self, r: usize, p: usize) -> u32 {
+        self[r].coef[p]
+    }
+    #[inline(always)]
+    fn d(&self, r: usize) -> f32 {
+        self[r].d
+    }
+    #[inline(always)]
+    fn dmin(&self, r: usize) -> f32 {
+        self[r].dmin
+    }
+}
+
+/// Rows `r0..` of a decoded band step.
+struct BandRows<'a> {
+    dec: &'a BandDecoded,
+    r0: usize,
+}
+
+impl TileRows for BandRows<'_> {
+    #[inline(always)]
+    fn q(&self, r: usize, k: usize) -> u32 {
+        self.dec.q[k][self.r0 + r]
+    }
+    #[inline(always)]
+    fn sc(&self, r: usize, s: usize) -> i32 {
+        self.dec.sc[s][self.r0 + r]
+    }
+    #[inline(always)]
+    fn coef(&self, r: usize, p: usize) -> u32 {
+        self.dec.coef[p][self.r0 + r]
+    }
+    #[inline(always)]
+    fn d(&self, r: usize) -> f32 {
+        self.dec.d[self.r0 + r]
+    }
+    #[inline(always)]
+    fn dmin(&self, r: usize) -> f32 {
+        self.dec.dmin[self.r0 + r]
+    }
+}
+
+/// Where [`band`] takes its `R` weight rows from, block by block.
+trait BandSource<const R: usize> {
+    /// Decodes block `b` of every row.
+    ///
+    /// # Safety
+    /// AVX-512 VNNI as in [`run`]; `b` is a block of the rows.
+    unsafe fn decode(&mut self, b: usize);
+    /// Rows `r0..r0 + TILE_ROWS` of the block decoded last.
+    fn rows(&self, r0: usize) -> impl TileRows + '_;
+}
+
+/// Eight plain rows (`w[r * nb + b]`: block `b` of row `r`), each block
+/// decoded alone by [`Format::decode`].
+struct PlainRows<'a, W> {
+    w: &'a [W],
+    nb: usize,
+    dec: [Decoded; BAND],
+}
+
+impl<W: Format> BandSource<BAND> for PlainRows<'_, W> {
+    #[inline(always)]
+    unsafe fn decode(&mut self, b: usize) {
+        for (r, dr) in self.dec.iter_mut().enumerate() {
+            // SAFETY: the caller's contract.
+            unsafe { self.w[r * self.nb + b].decode(dr) };
+        }
+    }
+    #[inline(always)]
+    fn rows(&self, r0: usize) -> impl TileRows + '_ {
+        &self.dec[r0..r0 + TILE_ROWS]
+    }
+}
+
+/// The 16 rows of a [`Layout::Bands`] group (`g`, block steps `step` bytes
+/// apart), a block step decoded at once ([`BandDecode`]).
+struct BandedRows<W> {
+    g: *const u8,
+    step: usize,
+    dec: Box<BandDecoded>,
+    format: std::marker::PhantomData<W>,
+}
+
+impl<W: BandDecode> BandSource<BAND_ROWS> for BandedRows<W> {
+    #[inline(always)]
+    unsafe fn decode(&mut self, b: usize) {
+        // SAFETY: the caller's contract: block step `b` lies in the group.
+        unsafe { W::decode_band(self.g.add(b * self.step), &mut self.dec) }
+    }
+    #[inline(always)]
+    fn rows(&self, r0: usize) -> impl TileRows + '_ {
+        BandRows { dec: &self.dec, r0 }
+    }
+}
+
+/// `R` weight rows (from `src`, `nb` blocks a row) by the `tn` packed
+/// tokens of `p`, results at `out[r * rs + t * ts]`: each block decoded
+/// once, then tiles of [`TILE_ROWS`] rows by up to [`TILE_GROUPS`] groups.
 ///
 /// # Safety
-/// AVX-512 VNNI as in [`run`]; `out` is valid for every index written.
+/// AVX-512 VNNI as in [`run`]; `src` holds `nb` blocks of each row; `out`
+/// is valid for every index written.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn band<W: Format>(
-    w: impl Fn(usize, usize) -> W,
+unsafe fn band<W: Format, const R: usize>(
+    src: &mut impl BandSource<R>,
     nb: usize,
     p: &Packed,
     tn: usize,
@@ -626,20 +753,11 @@ unsafe fn band<W: Format>(
     ts: usize,
 ) {
     let ng = tn.div_ceil(GROUP);
-    let mut acc = [[_mm512_setzero_ps(); BAND]; GROUPS];
-    let mut dec: [Decoded; BAND] = std::array::from_fn(|_| Decoded {
-        q: [0; WORDS],
-        sc: [0; 16],
-        coef: [0; 8],
-        d: 0.0,
-        dmin: 0.0,
-    });
+    let mut acc = [[_mm512_setzero_ps(); R]; GROUPS];
     for b in 0..nb {
-        for (r, dr) in dec.iter_mut().enumerate() {
-            w(r, b).decode(dr);
-        }
-        for r0 in (0..BAND).step_by(TILE_ROWS) {
-            let rows: &[Decoded; TILE_ROWS] = &*dec.as_ptr().add(r0).cast();
+        src.decode(b);
+        for r0 in (0..R).step_by(TILE_ROWS) {
+            let rows = src.rows(r0);
             let mut g0 = 0;
             while g0 < ng {
                 let at = Tokens {
@@ -649,16 +767,20 @@ unsafe fn band<W: Format>(
                     stride: nb,
                 };
                 if ng - g0 >= TILE_GROUPS {
-                    tile::<W, TILE_GROUPS>(rows, &at, &mut acc[g0..], r0);
+                    tile::<W, _, TILE_GROUPS, R>(&rows, &at, &mut acc[g0..], r0);
                     g0 += TILE_GROUPS;
                 } else {
-                    tile::<W, 1>(rows, &at, &mut acc[g0..], r0);
+                    tile::<W, _, 1, R>(&rows, &at, &mut acc[g0..], r0);
                     g0 += 1;
                 }
             }
         }
     }
-    store(&acc, tn, out, rs, ts);
+    for (h, r) in (0..R).step_by(BAND).enumerate() {
+        let eight: [[__m512; BAND]; GROUPS] =
+            std::array::from_fn(|g| std::array::from_fn(|i| acc[g][r + i]));
+        store(&eight, tn, out.add(BAND * h * rs), rs, ts);
+    }
 }
 
 /// Writes the band's sums `acc[g][r]` (lane `j`: token `16g + j`) of `tn`
@@ -723,10 +845,10 @@ struct Tokens {
 /// AVX-512 VNNI as in [`run`]; `at` points at `G` whole groups.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn tile<W: Format, const G: usize>(
-    rows: &[Decoded; TILE_ROWS],
+unsafe fn tile<W: Format, T: TileRows + ?Sized, const G: usize, const R: usize>(
+    rows: &T,
     at: &Tokens,
-    acc: &mut [[__m512; BAND]],
+    acc: &mut [[__m512; R]],
     r0: usize,
 ) {
     let codes: [*const u32; G] =
@@ -737,15 +859,15 @@ unsafe fn tile<W: Format, const G: usize>(
         for k in W::SUB * s..W::SUB * (s + 1) {
             let c: [__m512i; G] =
                 std::array::from_fn(|g| _mm512_loadu_si512(codes[g].add(k * GROUP).cast()));
-            for (lr, dr) in lanes.iter_mut().zip(rows) {
-                let u = _mm512_set1_epi32(dr.q[k] as i32);
+            for (r, lr) in lanes.iter_mut().enumerate() {
+                let u = _mm512_set1_epi32(rows.q(r, k) as i32);
                 for (l, &cg) in lr.iter_mut().zip(&c) {
                     *l = _mm512_dpbusd_epi32(*l, u, cg);
                 }
             }
         }
-        for ((sr, lr), dr) in s1.iter_mut().zip(&lanes).zip(rows) {
-            let sc = _mm512_set1_epi32(dr.sc[s]);
+        for (r, (sr, lr)) in s1.iter_mut().zip(&lanes).enumerate() {
+            let sc = _mm512_set1_epi32(rows.sc(r, s));
             for (x, &l) in sr.iter_mut().zip(lr) {
                 *x = _mm512_add_epi32(*x, _mm512_mullo_epi32(l, sc));
             }
@@ -754,19 +876,19 @@ unsafe fn tile<W: Format, const G: usize>(
     for (g, accg) in acc.iter_mut().enumerate().take(G) {
         let pairs = at.pairs.add(g * at.stride * PAIRS * GROUP);
         let d8 = _mm512_loadu_ps(at.d.add(g * at.stride * GROUP));
-        for (r, dr) in rows.iter().enumerate() {
+        for r in 0..TILE_ROWS {
             let mut corr = _mm512_setzero_si512();
             for q in 0..W::PAIR_WORDS {
                 let sums = _mm512_loadu_si512(pairs.add(q * GROUP).cast());
-                corr = _mm512_dpwssd_epi32(corr, _mm512_set1_epi32(dr.coef[q] as i32), sums);
+                corr = _mm512_dpwssd_epi32(corr, _mm512_set1_epi32(rows.coef(r, q) as i32), sums);
             }
             let mut s1 = s1[r][g];
             if W::BIAS != 0 {
                 s1 = _mm512_sub_epi32(s1, _mm512_mullo_epi32(corr, _mm512_set1_epi32(W::BIAS)));
             }
-            let mut m = _mm512_mul_ps(_mm512_cvtepi32_ps(s1), _mm512_set1_ps(dr.d));
+            let mut m = _mm512_mul_ps(_mm512_cvtepi32_ps(s1), _mm512_set1_ps(rows.d(r)));
             if W::MIN {
-                m = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(corr), _mm512_set1_ps(dr.dmin), m);
+                m = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(corr), _mm512_set1_ps(rows.dmin(r)), m);
             }
             let a = &mut accg[r0 + r];
             *a = _mm512_add_ps(*a, _mm512_mul_ps(m, d8));
@@ -775,9 +897,9 @@ unsafe fn tile<W: Format, const G: usize>(
 }
 
 /// The [`GemmFn`] of `W` stored in [`Layout::Bands`]: whole groups of 16
-/// rows through [`Banded::one_token`] (one token) or [`band`] (blocks
-/// gathered back once per block and 64 tokens), the plain rows past the
-/// last whole group through [`run`].
+/// rows through [`Banded::one_token`] (one token) or [`band`] (each block
+/// step of a group decoded at once, [`BandDecode`], once per 64 tokens),
+/// the plain rows past the last whole group through [`run`].
 ///
 /// # Safety
 /// The CPU must have AVX-512 F/BW/VL + VNNI, AVX2, FMA and F16C.
@@ -820,21 +942,22 @@ unsafe fn run_bands<W: Banded>(
         }
     } else if grouped > 0 {
         let mut p = PACKED.take();
+        let mut dec = BandedRows::<W> {
+            g: wp,
+            step,
+            dec: BandDecoded::new(),
+            format: std::marker::PhantomData,
+        };
         for t0 in (0..toks).step_by(GROUPS * GROUP) {
             let tn = (toks - t0).min(GROUPS * GROUP);
             pack::<W, GROUP>(&ab, nb, t0, tn, &mut p);
             for g0 in (0..grouped).step_by(BAND_ROWS) {
-                let g = wp.add(g0 * row_bytes);
-                for half in [0, BAND] {
-                    let o = op.add((g0 + half) * rs + t0 * ts);
-                    // SAFETY: rows g0..g0 + 16 are a whole group, so each
-                    // block step `b < nb` is in `w`; `out.fits(rows, toks)`
-                    // bounds every index written.
-                    let block = |r: usize, b: usize| unsafe {
-                        band_block::<W>(g.add(b * step), half + r, W::HALVES, W::AT)
-                    };
-                    unsafe { band(block, nb, &p, tn, o, rs, ts) };
-                }
+                dec.g = wp.add(g0 * row_bytes);
+                let o = op.add(g0 * rs + t0 * ts);
+                // SAFETY: rows g0..g0 + 16 are a whole group, so each block
+                // step `b < nb` is in `w`; `out.fits(rows, toks)` bounds
+                // every index written.
+                unsafe { band::<W, BAND_ROWS>(&mut dec, nb, &p, tn, o, rs, ts) };
             }
         }
         PACKED.set(p);

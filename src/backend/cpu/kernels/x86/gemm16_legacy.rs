@@ -693,7 +693,7 @@ const fn halves<W: Format>() -> usize {
 /// # Safety
 /// `step` points at a whole block step of `BAND_ROWS` blocks of `W`.
 #[inline]
-pub(super) unsafe fn band_block<W: Pod>(step: *const u8, r: usize, h: usize, at: usize) -> W {
+unsafe fn band_block<W: Pod>(step: *const u8, r: usize, h: usize, at: usize) -> W {
     let mut block = W::zeroed();
     let bytes = bytemuck::bytes_of_mut(&mut block);
     for f in 0..h {

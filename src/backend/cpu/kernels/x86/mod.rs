@@ -21,6 +21,7 @@
 
 mod avx2;
 mod avx512;
+mod band_decode;
 mod decode512;
 mod gemm;
 mod gemm16;
