@@ -19,7 +19,7 @@ pub mod iq4;
 pub mod kquants;
 pub mod legacy;
 #[cfg(test)]
-mod testutil;
+pub(crate) mod testutil;
 
 use crate::quant::blocks::{
     cast_blocks, BlockBF16, BlockF16, BlockF32, BlockIQ4NL, BlockIQ4XS, BlockQ2K, BlockQ3K,

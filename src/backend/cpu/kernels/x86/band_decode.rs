@@ -16,6 +16,7 @@
 
 use std::arch::x86_64::*;
 
+use super::decode512::{byte_lane, q4k_scales_mins};
 #[cfg(test)]
 use super::gemm16::Decoded;
 use super::gemm16::WORDS;
@@ -61,20 +62,23 @@ impl BandDecoded {
 }
 
 /// Stores a register of 16 rows' words.
-#[inline(always)]
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 unsafe fn put<T>(to: &mut [T; BAND_ROWS], v: __m512i) {
     _mm512_storeu_si512(to.as_mut_ptr().cast(), v);
 }
 
 /// The 16 f16 at `p` as f32.
-#[inline(always)]
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 unsafe fn halves(p: *const u8) -> __m512 {
     _mm512_cvtph_ps(_mm256_loadu_si256(p.cast()))
 }
 
 /// Per 32-bit lane, the i16 pair `(lo & 0xFFFF) | (hi << 16)` of two
 /// values that fit i16 (what `gemm16::i16_pair` packs).
-#[inline(always)]
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 unsafe fn pair_lanes(lo: __m512i, hi: __m512i) -> __m512i {
     _mm512_mask_blend_epi16(0xAAAA_AAAA, lo, _mm512_slli_epi32::<16>(hi))
 }
@@ -152,39 +156,12 @@ pub(super) unsafe fn q4k(step: *const u8, out: &mut BandDecoded) {
             );
         }
     }
-    // ggml's get_scale_min_k4 in lanes, as `one_token_bands_q4k`: scales
-    // and mins of sub-blocks 0..4 and 4..8, a byte each.
-    let (m6, hi2) = (_mm512_set1_epi8(0x3F), _mm512_set1_epi8(0x30));
-    let (s0, s1, s2) = (word(0), word(1), word(2));
-    let sc = [
-        _mm512_and_si512(s0, m6),
-        _mm512_or_si512(
-            _mm512_and_si512(s2, m4),
-            _mm512_and_si512(_mm512_srli_epi32::<2>(s0), hi2),
-        ),
-    ];
-    let mn = [
-        _mm512_and_si512(s1, m6),
-        _mm512_or_si512(
-            _mm512_and_si512(_mm512_srli_epi32::<4>(s2), m4),
-            _mm512_and_si512(_mm512_srli_epi32::<2>(s1), hi2),
-        ),
-    ];
-    let byte = _mm512_set1_epi32(0xFF);
-    let field = |v: __m512i, j: usize| {
-        let shifted = match j {
-            0 => v,
-            1 => _mm512_srli_epi32::<8>(v),
-            2 => _mm512_srli_epi32::<16>(v),
-            _ => _mm512_srli_epi32::<24>(v),
-        };
-        _mm512_and_si512(shifted, byte)
-    };
+    let (sc, mn) = q4k_scales_mins(word(0), word(1), word(2));
     for half in 0..2 {
         for j in 0..4 {
-            put(&mut out.sc[4 * half + j], field(sc[half], j));
+            put(&mut out.sc[4 * half + j], byte_lane(sc[half], j));
         }
-        let m: [__m512i; 4] = std::array::from_fn(|j| field(mn[half], j));
+        let m: [__m512i; 4] = std::array::from_fn(|j| byte_lane(mn[half], j));
         put(&mut out.coef[2 * half], pair_lanes(m[0], m[1]));
         put(&mut out.coef[2 * half + 1], pair_lanes(m[2], m[3]));
     }
@@ -283,19 +260,13 @@ mod tests {
     use crate::backend::cpu::kernels::x86::gemm16::Format;
     use crate::backend::cpu::kernels::x86::{available, layout};
     use crate::backend::cpu::kernels::Isa;
+    use crate::quant::reference::testutil::Rng;
     use crate::quant::GgmlType;
 
-    /// Seeded bytes (xorshift), the same on every run.
+    /// Seeded random bytes.
     fn bytes(seed: u64, n: usize) -> Vec<u8> {
-        let mut x = seed | 1;
-        (0..n)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                (x >> 24) as u8
-            })
-            .collect()
+        let mut rng = Rng::new(seed);
+        (0..n).map(|_| rng.next_u32() as u8).collect()
     }
 
     /// 16 rows of 3 random blocks of `W` (finite f16 scales at `halves`

@@ -656,6 +656,52 @@ pub(super) unsafe fn store_groups<const H: usize>(acc: &[__m512; H], out: *mut f
     }
 }
 
+/// The 6-bit scales and mins of 16 Q4_K rows from the three words of their
+/// packed scales `s0`, `s1`, `s2` (ggml's `get_scale_min_k4` in lanes):
+/// `([scales 0..4, scales 4..8], [mins 0..4, mins 4..8])`, a byte each in
+/// every row's lane.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(super) unsafe fn q4k_scales_mins(
+    s0: __m512i,
+    s1: __m512i,
+    s2: __m512i,
+) -> ([__m512i; 2], [__m512i; 2]) {
+    let (m4, m6, hi2) = (
+        _mm512_set1_epi8(0x0F),
+        _mm512_set1_epi8(0x3F),
+        _mm512_set1_epi8(0x30),
+    );
+    let sc = [
+        _mm512_and_si512(s0, m6),
+        _mm512_or_si512(
+            _mm512_and_si512(s2, m4),
+            _mm512_and_si512(_mm512_srli_epi32::<2>(s0), hi2),
+        ),
+    ];
+    let mn = [
+        _mm512_and_si512(s1, m6),
+        _mm512_or_si512(
+            _mm512_and_si512(_mm512_srli_epi32::<4>(s2), m4),
+            _mm512_and_si512(_mm512_srli_epi32::<2>(s1), hi2),
+        ),
+    ];
+    (sc, mn)
+}
+
+/// Byte `j` of each 32-bit lane of `v`, zero-extended.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(super) unsafe fn byte_lane(v: __m512i, j: usize) -> __m512i {
+    let shifted = match j {
+        0 => v,
+        1 => _mm512_srli_epi32::<8>(v),
+        2 => _mm512_srli_epi32::<16>(v),
+        _ => _mm512_srli_epi32::<24>(v),
+    };
+    _mm512_and_si512(shifted, _mm512_set1_epi32(0xFF))
+}
+
 /// `H` whole groups of 16 Q4_K rows in [`Layout::Bands`](crate::backend::cpu::kernels::Layout::Bands) (`w`, each of
 /// `nb` block steps; two f16 scales, `d` and `dmin`, then 35 words: the
 /// three of the packed scales, the 32 of quants) by one activation row `a`,
@@ -686,8 +732,6 @@ pub(super) unsafe fn one_token_bands_q4k<const H: usize>(
     let step = ROWS * size_of::<BlockQ4K>();
     let group = nb * step;
     let (m4, m4_hi) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(0xF0_u8 as i8));
-    let (m6, hi2) = (_mm512_set1_epi8(0x3F), _mm512_set1_epi8(0x30));
-    let byte = _mm512_set1_epi32(0xFF);
     let mut acc = [_mm512_setzero_ps(); H];
     for (b, by) in a.iter().enumerate().take(nb) {
         prefetch_groups::<H>(w.wrapping_add(b * step), group, step, BANDS_AHEAD);
@@ -702,22 +746,7 @@ pub(super) unsafe fn one_token_bands_q4k<const H: usize>(
         for (h, acc) in acc.iter_mut().enumerate() {
             let p = w.add(h * group + b * step);
             let word = |k: usize| _mm512_loadu_si512(p.add(4 * ROWS * (1 + k)).cast());
-            // Scales and mins of sub-blocks 0..4 and 4..8, a byte each.
-            let (s0, s1, s2) = (word(0), word(1), word(2));
-            let sc = [
-                _mm512_and_si512(s0, m6),
-                _mm512_or_si512(
-                    _mm512_and_si512(s2, m4),
-                    _mm512_and_si512(_mm512_srli_epi32::<2>(s0), hi2),
-                ),
-            ];
-            let mn = [
-                _mm512_and_si512(s1, m6),
-                _mm512_or_si512(
-                    _mm512_and_si512(_mm512_srli_epi32::<4>(s2), m4),
-                    _mm512_and_si512(_mm512_srli_epi32::<2>(s1), hi2),
-                ),
-            ];
+            let (sc, mn) = q4k_scales_mins(word(0), word(1), word(2));
             let mut t2 = _mm512_setzero_si512();
             for (half, m) in mn.iter().enumerate() {
                 let even = _mm512_and_si512(*m, _mm512_set1_epi32(0x00FF_00FF));
@@ -742,16 +771,7 @@ pub(super) unsafe fn one_token_bands_q4k<const H: usize>(
                     lo = _mm512_dpbusd_epi32(lo, vl, act(64 * i + 4 * k));
                     hi = _mm512_dpbusd_epi32(hi, vh, act(64 * i + 32 + 4 * k));
                 }
-                let scale = |j: usize| {
-                    let v = sc[j / 4];
-                    let shifted = match j % 4 {
-                        0 => v,
-                        1 => _mm512_srli_epi32::<8>(v),
-                        2 => _mm512_srli_epi32::<16>(v),
-                        _ => _mm512_srli_epi32::<24>(v),
-                    };
-                    _mm512_and_si512(shifted, byte)
-                };
+                let scale = |j: usize| byte_lane(sc[j / 4], j % 4);
                 t1 = _mm512_add_epi32(t1, _mm512_mullo_epi32(lo, scale(2 * i)));
                 t16 = _mm512_add_epi32(t16, _mm512_mullo_epi32(hi, scale(2 * i + 1)));
             }
