@@ -127,6 +127,19 @@ pub trait Backend {
         let row_bytes = cols / ty.block_elems().max(1) * ty.block_bytes();
         self.upload(dst, (first_row * row_bytes) as u64, src)
     }
+    /// Called once every row of a weight is uploaded (the loader calls it
+    /// after a tensor's last chunk): a backend that keeps weights in a
+    /// layout of its own prepares it here, so that the first step does not
+    /// pay for it. The default does nothing.
+    fn finish_weight(
+        &self,
+        dst: &Self::Buffer,
+        ty: GgmlType,
+        cols: usize,
+    ) -> Result<(), BackendError> {
+        let _ = (dst, ty, cols);
+        Ok(())
+    }
     /// Whether [`Backend::record`] accepts `op`.
     fn supports(&self, op: &Op) -> bool;
     /// Records (the CPU: executes) `op` over `io`.

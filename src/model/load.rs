@@ -156,6 +156,9 @@ impl<B: Backend> Filler<'_, B> {
             self.carry = Vec::new();
             self.rows_done = 0;
             self.received = 0;
+            if let SlotKind::Matrix { ty, cols, .. } = slot.kind {
+                self.backend.finish_weight(buf, ty, cols)?;
+            }
         }
         Ok(())
     }
