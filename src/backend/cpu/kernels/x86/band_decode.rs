@@ -21,7 +21,9 @@ use super::decode512::{byte_lane, q4k_scales_mins};
 use super::gemm16::Decoded;
 use super::gemm16::WORDS;
 use crate::backend::cpu::kernels::BAND_ROWS;
-use crate::quant::blocks::{BlockIQ4XS, BlockQ4K, BlockQ6K, KVALUES_IQ4NL};
+use crate::quant::blocks::KVALUES_IQ4NL;
+#[cfg(test)]
+use crate::quant::blocks::{BlockIQ4XS, BlockQ4K, BlockQ6K};
 
 /// One block step of a banded group decoded, row `r` in entry `r` of each
 /// array: `q[k]` word `k` of the unsigned bytes, `sc[s]` sub-block `s`'s
@@ -220,40 +222,6 @@ pub(super) unsafe fn iq4xs(step: *const u8, out: &mut BandDecoded) {
     out.dmin = [0.0; R];
 }
 
-/// A banded format's step decoder.
-pub(super) trait BandDecode {
-    /// Decodes the block step at `step` into `out`.
-    ///
-    /// # Safety
-    /// AVX-512 VNNI as in `gemm16::run`; `step` is a whole block step of a
-    /// banded group of this format.
-    unsafe fn decode_band(step: *const u8, out: &mut BandDecoded);
-}
-
-impl BandDecode for BlockQ4K {
-    #[inline]
-    unsafe fn decode_band(step: *const u8, out: &mut BandDecoded) {
-        // SAFETY: the caller's contract.
-        unsafe { q4k(step, out) }
-    }
-}
-
-impl BandDecode for BlockQ6K {
-    #[inline]
-    unsafe fn decode_band(step: *const u8, out: &mut BandDecoded) {
-        // SAFETY: the caller's contract.
-        unsafe { q6k(step, out) }
-    }
-}
-
-impl BandDecode for BlockIQ4XS {
-    #[inline]
-    unsafe fn decode_band(step: *const u8, out: &mut BandDecoded) {
-        // SAFETY: the caller's contract.
-        unsafe { iq4xs(step, out) }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -272,7 +240,11 @@ mod tests {
     /// 16 rows of 3 random blocks of `W` (finite f16 scales at `halves`
     /// offsets), banded as the kernels store them; each step decoded at
     /// once equals each row's block decoded alone.
-    fn check<W: Format + BandDecode>(ty: GgmlType, f16_at: &[usize]) {
+    fn check<W: Format>(
+        ty: GgmlType,
+        f16_at: &[usize],
+        decode_band: unsafe fn(*const u8, &mut BandDecoded),
+    ) {
         let (bb, nb) = (size_of::<W>(), 3);
         for seed in [3u64, 11, 2024] {
             let mut w = bytes(seed, BAND_ROWS * nb * bb);
@@ -289,7 +261,7 @@ mod tests {
             for b in 0..nb {
                 // SAFETY: AVX-512 VNNI is available (checked by the
                 // caller); step `b` is a whole block step of the group.
-                unsafe { W::decode_band(w.as_ptr().add(b * BAND_ROWS * bb), &mut dec) };
+                unsafe { decode_band(w.as_ptr().add(b * BAND_ROWS * bb), &mut dec) };
                 for r in 0..BAND_ROWS {
                     let block: W = bytemuck::pod_read_unaligned(&plain[(r * nb + b) * bb..][..bb]);
                     let mut want = Decoded::zeroed();
@@ -317,8 +289,8 @@ mod tests {
             eprintln!("skipped: this CPU lacks AVX-512 VNNI");
             return;
         }
-        check::<BlockQ4K>(GgmlType::Q4_K, &[0, 2]);
-        check::<BlockQ6K>(GgmlType::Q6_K, &[208]);
-        check::<BlockIQ4XS>(GgmlType::IQ4_XS, &[0]);
+        check::<BlockQ4K>(GgmlType::Q4_K, &[0, 2], q4k);
+        check::<BlockQ6K>(GgmlType::Q6_K, &[208], q6k);
+        check::<BlockIQ4XS>(GgmlType::IQ4_XS, &[0], iq4xs);
     }
 }

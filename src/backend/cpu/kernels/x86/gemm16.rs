@@ -27,7 +27,7 @@ use super::avx2::{
     h2f, hsum, iq4_levels, k45_lanes, k4_min_lanes, k4_scales_mins, lanes_iq4_xs, load32,
     q2_k_lanes, q2_k_min_lanes, q3_k_lanes, q3_scales_array, q6_k_lanes,
 };
-use super::band_decode::{BandDecode, BandDecoded};
+use super::band_decode::{self, BandDecoded};
 use super::decode512::{self, OneToken};
 use super::gemm::gemm_shape;
 use crate::backend::cpu::kernels::{blocks, GemmFn, Layout, Out, BAND_ROWS};
@@ -107,11 +107,18 @@ pub(super) fn layout(ty: GgmlType) -> Layout {
 }
 
 /// A format stored in [`Layout::Bands`], and its one-token kernel.
-trait Banded: Format + BandDecode {
+trait Banded: Format {
     /// The f16 scales of a block.
     const HALVES: usize;
     /// Their byte offset in the block.
     const AT: usize;
+    /// Decodes the block step at `step` of a group into `out`
+    /// (`band_decode.rs`).
+    ///
+    /// # Safety
+    /// AVX-512 VNNI as in [`run`]; `step` is a whole block step of a
+    /// banded group of this format.
+    unsafe fn decode_band(step: *const u8, out: &mut BandDecoded);
     /// `H` whole groups of 16 rows (`w`, `nb` block steps each) by the
     /// activation row `a`, results at `out[r * rs]`.
     ///
@@ -128,12 +135,18 @@ trait Banded: Format + BandDecode {
 }
 
 /// `impl Banded for $W`: `$halves` f16-sized scales at byte `$at` of the
-/// block, one-token kernel `decode512::$kernel`.
+/// block, one-token kernel `decode512::$kernel`, block steps decoded by
+/// `band_decode::$decode`.
 macro_rules! banded {
-    ($W:ty, halves: $halves:expr, at: $at:expr, $kernel:ident) => {
+    ($W:ty, halves: $halves:expr, at: $at:expr, $kernel:ident, $decode:ident) => {
         impl Banded for $W {
             const HALVES: usize = $halves;
             const AT: usize = $at;
+            #[inline]
+            unsafe fn decode_band(step: *const u8, out: &mut BandDecoded) {
+                // SAFETY: the caller's contract.
+                unsafe { band_decode::$decode(step, out) }
+            }
             #[inline]
             unsafe fn one_token<const H: usize>(
                 w: *const u8,
@@ -149,11 +162,11 @@ macro_rules! banded {
     };
 }
 
-banded!(BlockQ4K, halves: 2, at: 0, one_token_bands_q4k);
-banded!(BlockQ6K, halves: 1, at: std::mem::offset_of!(BlockQ6K, d), one_token_bands_q6k);
+banded!(BlockQ4K, halves: 2, at: 0, one_token_bands_q4k, q4k);
+banded!(BlockQ6K, halves: 1, at: std::mem::offset_of!(BlockQ6K, d), one_token_bands_q6k, q6k);
 // IQ4_XS's `d` and `scales_h`, side by side at the head of the block, move
 // as two f16-sized halves.
-banded!(BlockIQ4XS, halves: 2, at: 0, one_token_bands_iq4xs);
+banded!(BlockIQ4XS, halves: 2, at: 0, one_token_bands_iq4xs, iq4xs);
 
 /// Decoded weight block: unsigned bytes `u = q + BIAS` (as 64 words),
 /// sub-block scales, the coefficients of the block's correction term as
@@ -715,7 +728,7 @@ impl<W: Format> BandSource<BAND> for PlainRows<'_, W> {
 }
 
 /// The 16 rows of a [`Layout::Bands`] group (`g`, block steps `step` bytes
-/// apart), a block step decoded at once ([`BandDecode`]).
+/// apart), a block step decoded at once ([`Banded::decode_band`]).
 struct BandedRows<W> {
     g: *const u8,
     step: usize,
@@ -723,7 +736,7 @@ struct BandedRows<W> {
     format: std::marker::PhantomData<W>,
 }
 
-impl<W: BandDecode> BandSource<BAND_ROWS> for BandedRows<W> {
+impl<W: Banded> BandSource<BAND_ROWS> for BandedRows<W> {
     #[inline(always)]
     unsafe fn decode(&mut self, b: usize) {
         // SAFETY: the caller's contract: block step `b` lies in the group.
@@ -898,7 +911,7 @@ unsafe fn tile<W: Format, T: TileRows + ?Sized, const G: usize, const R: usize>(
 
 /// The [`GemmFn`] of `W` stored in [`Layout::Bands`]: whole groups of 16
 /// rows through [`Banded::one_token`] (one token) or [`band`] (each block
-/// step of a group decoded at once, [`BandDecode`], once per 64 tokens),
+/// step of a group decoded at once, [`Banded::decode_band`], once per 64 tokens),
 /// the plain rows past the last whole group through [`run`].
 ///
 /// # Safety

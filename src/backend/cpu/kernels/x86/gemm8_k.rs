@@ -144,13 +144,7 @@ unsafe fn band<W: Format>(
 ) {
     let ng = tn.div_ceil(GROUP);
     let mut acc = [[_mm256_setzero_ps(); BAND]; GROUPS];
-    let mut dec: [Decoded; BAND] = std::array::from_fn(|_| Decoded {
-        q: [0; WORDS],
-        sc: [0; 16],
-        coef: [0; 8],
-        d: 0.0,
-        dmin: 0.0,
-    });
+    let mut dec: [Decoded; BAND] = std::array::from_fn(|_| Decoded::zeroed());
     // The signed format's magnitudes, per row and word.
     let mut mag = [[0u32; WORDS]; BAND];
     for b in 0..nb {
