@@ -15,7 +15,9 @@
 #[allow(dead_code)]
 mod rng;
 
-use hearth::backend::cpu::kernels::{Isa, KernelTable, Layout, WeightKernels, WEIGHT_TYPES};
+use hearth::backend::cpu::kernels::{
+    Isa, KernelTable, Layout, WeightKernels, BAND_ROWS, WEIGHT_TYPES,
+};
 use hearth::quant::reference;
 use hearth::quant::GgmlType;
 use rng::Rng;
@@ -288,18 +290,26 @@ fn laid_out(k: &WeightKernels, ty: GgmlType, wq: &[u8], rb: usize) -> Vec<u8> {
 #[test]
 fn rearranged_rows_read_back_as_the_plain_rows() {
     let mut rng = Rng::new(77);
-    let layouts = [
-        (Layout::Interleaved, GgmlType::Q8_0),
-        (Layout::Interleaved, GgmlType::Q4_1),
-        (Layout::Interleaved, GgmlType::Q4_K),
-        (Layout::Bands { halves: 1, at: 0 }, GgmlType::Q4_0),
-        (Layout::Bands { halves: 1, at: 0 }, GgmlType::Q8_0),
-        (Layout::Bands { halves: 1, at: 0 }, GgmlType::IQ4_NL),
-        (Layout::Bands { halves: 2, at: 0 }, GgmlType::Q4_1),
-        (Layout::Bands { halves: 2, at: 0 }, GgmlType::Q4_K),
-        (Layout::Bands { halves: 1, at: 208 }, GgmlType::Q6_K),
-        (Layout::Bands { halves: 2, at: 0 }, GgmlType::IQ4_XS),
+    let banded = [
+        (1, 0, GgmlType::Q4_0),
+        (1, 0, GgmlType::Q8_0),
+        (1, 0, GgmlType::Q5_0),
+        (1, 0, GgmlType::IQ4_NL),
+        (2, 0, GgmlType::Q4_1),
+        (2, 0, GgmlType::Q4_K),
+        (1, 208, GgmlType::Q6_K),
+        (2, 0, GgmlType::IQ4_XS),
     ];
+    let layouts =
+        [
+            (Layout::Interleaved, GgmlType::Q8_0),
+            (Layout::Interleaved, GgmlType::Q4_1),
+            (Layout::Interleaved, GgmlType::Q4_K),
+        ]
+        .into_iter()
+        .chain([BAND_ROWS, 4].into_iter().flat_map(|rows| {
+            banded.map(|(halves, at, ty)| (Layout::Bands { rows, halves, at }, ty))
+        }));
     for (layout, ty) in layouts {
         for rows in [1, 3, 4, 5, 8, 11, 16, 17, 35] {
             let (_, wq) = quantized_rows(&mut rng, ty, rows, 2 * ty.block_elems());
@@ -342,7 +352,12 @@ fn banded_layout_puts_sixteen_rows_scales_and_words_side_by_side() {
         .collect();
     let rb = nb * bb;
     let mut w = wq.clone();
-    Layout::Bands { halves: 2, at: 0 }.apply(&mut w, rb, bb);
+    Layout::Bands {
+        rows: BAND_ROWS,
+        halves: 2,
+        at: 0,
+    }
+    .apply(&mut w, rb, bb);
     for r in 0..rows {
         for b in 0..nb {
             let plain = &wq[r * rb + b * bb..][..bb];

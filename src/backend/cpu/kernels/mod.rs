@@ -264,7 +264,8 @@ pub fn interleave_rows(bytes: &mut [u8], row_bytes: usize, block_bytes: usize) {
     }
 }
 
-/// Rows per group of [`Layout::Bands`].
+/// Rows per group of the AVX-512 kernels' [`Layout::Bands`] (one
+/// 512-bit register holds a 4-byte word of each).
 pub const BAND_ROWS: usize = 16;
 
 /// How the whole groups of a weight's rows are stored, for the tiles that
@@ -278,15 +279,18 @@ pub enum Layout {
     /// Groups of [`GROUP_ROWS`] rows interleaved block by block
     /// ([`interleave_rows`]): a tile of four rows reads one stream.
     Interleaved,
-    /// Groups of [`BAND_ROWS`] rows transposed block by block
+    /// Groups of `rows` rows transposed block by block
     /// ([`Layout::apply`]): per block index, the group's first f16 scales
-    /// (16 x 2 bytes), their second ones where the blocks have
+    /// (`rows` x 2 bytes), their second ones where the blocks have
     /// `halves = 2` (`m`, `dmin`), then each 4-byte word of the rest of
-    /// the block (quants, packed sub-block scales), 16 rows side by side.
-    /// One 512-bit load is then one word of 16 rows, one `vpdpbusd` their
-    /// 16 partial sums in lanes, and the 16 scales one conversion: the
-    /// one-token kernels assemble nothing.
+    /// the block (quants, packed sub-block scales), the rows side by side.
+    /// One register is then one word of every row of the group (AVX-512:
+    /// 16 rows in a zmm, [`BAND_ROWS`]; SIMD128: 4 rows in a v128), its
+    /// partial sums land in lanes, one per row, and the scales convert in
+    /// one go: the one-token kernels assemble nothing.
     Bands {
+        /// Rows per group (a power of two).
+        rows: usize,
         /// The f16 scales of each block (1 or 2).
         halves: usize,
         /// Their byte offset in the block (0 but for Q6_K's `d`, last; a
@@ -301,7 +305,7 @@ impl Layout {
         match self {
             Layout::Plain => 1,
             Layout::Interleaved => GROUP_ROWS,
-            Layout::Bands { .. } => BAND_ROWS,
+            Layout::Bands { rows, .. } => rows,
         }
     }
 
@@ -313,8 +317,9 @@ impl Layout {
         match self {
             Layout::Plain => false,
             Layout::Interleaved => whole_blocks,
-            Layout::Bands { halves, at } => {
+            Layout::Bands { rows, halves, at } => {
                 whole_blocks
+                    && rows.is_power_of_two()
                     && at.is_multiple_of(4)
                     && block_bytes >= at + 2 * halves
                     && block_bytes > 2 * halves
@@ -330,9 +335,9 @@ impl Layout {
         match self {
             Layout::Plain => {}
             Layout::Interleaved => interleave_rows(bytes, row_bytes, block_bytes),
-            Layout::Bands { halves, at } => {
+            Layout::Bands { rows, halves, at } => {
                 if self.fits(row_bytes, block_bytes) {
-                    band_rows(bytes, row_bytes, block_bytes, halves, at);
+                    band_rows(bytes, rows, row_bytes, block_bytes, halves, at);
                 }
             }
         }
@@ -358,13 +363,13 @@ impl Layout {
         let group = &bytes[r / g * g * row_bytes..][..g * row_bytes];
         let i = r % g;
         let out = match self {
-            Layout::Bands { halves, at } => {
+            Layout::Bands { rows, halves, at } => {
                 let mut out = vec![0u8; row_bytes];
                 for (block, packed) in out
                     .chunks_exact_mut(block_bytes)
-                    .zip(group.chunks_exact(BAND_ROWS * block_bytes))
+                    .zip(group.chunks_exact(rows * block_bytes))
                 {
-                    for (from, to, len) in band_pieces(block_bytes, halves, at, i) {
+                    for (from, to, len) in band_pieces(rows, block_bytes, halves, at, i) {
                         block[from..from + len].copy_from_slice(&packed[to..to + len]);
                     }
                 }
@@ -382,40 +387,48 @@ impl Layout {
     }
 }
 
-/// Where the pieces of row `r`'s block go in a [`Layout::Bands`] group's
-/// block step: `(offset in the block, offset in the step, length)`, the
-/// `halves` f16 scales (at byte `at` of the block) first, then the words
-/// of the other bytes in their order.
+/// Where the pieces of row `r`'s block go in the block step of a
+/// [`Layout::Bands`] group of `rows` rows: `(offset in the block, offset in
+/// the step, length)`, the `halves` f16 scales (at byte `at` of the block)
+/// first, then the words of the other bytes in their order.
 fn band_pieces(
+    rows: usize,
     block_bytes: usize,
     halves: usize,
     at: usize,
     r: usize,
 ) -> impl Iterator<Item = (usize, usize, usize)> {
     let head = 2 * halves;
-    let scales = (0..halves).map(move |f| (at + 2 * f, 2 * BAND_ROWS * f + 2 * r, 2));
+    let scales = (0..halves).map(move |f| (at + 2 * f, 2 * rows * f + 2 * r, 2));
     let words = (0..(block_bytes - head) / 4).map(move |k| {
         let from = if 4 * k < at { 4 * k } else { 4 * k + head };
-        (from, 2 * BAND_ROWS * halves + 4 * BAND_ROWS * k + 4 * r, 4)
+        (from, 2 * rows * halves + 4 * rows * k + 4 * r, 4)
     });
     scales.chain(words)
 }
 
-/// Rearranges each whole group of [`BAND_ROWS`] rows of `bytes` into
+/// Rearranges each whole group of `rows` rows of `bytes` into
 /// [`Layout::Bands`] (`halves` f16 scales at the head of each block of
 /// `block_bytes`, the rest 4-byte words); rows past the last whole group
 /// stay as they are. The caller checks that the sizes fit.
-fn band_rows(bytes: &mut [u8], row_bytes: usize, block_bytes: usize, halves: usize, at: usize) {
-    let mut plain = vec![0u8; BAND_ROWS * row_bytes];
-    let pieces: Vec<Vec<(usize, usize, usize)>> = (0..BAND_ROWS)
-        .map(|r| band_pieces(block_bytes, halves, at, r).collect())
+fn band_rows(
+    bytes: &mut [u8],
+    rows: usize,
+    row_bytes: usize,
+    block_bytes: usize,
+    halves: usize,
+    at: usize,
+) {
+    let mut plain = vec![0u8; rows * row_bytes];
+    let pieces: Vec<Vec<(usize, usize, usize)>> = (0..rows)
+        .map(|r| band_pieces(rows, block_bytes, halves, at, r).collect())
         .collect();
-    for g in bytes.chunks_exact_mut(BAND_ROWS * row_bytes) {
+    for g in bytes.chunks_exact_mut(rows * row_bytes) {
         plain.copy_from_slice(g);
         for (r, row) in plain.chunks_exact(row_bytes).enumerate() {
             for (block, step) in row
                 .chunks_exact(block_bytes)
-                .zip(g.chunks_exact_mut(BAND_ROWS * block_bytes))
+                .zip(g.chunks_exact_mut(rows * block_bytes))
             {
                 for &(from, to, len) in &pieces[r] {
                     step[to..to + len].copy_from_slice(&block[from..from + len]);
@@ -708,7 +721,7 @@ impl KernelTable {
         if let Some(gemm) = wasm::gemm(self.isa, ty) {
             k.gemm = Some(gemm);
             k.gemm_one_token = true;
-            k.layout = Layout::Interleaved;
+            k.layout = wasm::layout(self.isa, ty);
             k.gemm_finite_scales = true;
         }
         #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]

@@ -12,6 +12,7 @@
 //! formats, Q2_K, IQ4_XS and the float dots are bit-identical; Q3_K .. Q6_K
 //! scale each block's exact integer sum once and differ by f32 rounding only.
 
+mod bands;
 mod gemm;
 mod simd128;
 
@@ -19,7 +20,7 @@ pub(crate) use simd128::{h2f, vec_dot_f32};
 
 use bytemuck::Pod;
 
-use super::{DotFn, GemmFn, Isa, QuantizeFn, Widen};
+use super::{DotFn, GemmFn, Isa, Layout, QuantizeFn, Widen};
 use crate::quant::GgmlType;
 
 /// Whether this build runs `isa`'s kernels (SIMD128 is fixed at compile time).
@@ -50,8 +51,17 @@ pub(super) fn quantizer(isa: Isa, ty: GgmlType) -> Option<QuantizeFn> {
 /// bit, so the matmul runs it for one token too.
 pub(super) fn gemm(isa: Isa, ty: GgmlType) -> Option<GemmFn> {
     match isa {
-        Isa::Simd128 => gemm::gemm(ty),
+        Isa::Simd128 => bands::gemm(ty).or_else(|| gemm::gemm(ty)),
         _ => None,
+    }
+}
+
+/// How [`gemm`]'s kernel of `ty` wants the weight stored: in bands of four
+/// rows where it runs `bands.rs`, else the four-row interleave of `gemm.rs`.
+pub(super) fn layout(isa: Isa, ty: GgmlType) -> Layout {
+    match isa {
+        Isa::Simd128 => bands::layout(ty).unwrap_or(Layout::Interleaved),
+        _ => Layout::Plain,
     }
 }
 

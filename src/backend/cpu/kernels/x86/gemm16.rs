@@ -97,7 +97,11 @@ pub(super) fn gemm(ty: GgmlType) -> Option<GemmFn> {
 /// How [`gemm`]'s kernel of `ty` wants the weight stored: Q4_K, Q6_K and
 /// IQ4_XS in [`Layout::Bands`] ([`Banded`]), the others plain.
 pub(super) fn layout(ty: GgmlType) -> Layout {
-    let bands = |halves, at| Layout::Bands { halves, at };
+    let bands = |halves, at| Layout::Bands {
+        rows: BAND_ROWS,
+        halves,
+        at,
+    };
     match ty {
         GgmlType::Q4_K => bands(BlockQ4K::HALVES, BlockQ4K::AT),
         GgmlType::Q6_K => bands(BlockQ6K::HALVES, BlockQ6K::AT),

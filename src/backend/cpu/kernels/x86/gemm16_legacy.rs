@@ -291,10 +291,16 @@ pub(super) fn gemm(ty: GgmlType) -> Option<GemmFn> {
 /// where they have one, then words of quants), the others plain.
 pub(super) fn layout(ty: GgmlType) -> Layout {
     match ty {
-        GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 | GgmlType::IQ4_NL => {
-            Layout::Bands { halves: 1, at: 0 }
-        }
-        GgmlType::Q4_1 => Layout::Bands { halves: 2, at: 0 },
+        GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 | GgmlType::IQ4_NL => Layout::Bands {
+            rows: BAND_ROWS,
+            halves: 1,
+            at: 0,
+        },
+        GgmlType::Q4_1 => Layout::Bands {
+            rows: BAND_ROWS,
+            halves: 2,
+            at: 0,
+        },
         _ => Layout::Plain,
     }
 }

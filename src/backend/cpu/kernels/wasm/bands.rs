@@ -1,0 +1,428 @@
+//! SIMD128 matmul over weights stored in bands of four rows
+//! ([`Layout::Bands`] with `rows: 4`): per block index, the four rows' f16
+//! scales side by side, then each 4-byte word of their quants, the four
+//! rows side by side. One v128 load is then one word of each row.
+//!
+//! Why this layout: `i32x4.dot_i16x8_s` sums adjacent pairs, so the low
+//! half of a word vector widened to i16 (rows 0 and 1) dotted with the
+//! activations of the word's elements puts row 0's partial sum in lanes
+//! 0..2 and row 1's in lanes 2..4; the high half does rows 2 and 3. The
+//! rows stay in lanes through the whole block: one pair of shuffles per
+//! block gives the four rows' exact integer sums in four lanes, the four
+//! scales convert in one vector, and each lane then takes its row's float
+//! steps. The four-row interleave this replaces folded four vectors of
+//! partial sums per block and assembled the scales lane by lane: about
+//! twice the instructions (in V8 on x86, 5.7 GB/s from cache where this
+//! reads 11 for Q4_1).
+//!
+//! Lane `r` performs exactly the SIMD128 per-row dot's float operations
+//! for row `r` in the same order (blocks one after another, no fused
+//! multiply-add), on exact integer sums: every result is bit-identical to
+//! the per-row dot of the same pair, so a token's results do not depend on
+//! its batch, and the 32-element formats stay bit-identical to the scalar
+//! kernels.
+//!
+//! wasm has no prefetch instruction: a one-token matmul runs three bands
+//! from three parts of the weight together ([`PARTS`]), so that three
+//! streams through memory are in flight at every step.
+
+use core::arch::wasm32::*;
+
+use bytemuck::{Pod, Zeroable};
+
+use super::simd128;
+use crate::backend::cpu::kernels::{blocks, fp16, GemmFn, Layout, Out};
+use crate::quant::blocks::{BlockQ4_0, BlockQ4_1, BlockQ8_0, BlockQ8_1};
+use crate::quant::GgmlType;
+
+/// Rows per band.
+const ROWS: usize = 4;
+
+/// Parts of a weight whose bands a one-token matmul runs together, block
+/// step by block step. wasm has no prefetch instruction, and behind a loop
+/// this dense in arithmetic one stream through memory leaves the hardware
+/// prefetchers behind (and stalls at each 4 KiB page, wasm memory having
+/// no huge pages); three streams interleaved at each step keep more misses
+/// in flight. Node 20 on a Xeon, SmolLM2's matrices (91 MB, from DRAM):
+/// one band at a time 5.3 GB/s, two 5.8, three 7.5, four 6.5 (registers
+/// spill); from cache all read 10.
+const PARTS: usize = 3;
+
+/// The banded kernel of weight type `ty`, `None` where the matmul keeps
+/// another one.
+pub(super) fn gemm(ty: GgmlType) -> Option<GemmFn> {
+    let f: GemmFn = match ty {
+        GgmlType::Q4_0 => bands::<Q40>,
+        GgmlType::Q4_1 => bands::<Q41>,
+        GgmlType::Q8_0 => bands::<Q80>,
+        _ => return None,
+    };
+    Some(f)
+}
+
+/// How [`gemm`]'s kernel of `ty` wants the weight stored.
+pub(super) fn layout(ty: GgmlType) -> Option<Layout> {
+    let bands = |halves| Layout::Bands {
+        rows: ROWS,
+        halves,
+        at: 0,
+    };
+    match ty {
+        GgmlType::Q4_0 | GgmlType::Q8_0 => Some(bands(1)),
+        GgmlType::Q4_1 => Some(bands(2)),
+        _ => None,
+    }
+}
+
+/// One block step of a band: `H` sets of four f16 scales (`d`, then `m`
+/// where the format has one), then `N` words of the four rows.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct Step<const H: usize, const N: usize> {
+    scales: [[u8; 8]; H],
+    words: [[u8; 16]; N],
+}
+
+// SAFETY: only byte arrays, so no padding, any bit pattern valid, align 1.
+unsafe impl<const H: usize, const N: usize> Zeroable for Step<H, N> {}
+// SAFETY: as above; `Copy` and `'static`.
+unsafe impl<const H: usize, const N: usize> Pod for Step<H, N> {}
+
+/// A weight format's banded kernel.
+trait Band {
+    /// The weight block (rows past the last whole band stay plain).
+    type W: Pod;
+    /// The activation block.
+    type A: Pod;
+    /// A block step of four rows.
+    type Step: Pod;
+    /// An activation block laid out for [`Band::step`], once per call.
+    type Prep: Copy;
+    /// Lays out one activation block.
+    fn prep(a: &Self::A) -> Self::Prep;
+    /// Adds block step `s` of four rows dotted with block `a[t]` of each
+    /// activation row `t` to `acc[t]` (lane `r`: row `r`).
+    fn step<const T: usize>(s: &Self::Step, a: [&Self::Prep; T], acc: &mut [v128; T]);
+    /// The SIMD128 per-row dot (the rows past the last whole band).
+    fn row(w: &[Self::W], a: &[Self::A]) -> f32;
+}
+
+/// Every weight row of `weights` (whole bands in [`Layout::Bands`], the
+/// rows past them plain) with every activation row of `acts`. One
+/// activation row (decode) runs [`PARTS`] bands at once, one from each
+/// part of the weight; more run one band at a time by two activation rows
+/// (its blocks decoded once for both). Computes nothing for shapes that do
+/// not fit `out`.
+fn bands<K: Band>(weights: &[u8], row_bytes: usize, acts: &[u8], act_bytes: usize, out: Out<'_>) {
+    let (wb, step_bytes) = (size_of::<K::W>(), size_of::<K::Step>());
+    if row_bytes == 0 || act_bytes == 0 || !row_bytes.is_multiple_of(wb) {
+        return;
+    }
+    let (rows, toks) = (weights.len() / row_bytes, acts.len() / act_bytes);
+    if rows == 0 || toks == 0 || !out.fits(rows, toks) || ROWS * wb != step_bytes {
+        return;
+    }
+    let nb = row_bytes / wb;
+    let preps: Vec<Vec<K::Prep>> = acts
+        .chunks_exact(act_bytes)
+        .map(|a| blocks::<K::A>(a).iter().map(K::prep).collect())
+        .collect();
+    if preps.iter().any(|p| p.len() < nb) {
+        return;
+    }
+    let Out {
+        out,
+        row_stride,
+        tok_stride,
+    } = out;
+    let mut put = |g: usize, t: usize, v: v128| {
+        let lanes = [
+            f32x4_extract_lane::<0>(v),
+            f32x4_extract_lane::<1>(v),
+            f32x4_extract_lane::<2>(v),
+            f32x4_extract_lane::<3>(v),
+        ];
+        for (r, x) in lanes.into_iter().enumerate() {
+            out[(g * ROWS + r) * row_stride + t * tok_stride] = x;
+        }
+    };
+    let steps = |g: usize| blocks::<K::Step>(&weights[g * ROWS * row_bytes..][..ROWS * row_bytes]);
+    let bands = rows / ROWS;
+    if let [p] = &preps[..] {
+        let part = bands.div_ceil(PARTS);
+        for i in 0..part {
+            let g = [i, i + part, i + 2 * part];
+            if g[2] < bands {
+                let s = g.map(steps);
+                let v = run::<K, 1, 3>([&s[0], &s[1], &s[2]], [p]);
+                g.into_iter().zip(v).for_each(|(g, [v])| put(g, 0, v));
+            } else {
+                for g in g.into_iter().filter(|&g| g < bands) {
+                    let [[v]] = run::<K, 1, 1>([&steps(g)], [p]);
+                    put(g, 0, v);
+                }
+            }
+        }
+    } else {
+        for g in 0..bands {
+            let s = steps(g);
+            let mut pairs = preps.chunks_exact(2);
+            for (i, p) in pairs.by_ref().enumerate() {
+                let [[v0, v1]] = run::<K, 2, 1>([&s], [&p[0], &p[1]]);
+                put(g, 2 * i, v0);
+                put(g, 2 * i + 1, v1);
+            }
+            if let [p] = pairs.remainder() {
+                let [[v]] = run::<K, 1, 1>([&s], [p]);
+                put(g, toks - 1, v);
+            }
+        }
+    }
+    for r in bands * ROWS..rows {
+        let w = blocks::<K::W>(&weights[r * row_bytes..(r + 1) * row_bytes]);
+        for (t, a) in acts.chunks_exact(act_bytes).enumerate() {
+            out[r * row_stride + t * tok_stride] = K::row(&w, &blocks::<K::A>(a));
+        }
+    }
+}
+
+/// The bands `steps` (`B` of them, their block steps) by `T` activation
+/// rows, block step by block step: the bands' loads are in flight
+/// together.
+#[inline(always)]
+fn run<K: Band, const T: usize, const B: usize>(
+    steps: [&[K::Step]; B],
+    preps: [&[K::Prep]; T],
+) -> [[v128; T]; B] {
+    let n = steps.iter().map(|s| s.len()).min().unwrap_or(0);
+    let steps = steps.map(|s| &s[..n]);
+    let mut acc = [[f32x4_splat(0.0); T]; B];
+    if preps.iter().any(|p| p.len() < n) {
+        return acc;
+    }
+    let preps = preps.map(|p| &p[..n]);
+    for b in 0..n {
+        for (s, acc) in steps.iter().zip(&mut acc) {
+            K::step(&s[b], preps.map(|p| &p[b]), acc);
+        }
+    }
+    acc
+}
+
+// ---------------------------------------------------------------- helpers
+
+/// The 16 bytes of `p`.
+#[inline(always)]
+fn ld(p: &[u8; 16]) -> v128 {
+    // SAFETY: `p` holds 16 readable bytes; `v128.load` has no alignment
+    // requirement.
+    unsafe { v128_load(p.as_ptr().cast()) }
+}
+
+/// The four i16 at `p[at..at + 4]` in both halves of a vector (zeros if
+/// `p` is shorter; the callers' constant offsets rule that out).
+#[inline(always)]
+fn quad(p: &[i16], at: usize) -> v128 {
+    match p.get(at..at + 4) {
+        // SAFETY: the slice holds 8 readable bytes; no alignment needed.
+        Some(s) => unsafe { v128_load64_splat(s.as_ptr().cast()) },
+        None => i16x8_splat(0),
+    }
+}
+
+/// The four rows' f16 scales of a block step as f32 lanes: `scales[0]`
+/// (and `scales[1]` for `H = 2`), finite values only (the weights' kernels
+/// say so, `WeightKernels::gemm_finite_scales`).
+#[inline(always)]
+fn scales<const H: usize>(s: &[[u8; 8]; H]) -> [v128; H] {
+    let z = i16x8_splat(0);
+    // SAFETY: `s` holds `8 * H` readable bytes, 8 or 16; no alignment needed.
+    let v = unsafe {
+        match H {
+            1 => v128_load64_zero(s.as_ptr().cast()),
+            _ => v128_load(s.as_ptr().cast()),
+        }
+    };
+    // Each f16 into the high half of a u32 lane (sign at bit 31).
+    let lo = i16x8_shuffle::<0, 8, 1, 9, 2, 10, 3, 11>(z, v);
+    let hi = i16x8_shuffle::<4, 12, 5, 13, 6, 14, 7, 15>(z, v);
+    core::array::from_fn(|f| h2f_high(if f == 0 { lo } else { hi }))
+}
+
+/// The f16 in the high half of each u32 lane of `h` as f32, for finite
+/// values: sign, exponent and mantissa shifted into f32 position, times
+/// 2^112 (subnormals included).
+#[inline(always)]
+fn h2f_high(h: v128) -> v128 {
+    let bits = v128_and(i32x4_shr(h, 3), u32x4_splat(0x8FFF_E000));
+    f32x4_mul(bits, f32x4_splat(f32::from_bits((127 + 112) << 23)))
+}
+
+/// Lane `r` = row `r`'s sum, from `a` = rows 0, 0, 1, 1 and `b` = rows 2,
+/// 2, 3, 3 (exact i32 sums).
+#[inline(always)]
+fn fold(a: v128, b: v128) -> v128 {
+    i32x4_add(
+        i32x4_shuffle::<0, 2, 4, 6>(a, b),
+        i32x4_shuffle::<1, 3, 5, 7>(a, b),
+    )
+}
+
+/// One activation block of 32 laid out for the nibble formats (Q4_0,
+/// Q4_1: the low nibble of byte `j` is element `j`, its high nibble
+/// element `16 + j`): `lo[j] = a[j]` and `hi[j] = a[16 + j] - 16 a[j]` as
+/// i16. A weight byte `b = lo + 16 hi`, widened whole, dotted with `lo[j]`
+/// and its high nibble with `hi[j]` leaves `lo * a[j] + hi * a[16 + j]`:
+/// no mask for the low nibbles. Every term is exact in
+/// `i32x4.dot_i16x8_s`: `|a[16 + j] - 16 a[j]| <= 2159`.
+#[derive(Clone, Copy)]
+struct Nib {
+    lo: [i16; 16],
+    hi: [i16; 16],
+    /// `[d, s]` of the block (`s`: Q8_1's `d * sum(qs)`, 0 for Q8_0).
+    scales: [f32; 2],
+    /// The sum of the block's quants.
+    sum: i32,
+}
+
+impl Nib {
+    fn new(qs: &[i8; 32], scales: [f32; 2]) -> Self {
+        Nib {
+            lo: core::array::from_fn(|j| i16::from(qs[j])),
+            hi: core::array::from_fn(|j| i16::from(qs[16 + j]) - 16 * i16::from(qs[j])),
+            scales,
+            sum: qs.iter().map(|&q| i32::from(q)).sum(),
+        }
+    }
+}
+
+/// The exact sums of 32 nibbles of each of four rows (`words`: four words
+/// of four rows) with the `T` activation blocks `a`, lanes as [`fold`]
+/// wants them.
+#[inline(always)]
+fn nib_sums<const T: usize>(words: &[[u8; 16]; 4], a: [&Nib; T]) -> [v128; T] {
+    let z = i32x4_splat(0);
+    let mut sums = [[z; 2]; T];
+    for (k, w) in words.iter().enumerate() {
+        let w = ld(w);
+        let (l, h) = (u16x8_extend_low_u8x16(w), u16x8_extend_high_u8x16(w));
+        let (l4, h4) = (u16x8_shr(l, 4), u16x8_shr(h, 4));
+        for t in 0..T {
+            let (lo, hi) = (quad(&a[t].lo, 4 * k), quad(&a[t].hi, 4 * k));
+            let s = &mut sums[t];
+            s[0] = i32x4_add(
+                s[0],
+                i32x4_add(i32x4_dot_i16x8(l, lo), i32x4_dot_i16x8(l4, hi)),
+            );
+            s[1] = i32x4_add(
+                s[1],
+                i32x4_add(i32x4_dot_i16x8(h, lo), i32x4_dot_i16x8(h4, hi)),
+            );
+        }
+    }
+    sums.map(|[a, b]| fold(a, b))
+}
+
+// ------------------------------------------------------- 32-element formats
+
+/// Q4_0 x Q8_0: the unsigned nibbles dotted, then 8 times the activation
+/// sum taken off; `sumi * (dx * dy)` per block, as the per-row dot.
+struct Q40;
+
+impl Band for Q40 {
+    type W = BlockQ4_0;
+    type A = BlockQ8_0;
+    type Step = Step<1, 4>;
+    type Prep = Nib;
+    fn prep(a: &BlockQ8_0) -> Nib {
+        Nib::new(&a.qs, [fp16(a.d), 0.0])
+    }
+    #[inline(always)]
+    fn step<const T: usize>(s: &Step<1, 4>, a: [&Nib; T], acc: &mut [v128; T]) {
+        let [dx] = scales(&s.scales);
+        let sums = nib_sums(&s.words, a);
+        for t in 0..T {
+            let sumi = i32x4_sub(sums[t], i32x4_splat(8 * a[t].sum));
+            let d = f32x4_mul(dx, f32x4_splat(a[t].scales[0]));
+            acc[t] = f32x4_add(acc[t], f32x4_mul(f32x4_convert_i32x4(sumi), d));
+        }
+    }
+    fn row(w: &[BlockQ4_0], a: &[BlockQ8_0]) -> f32 {
+        simd128::vec_dot_q4_0_q8_0(w, a)
+    }
+}
+
+/// Q4_1 x Q8_1: `(dx * dy) * sumi + mx * sy` per block, as the per-row dot.
+struct Q41;
+
+impl Band for Q41 {
+    type W = BlockQ4_1;
+    type A = BlockQ8_1;
+    type Step = Step<2, 4>;
+    type Prep = Nib;
+    fn prep(a: &BlockQ8_1) -> Nib {
+        Nib::new(&a.qs, [fp16(a.d), fp16(a.s)])
+    }
+    #[inline(always)]
+    fn step<const T: usize>(s: &Step<2, 4>, a: [&Nib; T], acc: &mut [v128; T]) {
+        let [dx, mx] = scales(&s.scales);
+        let sums = nib_sums(&s.words, a);
+        for t in 0..T {
+            let [dy, sy] = a[t].scales;
+            let v = f32x4_add(
+                f32x4_mul(f32x4_mul(dx, f32x4_splat(dy)), f32x4_convert_i32x4(sums[t])),
+                f32x4_mul(mx, f32x4_splat(sy)),
+            );
+            acc[t] = f32x4_add(acc[t], v);
+        }
+    }
+    fn row(w: &[BlockQ4_1], a: &[BlockQ8_1]) -> f32 {
+        simd128::vec_dot_q4_1_q8_1(w, a)
+    }
+}
+
+/// A Q8_0 activation block widened to i16, and its scale.
+#[derive(Clone, Copy)]
+struct Wide {
+    q: [i16; 32],
+    d: f32,
+}
+
+/// Q8_0 x Q8_0: `sumi * (dx * dy)` per block, as the per-row dot.
+struct Q80;
+
+impl Band for Q80 {
+    type W = BlockQ8_0;
+    type A = BlockQ8_0;
+    type Step = Step<1, 8>;
+    type Prep = Wide;
+    fn prep(a: &BlockQ8_0) -> Wide {
+        Wide {
+            q: core::array::from_fn(|j| i16::from(a.qs[j])),
+            d: fp16(a.d),
+        }
+    }
+    #[inline(always)]
+    fn step<const T: usize>(s: &Step<1, 8>, a: [&Wide; T], acc: &mut [v128; T]) {
+        let [dx] = scales(&s.scales);
+        let z = i32x4_splat(0);
+        let mut sums = [[z; 2]; T];
+        for (k, w) in s.words.iter().enumerate() {
+            let w = ld(w);
+            let (l, h) = (i16x8_extend_low_i8x16(w), i16x8_extend_high_i8x16(w));
+            for t in 0..T {
+                let q = quad(&a[t].q, 4 * k);
+                sums[t][0] = i32x4_add(sums[t][0], i32x4_dot_i16x8(l, q));
+                sums[t][1] = i32x4_add(sums[t][1], i32x4_dot_i16x8(h, q));
+            }
+        }
+        for t in 0..T {
+            let sumi = fold(sums[t][0], sums[t][1]);
+            let d = f32x4_mul(dx, f32x4_splat(a[t].d));
+            acc[t] = f32x4_add(acc[t], f32x4_mul(f32x4_convert_i32x4(sumi), d));
+        }
+    }
+    fn row(w: &[BlockQ8_0], a: &[BlockQ8_0]) -> f32 {
+        simd128::vec_dot_q8_0_q8_0(w, a)
+    }
+}
