@@ -626,7 +626,17 @@ fn one_token_tiles_equal_the_per_row_dots_bit_for_bit() {
             let seed = 12_000 + 100 * isa as u64 + i as u64;
             let mut rng = Rng::new(seed);
             let be = ty.block_elems().max(32);
-            for (rows, toks, blocks) in [(1, 1, 1), (7, 3, 2), (4, 1, 18), (9, 2, 20)] {
+            // 36, 100 and 132 rows: the one-token SIMD128 bands run eight
+            // parts of 9, 25 and 33 bands, unequal by one.
+            for (rows, toks, blocks) in [
+                (1, 1, 1),
+                (7, 3, 2),
+                (4, 1, 18),
+                (9, 2, 20),
+                (36, 1, 2),
+                (100, 1, 3),
+                (132, 1, 1),
+            ] {
                 let n = blocks * be;
                 let (_, wq) = quantized_rows(&mut rng, ty, rows, n);
                 let (_, aq) = quantized_rows(&mut rng, k.vec_dot_type, toks, n);

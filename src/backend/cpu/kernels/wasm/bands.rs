@@ -22,8 +22,8 @@
 //! its batch, and the 32-element formats stay bit-identical to the scalar
 //! kernels.
 //!
-//! wasm has no prefetch instruction: a one-token matmul runs three bands
-//! from three parts of the weight together ([`PARTS`]), so that three
+//! wasm has no prefetch instruction: a one-token matmul runs eight bands
+//! from eight parts of the weight together ([`PARTS`]), so that eight
 //! streams through memory are in flight at every step.
 
 use core::arch::wasm32::*;
@@ -42,11 +42,12 @@ const ROWS: usize = 4;
 /// step by block step. wasm has no prefetch instruction, and behind a loop
 /// this dense in arithmetic one stream through memory leaves the hardware
 /// prefetchers behind (and stalls at each 4 KiB page, wasm memory having
-/// no huge pages); three streams interleaved at each step keep more misses
-/// in flight. Node 20 on a Xeon, SmolLM2's matrices (91 MB, from DRAM):
-/// one band at a time 5.3 GB/s, two 5.8, three 7.5, four 6.5 (registers
-/// spill); from cache all read 10.
-const PARTS: usize = 3;
+/// no huge pages); bands from several parts interleaved at each step keep
+/// more misses in flight. Node 20 on a Xeon, weights from DRAM, SmolLM2's
+/// matrices (91 MB) / Gemma-3's Q8_0 ones (235 MB): one band at a time
+/// 5.3 / 6.4 GB/s, three 7.9-8.3 / 8.1, eight 8.7-9.6 / 10.6. From cache
+/// eight cost 5-10% (accumulators spill).
+const PARTS: usize = 8;
 
 /// The banded kernel of weight type `ty`, `None` where the matmul keeps
 /// another one.
@@ -149,19 +150,18 @@ fn bands<K: Band>(weights: &[u8], row_bytes: usize, acts: &[u8], act_bytes: usiz
     let steps = |g: usize| blocks::<K::Step>(&weights[g * ROWS * row_bytes..][..ROWS * row_bytes]);
     let bands = rows / ROWS;
     if let [p] = &preps[..] {
-        let part = bands.div_ceil(PARTS);
-        for i in 0..part {
-            let g = [i, i + part, i + 2 * part];
-            if g[2] < bands {
-                let s = g.map(steps);
-                let v = run::<K, 1, 3>([&s[0], &s[1], &s[2]], [p]);
-                g.into_iter().zip(v).for_each(|(g, [v])| put(g, 0, v));
-            } else {
-                for g in g.into_iter().filter(|&g| g < bands) {
-                    let [[v]] = run::<K, 1, 1>([&steps(g)], [p]);
-                    put(g, 0, v);
-                }
-            }
+        // PARTS parts of `q` or `q + 1` bands: the first `r` have one more.
+        let (q, r) = (bands / PARTS, bands % PARTS);
+        let starts: [usize; PARTS] = core::array::from_fn(|j| j * q + j.min(r));
+        for i in 0..q {
+            let g = starts.map(|s| s + i);
+            let s = g.map(steps);
+            let v = run::<K, 1, PARTS>(core::array::from_fn(|j| &s[j][..]), [p]);
+            g.into_iter().zip(v).for_each(|(g, [v])| put(g, 0, v));
+        }
+        for g in starts.into_iter().take(r).map(|s| s + q) {
+            let [[v]] = run::<K, 1, 1>([&steps(g)], [p]);
+            put(g, 0, v);
         }
     } else {
         for g in 0..bands {
