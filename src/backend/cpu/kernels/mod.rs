@@ -238,32 +238,6 @@ pub struct Widen {
     pub decode: fn(from: &[u8], to: &mut [u8]),
 }
 
-/// Rows per group of [`Layout::Interleaved`].
-pub const GROUP_ROWS: usize = 4;
-
-/// Rearranges each whole group of [`GROUP_ROWS`] rows of `bytes` (rows of
-/// `row_bytes`, made of blocks of `block_bytes`) so that block `b` of the
-/// group's row `r` comes at block `GROUP_ROWS * b + r` of the group. A group
-/// keeps the bytes its rows had, so ranges of whole groups slice as before;
-/// rows past the last whole group stay as they are. Nothing changes when
-/// the sizes do not divide.
-pub fn interleave_rows(bytes: &mut [u8], row_bytes: usize, block_bytes: usize) {
-    let group = GROUP_ROWS * row_bytes;
-    if block_bytes == 0 || row_bytes == 0 || !row_bytes.is_multiple_of(block_bytes) {
-        return;
-    }
-    let mut plain = vec![0u8; group];
-    for g in bytes.chunks_exact_mut(group) {
-        plain.copy_from_slice(g);
-        for (r, row) in plain.chunks_exact(row_bytes).enumerate() {
-            for (b, block) in row.chunks_exact(block_bytes).enumerate() {
-                let at = (GROUP_ROWS * b + r) * block_bytes;
-                g[at..at + block_bytes].copy_from_slice(block);
-            }
-        }
-    }
-}
-
 /// Rows per group of the AVX-512 kernels' [`Layout::Bands`] (one
 /// 512-bit register holds a 4-byte word of each).
 pub const BAND_ROWS: usize = 16;
@@ -276,9 +250,6 @@ pub const BAND_ROWS: usize = 16;
 pub enum Layout {
     /// The GGUF rows, one after another.
     Plain,
-    /// Groups of [`GROUP_ROWS`] rows interleaved block by block
-    /// ([`interleave_rows`]): a tile of four rows reads one stream.
-    Interleaved,
     /// Groups of `rows` rows transposed block by block
     /// ([`Layout::apply`]): per block index, the group's first f16 scales
     /// (`rows` x 2 bytes), their second ones where the blocks have
@@ -304,7 +275,6 @@ impl Layout {
     pub fn group_rows(self) -> usize {
         match self {
             Layout::Plain => 1,
-            Layout::Interleaved => GROUP_ROWS,
             Layout::Bands { rows, .. } => rows,
         }
     }
@@ -316,7 +286,6 @@ impl Layout {
             block_bytes > 0 && row_bytes > 0 && row_bytes.is_multiple_of(block_bytes);
         match self {
             Layout::Plain => false,
-            Layout::Interleaved => whole_blocks,
             Layout::Bands { rows, halves, at } => {
                 whole_blocks
                     && rows.is_power_of_two()
@@ -334,7 +303,6 @@ impl Layout {
     pub fn apply(self, bytes: &mut [u8], row_bytes: usize, block_bytes: usize) {
         match self {
             Layout::Plain => {}
-            Layout::Interleaved => interleave_rows(bytes, row_bytes, block_bytes),
             Layout::Bands { rows, halves, at } => {
                 if self.fits(row_bytes, block_bytes) {
                     band_rows(bytes, rows, row_bytes, block_bytes, halves, at);
@@ -360,29 +328,19 @@ impl Layout {
         if r >= whole || !self.fits(row_bytes, block_bytes) {
             return Cow::Borrowed(bytes.get(r * row_bytes..(r + 1) * row_bytes).unwrap_or(&[]));
         }
-        let group = &bytes[r / g * g * row_bytes..][..g * row_bytes];
-        let i = r % g;
-        let out = match self {
-            Layout::Bands { rows, halves, at } => {
-                let mut out = vec![0u8; row_bytes];
-                for (block, packed) in out
-                    .chunks_exact_mut(block_bytes)
-                    .zip(group.chunks_exact(rows * block_bytes))
-                {
-                    for (from, to, len) in band_pieces(rows, block_bytes, halves, at, i) {
-                        block[from..from + len].copy_from_slice(&packed[to..to + len]);
-                    }
-                }
-                out
-            }
-            _ => group
-                .chunks_exact(block_bytes)
-                .skip(i)
-                .step_by(GROUP_ROWS)
-                .flatten()
-                .copied()
-                .collect(),
+        let Layout::Bands { rows, halves, at } = self else {
+            return Cow::Borrowed(&bytes[r * row_bytes..(r + 1) * row_bytes]);
         };
+        let group = &bytes[r / g * g * row_bytes..][..g * row_bytes];
+        let mut out = vec![0u8; row_bytes];
+        for (block, packed) in out
+            .chunks_exact_mut(block_bytes)
+            .zip(group.chunks_exact(rows * block_bytes))
+        {
+            for (from, to, len) in band_pieces(rows, block_bytes, halves, at, r % g) {
+                block[from..from + len].copy_from_slice(&packed[to..to + len]);
+            }
+        }
         Cow::Owned(out)
     }
 }

@@ -32,7 +32,7 @@ use bytemuck::{Pod, Zeroable};
 
 use super::simd128;
 use crate::backend::cpu::kernels::{blocks, fp16, GemmFn, Layout, Out};
-use crate::quant::blocks::{BlockQ4_0, BlockQ4_1, BlockQ8_0, BlockQ8_1};
+use crate::quant::blocks::{BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ8K, BlockQ8_0, BlockQ8_1, QK_K};
 use crate::quant::GgmlType;
 
 /// Rows per band.
@@ -56,6 +56,7 @@ pub(super) fn gemm(ty: GgmlType) -> Option<GemmFn> {
         GgmlType::Q4_0 => bands::<Q40>,
         GgmlType::Q4_1 => bands::<Q41>,
         GgmlType::Q8_0 => bands::<Q80>,
+        GgmlType::Q4_K => bands::<Q4K>,
         _ => return None,
     };
     Some(f)
@@ -70,7 +71,7 @@ pub(super) fn layout(ty: GgmlType) -> Option<Layout> {
     };
     match ty {
         GgmlType::Q4_0 | GgmlType::Q8_0 => Some(bands(1)),
-        GgmlType::Q4_1 => Some(bands(2)),
+        GgmlType::Q4_1 | GgmlType::Q4_K => Some(bands(2)),
         _ => None,
     }
 }
@@ -424,5 +425,114 @@ impl Band for Q80 {
     }
     fn row(w: &[BlockQ8_0], a: &[BlockQ8_0]) -> f32 {
         simd128::vec_dot_q8_0_q8_0(w, a)
+    }
+}
+
+// ------------------------------------------------------ 256-element formats
+
+/// A Q8_K activation block widened to i16, its 32-element sums and scale.
+#[derive(Clone, Copy)]
+struct WideK {
+    q: [i16; QK_K],
+    /// `bsums[2j] + bsums[2j + 1]`: the sum of sub-block `j`'s 32 quants.
+    sums: [i16; 8],
+    d: f32,
+}
+
+impl WideK {
+    fn new(a: &BlockQ8K) -> Self {
+        WideK {
+            q: core::array::from_fn(|j| i16::from(a.qs[j])),
+            sums: core::array::from_fn(|j| a.bsums[2 * j].wrapping_add(a.bsums[2 * j + 1])),
+            d: a.d,
+        }
+    }
+}
+
+/// Byte `k` of each u32 lane of `v` (lanes: rows).
+#[inline(always)]
+fn byte<const K: u32>(v: v128) -> v128 {
+    v128_and(u32x4_shr(v, 8 * K), u32x4_splat(0xFF))
+}
+
+/// Q4_K x Q8_K: per block and row, the exact `isum = sum_j sc_j * dot_j`
+/// and `mins = sum_j m_j * bsum_j`, then `(d * dy) * isum - (dmin * dy) *
+/// mins`, as the per-row dot. The block step: `d`, `dmin`, three words of
+/// the packed 6-bit scales and mins, then 32 words of nibbles (chunk `c`
+/// of 64 elements: words `8c..8c + 8`, low nibbles sub-block `2c`, high
+/// ones `2c + 1`). One activation row at a time: a chunk's four
+/// accumulators per row pair leave no registers for a second.
+struct Q4K;
+
+impl Band for Q4K {
+    type W = BlockQ4K;
+    type A = BlockQ8K;
+    type Step = Step<2, 35>;
+    type Prep = WideK;
+    fn prep(a: &BlockQ8K) -> WideK {
+        WideK::new(a)
+    }
+    #[inline(always)]
+    fn step<const T: usize>(s: &Step<2, 35>, a: [&WideK; T], acc: &mut [v128; T]) {
+        let [d, dmin] = scales(&s.scales);
+        let (s0, s1, s2) = (ld(&s.words[0]), ld(&s.words[1]), ld(&s.words[2]));
+        // Bytes j of each lane: scale j and min j (j < 4), then 4 + j.
+        let m6 = u32x4_splat(0x3F3F_3F3F);
+        let (m4, top) = (u32x4_splat(0x0F0F_0F0F), u32x4_splat(0x3030_3030));
+        let sc_lo = v128_and(s0, m6);
+        let mn_lo = v128_and(s1, m6);
+        let sc_hi = v128_or(v128_and(s2, m4), v128_and(u32x4_shr(s0, 2), top));
+        let mn_hi = v128_or(
+            v128_and(u32x4_shr(s2, 4), m4),
+            v128_and(u32x4_shr(s1, 2), top),
+        );
+        let sc = [
+            byte::<0>(sc_lo),
+            byte::<1>(sc_lo),
+            byte::<2>(sc_lo),
+            byte::<3>(sc_lo),
+            byte::<0>(sc_hi),
+            byte::<1>(sc_hi),
+            byte::<2>(sc_hi),
+            byte::<3>(sc_hi),
+        ];
+        let (qs, nib) = (&s.words[3..], u16x8_splat(0x0F));
+        for t in 0..T {
+            let a = a[t];
+            let mut isum = i32x4_splat(0);
+            for c in 0..4 {
+                let z = i32x4_splat(0);
+                let (mut l01, mut l23, mut h01, mut h23) = (z, z, z, z);
+                for m in 0..8 {
+                    let w = ld(&qs[8 * c + m]);
+                    let (l, h) = (u16x8_extend_low_u8x16(w), u16x8_extend_high_u8x16(w));
+                    let lo = quad(&a.q, 64 * c + 4 * m);
+                    let hi = quad(&a.q, 64 * c + 32 + 4 * m);
+                    l01 = i32x4_add(l01, i32x4_dot_i16x8(v128_and(l, nib), lo));
+                    l23 = i32x4_add(l23, i32x4_dot_i16x8(v128_and(h, nib), lo));
+                    h01 = i32x4_add(h01, i32x4_dot_i16x8(u16x8_shr(l, 4), hi));
+                    h23 = i32x4_add(h23, i32x4_dot_i16x8(u16x8_shr(h, 4), hi));
+                }
+                isum = i32x4_add(isum, i32x4_mul(fold(l01, l23), sc[2 * c]));
+                isum = i32x4_add(isum, i32x4_mul(fold(h01, h23), sc[2 * c + 1]));
+            }
+            // sum_j m_j * bsum_j: the mins widened, by the sums in pairs.
+            let (b0, b1) = (quad(&a.sums, 0), quad(&a.sums, 4));
+            let pairs = |m: v128, b: v128| {
+                let lo = i32x4_dot_i16x8(u16x8_extend_low_u8x16(m), b);
+                (lo, i32x4_dot_i16x8(u16x8_extend_high_u8x16(m), b))
+            };
+            let ((p01, p23), (q01, q23)) = (pairs(mn_lo, b0), pairs(mn_hi, b1));
+            let mins = fold(i32x4_add(p01, q01), i32x4_add(p23, q23));
+            let dy = f32x4_splat(a.d);
+            let v = f32x4_sub(
+                f32x4_mul(f32x4_mul(d, dy), f32x4_convert_i32x4(isum)),
+                f32x4_mul(f32x4_mul(dmin, dy), f32x4_convert_i32x4(mins)),
+            );
+            acc[t] = f32x4_add(acc[t], v);
+        }
+    }
+    fn row(w: &[BlockQ4K], a: &[BlockQ8K]) -> f32 {
+        simd128::vec_dot_q4_k_q8_k(w, a)
     }
 }

@@ -13,7 +13,6 @@
 //! scale each block's exact integer sum once and differ by f32 rounding only.
 
 mod bands;
-mod gemm;
 mod simd128;
 
 pub(crate) use simd128::{h2f, vec_dot_f32};
@@ -51,16 +50,16 @@ pub(super) fn quantizer(isa: Isa, ty: GgmlType) -> Option<QuantizeFn> {
 /// bit, so the matmul runs it for one token too.
 pub(super) fn gemm(isa: Isa, ty: GgmlType) -> Option<GemmFn> {
     match isa {
-        Isa::Simd128 => bands::gemm(ty).or_else(|| gemm::gemm(ty)),
+        Isa::Simd128 => bands::gemm(ty),
         _ => None,
     }
 }
 
 /// How [`gemm`]'s kernel of `ty` wants the weight stored: in bands of four
-/// rows where it runs `bands.rs`, else the four-row interleave of `gemm.rs`.
+/// rows where it has one.
 pub(super) fn layout(isa: Isa, ty: GgmlType) -> Layout {
     match isa {
-        Isa::Simd128 => bands::layout(ty).unwrap_or(Layout::Interleaved),
+        Isa::Simd128 => bands::layout(ty).unwrap_or(Layout::Plain),
         _ => Layout::Plain,
     }
 }
