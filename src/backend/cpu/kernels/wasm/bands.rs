@@ -32,7 +32,10 @@ use bytemuck::{Pod, Zeroable};
 
 use super::simd128;
 use crate::backend::cpu::kernels::{blocks, fp16, GemmFn, Layout, Out};
-use crate::quant::blocks::{BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ8K, BlockQ8_0, BlockQ8_1, QK_K};
+use crate::quant::blocks::{
+    BlockIQ4XS, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ6K, BlockQ8K, BlockQ8_0, BlockQ8_1,
+    KVALUES_IQ4NL, QK_K,
+};
 use crate::quant::GgmlType;
 
 /// Rows per band.
@@ -57,6 +60,8 @@ pub(super) fn gemm(ty: GgmlType) -> Option<GemmFn> {
         GgmlType::Q4_1 => bands::<Q41>,
         GgmlType::Q8_0 => bands::<Q80>,
         GgmlType::Q4_K => bands::<Q4K>,
+        GgmlType::Q6_K => bands::<Q6K>,
+        GgmlType::IQ4_XS => bands::<IQ4XS>,
         _ => return None,
     };
     Some(f)
@@ -64,14 +69,16 @@ pub(super) fn gemm(ty: GgmlType) -> Option<GemmFn> {
 
 /// How [`gemm`]'s kernel of `ty` wants the weight stored.
 pub(super) fn layout(ty: GgmlType) -> Option<Layout> {
-    let bands = |halves| Layout::Bands {
+    let bands = |halves, at| Layout::Bands {
         rows: ROWS,
         halves,
-        at: 0,
+        at,
     };
     match ty {
-        GgmlType::Q4_0 | GgmlType::Q8_0 => Some(bands(1)),
-        GgmlType::Q4_1 | GgmlType::Q4_K => Some(bands(2)),
+        GgmlType::Q4_0 | GgmlType::Q8_0 => Some(bands(1, 0)),
+        GgmlType::Q4_1 | GgmlType::Q4_K | GgmlType::IQ4_XS => Some(bands(2, 0)),
+        // Q6_K's `d` is the last two bytes of its block.
+        GgmlType::Q6_K => Some(bands(1, 208)),
         _ => None,
     }
 }
@@ -434,6 +441,8 @@ impl Band for Q80 {
 #[derive(Clone, Copy)]
 struct WideK {
     q: [i16; QK_K],
+    /// The sums of each 16 quants.
+    bsums: [i16; 16],
     /// `bsums[2j] + bsums[2j + 1]`: the sum of sub-block `j`'s 32 quants.
     sums: [i16; 8],
     d: f32,
@@ -443,6 +452,7 @@ impl WideK {
     fn new(a: &BlockQ8K) -> Self {
         WideK {
             q: core::array::from_fn(|j| i16::from(a.qs[j])),
+            bsums: a.bsums,
             sums: core::array::from_fn(|j| a.bsums[2 * j].wrapping_add(a.bsums[2 * j + 1])),
             d: a.d,
         }
@@ -534,5 +544,173 @@ impl Band for Q4K {
     }
     fn row(w: &[BlockQ4K], a: &[BlockQ8K]) -> f32 {
         simd128::vec_dot_q4_k_q8_k(w, a)
+    }
+}
+
+/// Q6_K x Q8_K: per block and row, the exact `isum = sum_j sc_j * (dot_j -
+/// 32 * bsum_j)` over its sixteen 16-element sub-blocks, then `(d * dy) *
+/// isum`, as the per-row dot. The block step: `d`, then 32 words of `ql`,
+/// 16 of `qh` and 4 of the signed scales. Element `128 n + 32 k + l` of
+/// half `n` (`l < 32`, `k < 4`) has its low four bits in `ql[64 n + l]`
+/// (`k` = 0, 2: low / high nibble) or `ql[64 n + 32 + l]` (`k` = 1, 3), its
+/// high two in bits `2k` of `qh[32 n + l]`, and scale `8 n + 2 k + l / 16`.
+/// The quants of one `k` and four words of `l` (one sub-block) are built
+/// as bytes, four rows at a time, then widened and dotted.
+struct Q6K;
+
+impl Band for Q6K {
+    type W = BlockQ6K;
+    type A = BlockQ8K;
+    type Step = Step<1, 52>;
+    type Prep = WideK;
+    fn prep(a: &BlockQ8K) -> WideK {
+        WideK::new(a)
+    }
+    #[inline(always)]
+    fn step<const T: usize>(s: &Step<1, 52>, a: [&WideK; T], acc: &mut [v128; T]) {
+        let [d] = scales(&s.scales);
+        let (ql, qh, sc) = (&s.words[..32], &s.words[32..48], &s.words[48..]);
+        let (m4, top) = (u32x4_splat(0x0F0F_0F0F), u32x4_splat(0x3030_3030));
+        for t in 0..T {
+            let a = a[t];
+            let mut isum = i32x4_splat(0);
+            for n in 0..2 {
+                for k in 0..4 {
+                    for half in 0..2 {
+                        let z = i32x4_splat(0);
+                        let (mut s01, mut s23) = (z, z);
+                        for i in 0..4 {
+                            let l = 4 * (4 * half + i);
+                            let low = ld(&ql[16 * n + 8 * (k % 2) + l / 4]);
+                            let low = match k {
+                                0 | 1 => v128_and(low, m4),
+                                _ => v128_and(u32x4_shr(low, 4), m4),
+                            };
+                            let high = ld(&qh[8 * n + l / 4]);
+                            let high = match k {
+                                0 => u32x4_shl(high, 4),
+                                1 => u32x4_shl(high, 2),
+                                2 => high,
+                                _ => u32x4_shr(high, 2),
+                            };
+                            let q = v128_or(low, v128_and(high, top));
+                            let act = quad(&a.q, 128 * n + 32 * k + l);
+                            s01 = i32x4_add(s01, i32x4_dot_i16x8(u16x8_extend_low_u8x16(q), act));
+                            s23 = i32x4_add(s23, i32x4_dot_i16x8(u16x8_extend_high_u8x16(q), act));
+                        }
+                        let j = 8 * n + 2 * k + half;
+                        isum = i32x4_add(isum, i32x4_mul(fold(s01, s23), q6_scale(sc, j)));
+                    }
+                }
+            }
+            // 32 * sum_j sc_j * bsum_j: the signed scales widened, by the
+            // 16-element sums.
+            let mut o01 = i32x4_splat(0);
+            let mut o23 = o01;
+            for (w, sc) in sc.iter().enumerate() {
+                let v = ld(sc);
+                let b = quad(&a.bsums, 4 * w);
+                o01 = i32x4_add(o01, i32x4_dot_i16x8(i16x8_extend_low_i8x16(v), b));
+                o23 = i32x4_add(o23, i32x4_dot_i16x8(i16x8_extend_high_i8x16(v), b));
+            }
+            let isum = i32x4_sub(isum, i32x4_shl(fold(o01, o23), 5));
+            let dy = f32x4_splat(a.d);
+            acc[t] = f32x4_add(
+                acc[t],
+                f32x4_mul(f32x4_mul(d, dy), f32x4_convert_i32x4(isum)),
+            );
+        }
+    }
+    fn row(w: &[BlockQ6K], a: &[BlockQ8K]) -> f32 {
+        simd128::vec_dot_q6_k_q8_k(w, a)
+    }
+}
+
+/// Signed scale `j` (of 16) of each row: byte `j % 4` of word `j / 4`.
+#[inline(always)]
+fn q6_scale(sc: &[[u8; 16]], j: usize) -> v128 {
+    let w = ld(&sc[j / 4]);
+    let up = match j % 4 {
+        0 => i32x4_shl(w, 24),
+        1 => i32x4_shl(w, 16),
+        2 => i32x4_shl(w, 8),
+        _ => w,
+    };
+    i32x4_shr(up, 24)
+}
+
+/// IQ4_XS x Q8_K: per 32-element sub-block and row, the exact dot of the
+/// non-linear levels, then `((d * dy) * scale) * sumi` added sub-block by
+/// sub-block, as the per-row dot. The block step: `d`, `scales_h`, one word
+/// of `scales_l`, then 32 words of nibbles (sub-block `ib`: words `4ib..4ib
+/// + 4`, low nibbles its first 16 elements, high ones the next 16).
+struct IQ4XS;
+
+impl Band for IQ4XS {
+    type W = BlockIQ4XS;
+    type A = BlockQ8K;
+    type Step = Step<2, 33>;
+    type Prep = WideK;
+    fn prep(a: &BlockQ8K) -> WideK {
+        WideK::new(a)
+    }
+    #[inline(always)]
+    fn step<const T: usize>(s: &Step<2, 33>, a: [&WideK; T], acc: &mut [v128; T]) {
+        let [d] = scales::<1>(&[s.scales[0]]);
+        // SAFETY: `s.scales[1]` holds 8 readable bytes; no alignment needed.
+        let high = u32x4_extend_low_u16x8(unsafe { v128_load64_zero(s.scales[1].as_ptr().cast()) });
+        let low = ld(&s.words[0]);
+        let kv = i8x16(
+            KVALUES_IQ4NL[0],
+            KVALUES_IQ4NL[1],
+            KVALUES_IQ4NL[2],
+            KVALUES_IQ4NL[3],
+            KVALUES_IQ4NL[4],
+            KVALUES_IQ4NL[5],
+            KVALUES_IQ4NL[6],
+            KVALUES_IQ4NL[7],
+            KVALUES_IQ4NL[8],
+            KVALUES_IQ4NL[9],
+            KVALUES_IQ4NL[10],
+            KVALUES_IQ4NL[11],
+            KVALUES_IQ4NL[12],
+            KVALUES_IQ4NL[13],
+            KVALUES_IQ4NL[14],
+            KVALUES_IQ4NL[15],
+        );
+        let m4 = u32x4_splat(0x0F0F_0F0F);
+        for t in 0..T {
+            let a = a[t];
+            let dd = f32x4_mul(d, f32x4_splat(a.d));
+            for ib in 0..8 {
+                let z = i32x4_splat(0);
+                let (mut s01, mut s23) = (z, z);
+                for i in 0..4 {
+                    let w = ld(&s.words[1 + 4 * ib + i]);
+                    let lo = i8x16_swizzle(kv, v128_and(w, m4));
+                    let hi = i8x16_swizzle(kv, v128_and(u32x4_shr(w, 4), m4));
+                    let (alo, ahi) = (
+                        quad(&a.q, 32 * ib + 4 * i),
+                        quad(&a.q, 32 * ib + 16 + 4 * i),
+                    );
+                    s01 = i32x4_add(s01, i32x4_dot_i16x8(i16x8_extend_low_i8x16(lo), alo));
+                    s23 = i32x4_add(s23, i32x4_dot_i16x8(i16x8_extend_high_i8x16(lo), alo));
+                    s01 = i32x4_add(s01, i32x4_dot_i16x8(i16x8_extend_low_i8x16(hi), ahi));
+                    s23 = i32x4_add(s23, i32x4_dot_i16x8(i16x8_extend_high_i8x16(hi), ahi));
+                }
+                // Scale `ib`: four bits of `scales_l`, two of `scales_h`, minus 32.
+                let l4 = v128_and(u32x4_shr(low, 4 * ib as u32), u32x4_splat(0xF));
+                let h2 = v128_and(u32x4_shr(high, 2 * ib as u32), u32x4_splat(3));
+                let scale = i32x4_sub(v128_or(l4, i32x4_shl(h2, 4)), i32x4_splat(32));
+                let v = f32x4_mul(
+                    f32x4_mul(dd, f32x4_convert_i32x4(scale)),
+                    f32x4_convert_i32x4(fold(s01, s23)),
+                );
+                acc[t] = f32x4_add(acc[t], v);
+            }
+        }
+    }
+    fn row(w: &[BlockIQ4XS], a: &[BlockQ8K]) -> f32 {
+        simd128::vec_dot_iq4_xs_q8_k(w, a)
     }
 }
