@@ -112,23 +112,17 @@ test-neon: setup-neon
 	QEMU_CPU=max $(CARGO) test -p hearth --target aarch64-unknown-linux-gnu --test backend_kernels_isa --test backend_matmul
 	QEMU_CPU=cortex-a57 $(CARGO) test -p hearth --target aarch64-unknown-linux-gnu --test backend_kernels_isa --test backend_matmul
 
-# wasm SIMD128 decode in Node against native Hearth, both on one thread, on
-# SmolLM2-135M Q4_1, interleaved (BENCH_ROUNDS rounds). Node runs with
-# --no-wasm-dynamic-tiering: the whole module is optimized up front (no
-# warm-up in the timings; Node 20 also crashed at exit after tier-up);
-# --single-threaded-gc as in .cargo/config.toml (V8 aborted in memory.grow).
-BENCH_ROUNDS ?= 3
-BENCH_PROMPT ?= The capital of France is
+# wasm SIMD128 decode in Node against native Hearth, both on one thread
+# (examples/decode_speed, the model read into memory), interleaved, on the
+# models `make bench` runs (BENCH_MODELS / BENCH_SYNTH_TYPES / BENCH_N /
+# BENCH_REPS as there; BENCH_NODE picks the node binary, e.g. Node 22 for a
+# relaxed-SIMD build): a table with the ratios and one JSON line.
 .PHONY: bench-wasm
 bench-wasm: setup
 	$(CARGO) build --release -p hearth-cli
+	$(CARGO) build --release -p hearth --example decode_speed
 	$(CARGO) build --release -p hearth --target wasm32-wasip1 --example decode_speed
-	for i in $$(seq $(BENCH_ROUNDS)); do \
-	  node --no-warnings --no-wasm-dynamic-tiering --single-threaded-gc scripts/wasi-run.mjs \
-	    target/wasm32-wasip1/release/examples/decode_speed.wasm \
-	    "$$(realpath $(SMOLLM2))" "$(BENCH_PROMPT)" 64 1; \
-	  $(HEARTH) run -m $(SMOLLM2) -p "$(BENCH_PROMPT)" -n 64 --temp 0 --ignore-eos -t 1 2>&1 >/dev/null | tail -1; \
-	done
+	BENCH_N=$${BENCH_N:-64} python3 scripts/bench.py wasm
 
 # ---- Browser: the wasm builds, the npm package, the Playwright tests ----
 # `make wasm` builds the engine twice into www/package/dist/: wasm-st

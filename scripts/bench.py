@@ -3,6 +3,7 @@
 
     python3 scripts/bench.py cpu      # `make bench`: hearth vs llama.cpp's llama-bench
     python3 scripts/bench.py webgpu   # `make bench-webgpu`: hearth --backend webgpu vs hearth's CPU path
+    python3 scripts/bench.py wasm     # `make bench-wasm`: hearth's wasm SIMD128 build in Node vs native
 
 Models: the Llama-3.2-1B-shaped synthetic models (written once with `hearth synth`
 into .cache/bench/) and the two real test models (.cache/models, `make setup`).
@@ -13,6 +14,11 @@ the ratios, then ONE JSON line:
 
     {"bench": "cpu", "rows": [{"model", "test", "threads", "hearth_tps",
                                "anchor", "anchor_tps", "ratio"}, ...]}
+
+`wasm` runs examples/decode_speed (the model read into memory, greedy decode
+from a short prompt, one thread) as wasm32-wasip1 in Node and natively, decode
+only (tgN), and takes the mean of the repeats after the first (the first
+warms up: V8 may still be compiling, pages are still faulting in).
 
 Environment:
     BENCH_QUICK=1     smoke test: -p 64 -n 16, 1 repetition, two models
@@ -323,6 +329,53 @@ def bench_webgpu(hearth, cfg, model_paths):
     return rows
 
 
+def parse_decode_speed(text):
+    """examples/decode_speed output (one JSON object per repeat) -> a result
+    row: the mean and stddev of decode tokens/s over the repeats after the
+    first (all of them if there is only one)."""
+    tps = []
+    for line in text.splitlines():
+        if line.strip():
+            try:
+                tps.append(float(json.loads(line)["decode_tps"]))
+            except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
+                raise BenchError(f"decode_speed printed a line without decode_tps ({e}): {line[:200]}") from e
+    if not tps:
+        raise BenchError("decode_speed printed no result")
+    steady = tps[1:] or tps
+    sd = statistics.stdev(steady) if len(steady) > 1 else 0.0
+    return {"tps": statistics.mean(steady), "tps_stddev": sd}
+
+
+WASM_PROGRAM = ROOT / "target" / "wasm32-wasip1" / "release" / "examples" / "decode_speed.wasm"
+NATIVE_PROGRAM = ROOT / "target" / "release" / "examples" / "decode_speed"
+# As the Makefile's wasm runner: the whole module optimized up front, V8's
+# collector on the main thread (its parallel marking aborted in memory.grow).
+NODE_FLAGS = ["--no-warnings", "--no-wasm-dynamic-tiering", "--single-threaded-gc"]
+PROMPT = "The capital of France is"
+
+
+def bench_wasm(cfg, model_paths):
+    for path in (WASM_PROGRAM, NATIVE_PROGRAM):
+        if not path.exists():
+            raise BenchError(f"{path} is missing; `make bench-wasm` builds it")
+    node = os.environ.get("BENCH_NODE", "node")
+    reps = max(cfg["reps"], 1) + 1
+    rows, k, n = [], 0, cfg["n"]
+    for path in model_paths:
+        args = [path.resolve(), PROMPT, n, reps]
+        w, c = measure_pair(
+            lambda: parse_decode_speed(run([node, *NODE_FLAGS, ROOT / "scripts" / "wasi-run.mjs", WASM_PROGRAM, *args])),
+            lambda: parse_decode_speed(run([NATIVE_PROGRAM, *args])),
+            flip=k % 2 == 1,
+        )
+        k += 1
+        rows.append(make_row(name_of(path), f"tg{n}", 1, w, "hearth-native", c))
+        keep(rows[-1])
+        log(f"{name_of(path)} tg{n}: wasm {w['tps']:.2f}, native {c['tps']:.2f} tok/s")
+    return rows
+
+
 def check_backend(hearth, backend):
     """Fails early, saying why, when this hearth build lacks `backend`."""
     p = subprocess.run([str(hearth), "bench", "--backend", backend, "--membw", "--membw-mib", "1",
@@ -333,7 +386,7 @@ def check_backend(hearth, backend):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("bench", choices=["cpu", "webgpu"])
+    ap.add_argument("bench", choices=["cpu", "webgpu", "wasm"])
     ap.add_argument("--hearth", default=ROOT / "target" / "release" / "hearth", type=Path)
     ap.add_argument("--models-dir", default=Path(os.environ.get("HEARTH_MODELS", ROOT / ".cache" / "models")), type=Path)
     ap.add_argument("--bench-dir", default=ROOT / ".cache" / "bench", type=Path)
@@ -348,11 +401,14 @@ def main(argv=None):
         if args.bench == "webgpu":
             check_backend(args.hearth, "webgpu")
         paths = models(args.hearth, cfg, args.models_dir, args.bench_dir)
-        threads = ",".join(map(str, cfg["threads"]))
+        threads = "1" if args.bench == "wasm" else ",".join(map(str, cfg["threads"]))
         membw = parse_membw(run([args.hearth, "bench", "--membw", "-t", threads, "-r", "3", "--json"]))
         log("memory read bandwidth: " + ", ".join(f"{bw:.1f} GB/s at {t} threads" for t, bw in sorted(membw.items())))
-        bench = bench_cpu if args.bench == "cpu" else bench_webgpu
-        rows = bench(args.hearth, cfg, paths)
+        if args.bench == "wasm":
+            rows = bench_wasm(cfg, paths)
+        else:
+            bench = bench_cpu if args.bench == "cpu" else bench_webgpu
+            rows = bench(args.hearth, cfg, paths)
     except BenchError as e:
         print(f"bench: error: {e}", file=sys.stderr)
         return 1

@@ -102,5 +102,30 @@ class Rows(unittest.TestCase):
         self.assertTrue(any(l.startswith("geometric mean ratio, tg at 1 thread:") for l in lines))
 
 
+class ParseDecodeSpeed(unittest.TestCase):
+    OUT = "\n".join([
+        '{"target": "wasm32", "isa": "simd128", "prompt_tokens": 5, "prefill_tps": 40.0, "decode_tokens": 63, "decode_tps": 50.0}',
+        '{"target": "wasm32", "isa": "simd128", "prompt_tokens": 5, "prefill_tps": 120.0, "decode_tokens": 63, "decode_tps": 76.0}',
+        '{"target": "wasm32", "isa": "simd128", "prompt_tokens": 5, "prefill_tps": 121.0, "decode_tokens": 63, "decode_tps": 78.0}',
+        "",
+    ])
+
+    def test_the_first_repeat_is_a_warm_up(self):
+        r = bench.parse_decode_speed(self.OUT)
+        self.assertAlmostEqual(r["tps"], 77.0)
+        self.assertAlmostEqual(r["tps_stddev"], 2 ** 0.5)
+
+    def test_one_repeat_is_kept(self):
+        r = bench.parse_decode_speed(self.OUT.splitlines()[0])
+        self.assertAlmostEqual(r["tps"], 50.0)
+        self.assertEqual(r["tps_stddev"], 0.0)
+
+    def test_garbage_is_a_clear_error(self):
+        with self.assertRaisesRegex(bench.BenchError, "decode_tps"):
+            bench.parse_decode_speed("RuntimeError: unreachable")
+        with self.assertRaisesRegex(bench.BenchError, "no result"):
+            bench.parse_decode_speed("")
+
+
 if __name__ == "__main__":
     unittest.main()
