@@ -362,10 +362,20 @@ def bench_wasm(cfg, model_paths):
     node = os.environ.get("BENCH_NODE", "node")
     reps = max(cfg["reps"], 1) + 1
     rows, k, n = [], 0, cfg["n"]
+    def wasm(args):
+        cmd = [node, *NODE_FLAGS, ROOT / "scripts" / "wasi-run.mjs", WASM_PROGRAM, *args]
+        try:
+            return parse_decode_speed(run(cmd))
+        except BenchError as e:
+            # Node 20 has been seen to die at exit after a long wasm run
+            # (an uncaught `undefined`); one retry tells that from a bug.
+            log(f"{e}; once more")
+            return parse_decode_speed(run(cmd))
+
     for path in model_paths:
         args = [path.resolve(), PROMPT, n, reps]
         w, c = measure_pair(
-            lambda: parse_decode_speed(run([node, *NODE_FLAGS, ROOT / "scripts" / "wasi-run.mjs", WASM_PROGRAM, *args])),
+            lambda: wasm(args),
             lambda: parse_decode_speed(run([NATIVE_PROGRAM, *args])),
             flip=k % 2 == 1,
         )
