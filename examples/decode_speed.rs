@@ -1,18 +1,23 @@
-//! Prefill and decode speed of a GGUF model on one thread, with the model
-//! read into memory (`MemSource`): the same program natively and as
-//! wasm32-wasip1 under Node (`make bench-wasm` runs both, interleaved).
+//! Prefill and decode speed of a GGUF model on one thread, the file read
+//! through `std::fs` as the loader asks (as a browser streams a download:
+//! memory holds the weights, not the file too): the same program natively
+//! and as wasm32-wasip1 under Node (`make bench-wasm` runs both,
+//! interleaved).
 //!
 //! `decode_speed MODEL [PROMPT] [N_TOKENS] [REPEATS]` prints one JSON line per
 //! repeat: `{"target", "isa", "prompt_tokens", "prefill_tps", "decode_tokens",
 //! "decode_tps"}` (greedy decoding, end of text ignored).
 
+use std::cell::RefCell;
 use std::error::Error;
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom};
 use std::time::Instant;
 
 use hearth::backend::cpu::kernels::KernelTable;
 use hearth::engine::{Clock, Engine, EngineConfig, GenerateRequest, Prompt};
-use hearth::gguf::source::MemSource;
-use hearth::gguf::GgufModel;
+use hearth::gguf::source::ByteSource;
+use hearth::gguf::{GgufError, GgufModel};
 use hearth::model::tokenizer::Tokenizer;
 use hearth::model::{load_cpu_model, LoadOptions, ModelConfig};
 use hearth::sample::SamplingParams;
@@ -27,8 +32,7 @@ fn main() -> Result<(), Box<dyn Error>> {
         .map_or("The capital of France is", String::as_str);
     let n: usize = args.get(3).map_or(Ok(64), |s| s.parse())?;
     let repeats: usize = args.get(4).map_or(Ok(1), |s| s.parse())?;
-    let bytes = std::fs::read(path).map_err(|e| format!("cannot read {path}: {e}"))?;
-    let sources = [MemSource::new(bytes)];
+    let sources = [FileSource::open(path)?];
     let model = pollster::block_on(GgufModel::read(&sources))?;
     let md = model.metadata();
     let mc = ModelConfig::from_metadata_supported(md)?;
@@ -79,4 +83,37 @@ fn main() -> Result<(), Box<dyn Error>> {
         );
     }
     Ok(())
+}
+
+/// A GGUF file read by `std::fs` (also under WASI), one read per request.
+struct FileSource {
+    file: RefCell<File>,
+    len: u64,
+}
+
+impl FileSource {
+    fn open(path: &str) -> Result<Self, String> {
+        let file = File::open(path).map_err(|e| format!("cannot open {path}: {e}"))?;
+        let len = file
+            .metadata()
+            .map_err(|e| format!("cannot read {path}: {e}"))?
+            .len();
+        Ok(Self {
+            file: RefCell::new(file),
+            len,
+        })
+    }
+}
+
+impl ByteSource for FileSource {
+    fn len(&self) -> u64 {
+        self.len
+    }
+
+    async fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), GgufError> {
+        let mut file = self.file.borrow_mut();
+        file.seek(SeekFrom::Start(offset))
+            .and_then(|_| file.read_exact(buf))
+            .map_err(|e| GgufError::Source(format!("{} bytes at {offset}: {e}", buf.len())))
+    }
 }
