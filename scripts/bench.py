@@ -349,9 +349,10 @@ def parse_decode_speed(text):
 
 WASM_PROGRAM = ROOT / "target" / "wasm32-wasip1" / "release" / "examples" / "decode_speed.wasm"
 NATIVE_PROGRAM = ROOT / "target" / "release" / "examples" / "decode_speed"
-# As the Makefile's wasm runner: the whole module optimized up front, V8's
-# collector on the main thread (its parallel marking aborted in memory.grow).
-NODE_FLAGS = ["--no-warnings", "--no-wasm-dynamic-tiering", "--single-threaded-gc"]
+# As .cargo/config.toml's wasm runner, and the whole module optimized up
+# front: V8's collector on the main thread and not incremental (its marking
+# crashed inside memory.grow).
+NODE_FLAGS = ["--no-warnings", "--no-wasm-dynamic-tiering", "--single-threaded-gc", "--no-incremental-marking"]
 PROMPT = "The capital of France is"
 
 
@@ -367,8 +368,8 @@ def bench_wasm(cfg, model_paths):
         try:
             return parse_decode_speed(run(cmd))
         except BenchError as e:
-            # Node 20 has been seen to die at exit after a long wasm run
-            # (an uncaught `undefined`); one retry tells that from a bug.
+            # In case V8 dies of another crash of its own; one retry tells
+            # that from a bug.
             log(f"{e}; once more")
             return parse_decode_speed(run(cmd))
 
