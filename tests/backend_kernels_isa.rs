@@ -609,6 +609,9 @@ fn one_token_tiles_equal_the_per_row_dots_bit_for_bit() {
                 GgmlType::Q4_1,
                 GgmlType::Q8_0,
                 GgmlType::Q4_K,
+                GgmlType::Q5_K,
+                GgmlType::Q6_K,
+                GgmlType::IQ4_XS,
             ];
             if isa == Isa::Simd128 && tiled.contains(&ty) {
                 assert!(k.gemm.is_some(), "{isa} {ty}: no tiled kernel");

@@ -22,6 +22,11 @@
 //! its batch, and the 32-element formats stay bit-identical to the scalar
 //! kernels.
 //!
+//! Formats: Q4_0, Q4_1 and Q8_0 (and Q5_0, stored as Q8_0: `wasm::widen`)
+//! step block by block; Q4_K, Q5_K, Q6_K and IQ4_XS decode their 256-element
+//! blocks' quants for four rows as bytes, widen and dot them, and apply
+//! each sub-block's scale once per row pair.
+//!
 //! wasm has no prefetch instruction: a one-token matmul runs eight bands
 //! from eight parts of the weight together ([`PARTS`]), so that eight
 //! streams through memory are in flight at every step.
@@ -33,7 +38,7 @@ use bytemuck::{Pod, Zeroable};
 use super::simd128;
 use crate::backend::cpu::kernels::{blocks, fp16, GemmFn, Layout, Out};
 use crate::quant::blocks::{
-    BlockIQ4XS, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ6K, BlockQ8K, BlockQ8_0, BlockQ8_1,
+    BlockIQ4XS, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K, BlockQ6K, BlockQ8K, BlockQ8_0, BlockQ8_1,
     KVALUES_IQ4NL, QK_K,
 };
 use crate::quant::GgmlType;
@@ -60,6 +65,7 @@ pub(super) fn gemm(ty: GgmlType) -> Option<GemmFn> {
         GgmlType::Q4_1 => bands::<Q41>,
         GgmlType::Q8_0 => bands::<Q80>,
         GgmlType::Q4_K => bands::<Q4K>,
+        GgmlType::Q5_K => bands::<Q5K>,
         GgmlType::Q6_K => bands::<Q6K>,
         GgmlType::IQ4_XS => bands::<IQ4XS>,
         _ => return None,
@@ -76,7 +82,7 @@ pub(super) fn layout(ty: GgmlType) -> Option<Layout> {
     };
     match ty {
         GgmlType::Q4_0 | GgmlType::Q8_0 => Some(bands(1, 0)),
-        GgmlType::Q4_1 | GgmlType::Q4_K | GgmlType::IQ4_XS => Some(bands(2, 0)),
+        GgmlType::Q4_1 | GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::IQ4_XS => Some(bands(2, 0)),
         // Q6_K's `d` is the last two bytes of its block.
         GgmlType::Q6_K => Some(bands(1, 208)),
         _ => None,
@@ -465,149 +471,227 @@ fn byte<const K: u32>(v: v128) -> v128 {
     v128_and(u32x4_shr(v, 8 * K), u32x4_splat(0xFF))
 }
 
-/// Q4_K x Q8_K: per block and row, the exact `isum = sum_j sc_j * dot_j`
-/// and `mins = sum_j m_j * bsum_j`, then `(d * dy) * isum - (dmin * dy) *
-/// mins`, as the per-row dot. The block step: `d`, `dmin`, three words of
-/// the packed 6-bit scales and mins, then 32 words of nibbles (chunk `c`
-/// of 64 elements: words `8c..8c + 8`, low nibbles sub-block `2c`, high
-/// ones `2c + 1`). One activation row at a time: a chunk's four
-/// accumulators per row pair leave no registers for a second.
-struct Q4K;
+/// A [`Band`] `$name` of a 256-element format `$W` (block step `$step`,
+/// activations as [`WideK`]) whose block step is `$f` and tail rows the
+/// SIMD128 per-row dot `$row`. The step is a function of its own, called
+/// once per block and band: inlined into the eight bands of a one-token
+/// pass, a whole 256-element step's code left the instruction caches (Q6_K
+/// from cache 2.8 GB/s instead of 6).
+macro_rules! kquant {
+    ($(#[$doc:meta])* $name:ident, $W:ty, $step:ty, $f:ident, $row:ident) => {
+        $(#[$doc])*
+        struct $name;
 
-impl Band for Q4K {
-    type W = BlockQ4K;
-    type A = BlockQ8K;
-    type Step = Step<2, 35>;
-    type Prep = WideK;
-    fn prep(a: &BlockQ8K) -> WideK {
-        WideK::new(a)
-    }
-    // A whole 256-element block step: inlined into the eight bands of a
-    // one-token pass, its code left the instruction caches (Q6_K 2.8 GB/s
-    // instead of 6).
-    #[inline(never)]
-    fn step<const T: usize>(s: &Step<2, 35>, a: [&WideK; T], acc: &mut [v128; T]) {
-        let [d, dmin] = scales(&s.scales);
-        let (s0, s1, s2) = (ld(&s.words[0]), ld(&s.words[1]), ld(&s.words[2]));
-        // Bytes j of each lane: scale j and min j (j < 4), then 4 + j.
-        let m6 = u32x4_splat(0x3F3F_3F3F);
-        let (m4, top) = (u32x4_splat(0x0F0F_0F0F), u32x4_splat(0x3030_3030));
-        let sc_lo = v128_and(s0, m6);
-        let mn_lo = v128_and(s1, m6);
-        let sc_hi = v128_or(v128_and(s2, m4), v128_and(u32x4_shr(s0, 2), top));
-        let mn_hi = v128_or(
-            v128_and(u32x4_shr(s2, 4), m4),
-            v128_and(u32x4_shr(s1, 2), top),
-        );
-        let sc = [
-            byte::<0>(sc_lo),
-            byte::<1>(sc_lo),
-            byte::<2>(sc_lo),
-            byte::<3>(sc_lo),
-            byte::<0>(sc_hi),
-            byte::<1>(sc_hi),
-            byte::<2>(sc_hi),
-            byte::<3>(sc_hi),
-        ];
-        let (qs, nib) = (&s.words[3..], u16x8_splat(0x0F));
-        for t in 0..T {
-            let a = a[t];
-            let mut isum = i32x4_splat(0);
-            for c in 0..4 {
-                let z = i32x4_splat(0);
-                let (mut l01, mut l23, mut h01, mut h23) = (z, z, z, z);
-                for m in 0..8 {
-                    let w = ld(&qs[8 * c + m]);
-                    let (l, h) = (u16x8_extend_low_u8x16(w), u16x8_extend_high_u8x16(w));
-                    let lo = quad(&a.q, 64 * c + 4 * m);
-                    let hi = quad(&a.q, 64 * c + 32 + 4 * m);
-                    l01 = i32x4_add(l01, i32x4_dot_i16x8(v128_and(l, nib), lo));
-                    l23 = i32x4_add(l23, i32x4_dot_i16x8(v128_and(h, nib), lo));
-                    h01 = i32x4_add(h01, i32x4_dot_i16x8(u16x8_shr(l, 4), hi));
-                    h23 = i32x4_add(h23, i32x4_dot_i16x8(u16x8_shr(h, 4), hi));
-                }
-                isum = i32x4_add(isum, i32x4_mul(fold(l01, l23), sc[2 * c]));
-                isum = i32x4_add(isum, i32x4_mul(fold(h01, h23), sc[2 * c + 1]));
+        impl Band for $name {
+            type W = $W;
+            type A = BlockQ8K;
+            type Step = $step;
+            type Prep = WideK;
+            fn prep(a: &BlockQ8K) -> WideK {
+                WideK::new(a)
             }
-            // sum_j m_j * bsum_j: the mins widened, by the sums in pairs.
-            let (b0, b1) = (quad(&a.sums, 0), quad(&a.sums, 4));
-            let pairs = |m: v128, b: v128| {
-                let lo = i32x4_dot_i16x8(u16x8_extend_low_u8x16(m), b);
-                (lo, i32x4_dot_i16x8(u16x8_extend_high_u8x16(m), b))
-            };
-            let ((p01, p23), (q01, q23)) = (pairs(mn_lo, b0), pairs(mn_hi, b1));
-            let mins = fold(i32x4_add(p01, q01), i32x4_add(p23, q23));
-            let dy = f32x4_splat(a.d);
-            let v = f32x4_sub(
-                f32x4_mul(f32x4_mul(d, dy), f32x4_convert_i32x4(isum)),
-                f32x4_mul(f32x4_mul(dmin, dy), f32x4_convert_i32x4(mins)),
-            );
-            acc[t] = f32x4_add(acc[t], v);
+            #[inline(never)]
+            fn step<const T: usize>(s: &$step, a: [&WideK; T], acc: &mut [v128; T]) {
+                $f(s, a, acc)
+            }
+            fn row(w: &[$W], a: &[BlockQ8K]) -> f32 {
+                simd128::$row(w, a)
+            }
         }
-    }
-    fn row(w: &[BlockQ4K], a: &[BlockQ8K]) -> f32 {
-        simd128::vec_dot_q4_k_q8_k(w, a)
+    };
+}
+
+kquant!(
+    /// Q4_K x Q8_K: per block and row, the exact `isum = sum_j sc_j *
+    /// dot_j` and `mins = sum_j m_j * bsum_j`, then `(d * dy) * isum -
+    /// (dmin * dy) * mins`, as the per-row dot. The block step: `d`,
+    /// `dmin`, three words of the packed 6-bit scales and mins, then 32
+    /// words of nibbles (chunk `c` of 64 elements: words `8c..8c + 8`, low
+    /// nibbles sub-block `2c`, high ones `2c + 1`).
+    Q4K, BlockQ4K, Step<2, 35>, q4k_step, vec_dot_q4_k_q8_k
+);
+kquant!(
+    /// Q5_K x Q8_K: Q4_K's block with a fifth bit per quant, in the eight
+    /// words of `qh` between the scales and the nibbles (bit `2c` of
+    /// `qh[l]` for the low nibble of chunk `c`'s byte `l`, `2c + 1` for
+    /// the high).
+    Q5K, BlockQ5K, Step<2, 43>, q5k_step, vec_dot_q5_k_q8_k
+);
+kquant!(
+    /// Q6_K x Q8_K: per block and row, the exact `isum = sum_j sc_j *
+    /// (dot_j - 32 * bsum_j)` over its sixteen 16-element sub-blocks, then
+    /// `(d * dy) * isum`, as the per-row dot. The block step: `d`, then 32
+    /// words of `ql`, 16 of `qh` and 4 of the signed scales. Element `128 n
+    /// + 32 k + l` of half `n` (`l < 32`, `k < 4`) has its low four bits in
+    /// `ql[64 n + l]` (`k` = 0, 2: low / high nibble) or `ql[64 n + 32 +
+    /// l]` (`k` = 1, 3), its high two in bits `2k` of `qh[32 n + l]`, and
+    /// scale `8 n + 2 k + l / 16`. The quants of one `k` and four words of
+    /// `l` (one sub-block) are built as bytes, four rows at a time, then
+    /// widened and dotted.
+    Q6K, BlockQ6K, Step<1, 52>, q6k_step, vec_dot_q6_k_q8_k
+);
+kquant!(
+    /// IQ4_XS x Q8_K: per 32-element sub-block and row, the exact dot of
+    /// the non-linear levels, then `((d * dy) * scale) * sumi` added
+    /// sub-block by sub-block, as the per-row dot. The block step: `d`,
+    /// `scales_h`, one word of `scales_l`, then 32 words of nibbles
+    /// (sub-block `ib`: words `4ib..4ib + 4`, low nibbles its first 16
+    /// elements, high ones the next 16).
+    IQ4XS, BlockIQ4XS, Step<2, 33>, iq4xs_step, vec_dot_iq4_xs_q8_k
+);
+
+/// [`Q4K`]'s block step.
+#[inline(always)]
+fn q4k_step<const T: usize>(s: &Step<2, 35>, a: [&WideK; T], acc: &mut [v128; T]) {
+    k45::<T, false>(&s.scales, &s.words[..3], &[], &s.words[3..], a, acc);
+}
+
+/// [`Q5K`]'s block step.
+#[inline(always)]
+fn q5k_step<const T: usize>(s: &Step<2, 43>, a: [&WideK; T], acc: &mut [v128; T]) {
+    k45::<T, true>(
+        &s.scales,
+        &s.words[..3],
+        &s.words[3..11],
+        &s.words[11..],
+        a,
+        acc,
+    );
+}
+
+/// A Q4_K (`FIFTH` false) or Q5_K block step of four rows by `T`
+/// activation blocks `a`, added to `acc`: `d` and `dmin` in `halves`, the
+/// packed scales in `sc`, the fifth bits in `qh` (Q5_K), the nibbles in
+/// `qs`.
+#[inline(always)]
+fn k45<const T: usize, const FIFTH: bool>(
+    halves: &[[u8; 8]; 2],
+    sc: &[[u8; 16]],
+    qh: &[[u8; 16]],
+    qs: &[[u8; 16]],
+    a: [&WideK; T],
+    acc: &mut [v128; T],
+) {
+    let z = i32x4_splat(0);
+    let word = |w: &[[u8; 16]], at: usize| w.get(at).map_or(z, ld);
+    let [d, dmin] = scales(halves);
+    let (s0, s1, s2) = (word(sc, 0), word(sc, 1), word(sc, 2));
+    // Bytes j of each lane: scale j and min j (j < 4), then 4 + j.
+    let m6 = u32x4_splat(0x3F3F_3F3F);
+    let (m4, top) = (u32x4_splat(0x0F0F_0F0F), u32x4_splat(0x3030_3030));
+    let sc_lo = v128_and(s0, m6);
+    let mn_lo = v128_and(s1, m6);
+    let sc_hi = v128_or(v128_and(s2, m4), v128_and(u32x4_shr(s0, 2), top));
+    let mn_hi = v128_or(
+        v128_and(u32x4_shr(s2, 4), m4),
+        v128_and(u32x4_shr(s1, 2), top),
+    );
+    let sc = [
+        byte::<0>(sc_lo),
+        byte::<1>(sc_lo),
+        byte::<2>(sc_lo),
+        byte::<3>(sc_lo),
+        byte::<0>(sc_hi),
+        byte::<1>(sc_hi),
+        byte::<2>(sc_hi),
+        byte::<3>(sc_hi),
+    ];
+    let (nib, bit4) = (u16x8_splat(0x0F), u32x4_splat(0x1010_1010));
+    for t in 0..T {
+        let a = a[t];
+        let mut isum = z;
+        for c in 0..4 {
+            let (mut l01, mut l23, mut h01, mut h23) = (z, z, z, z);
+            for m in 0..8 {
+                let w = word(qs, 8 * c + m);
+                // The low and high quants of the word's bytes, widened:
+                // rows 0-1 and 2-3.
+                let [lo01, lo23, hi01, hi23] = if FIFTH {
+                    // Bit 2c (2c + 1) of each qh byte to bit 4.
+                    let h = word(qh, m);
+                    let (hl, hh) = match c {
+                        0 => (u32x4_shl(h, 4), u32x4_shl(h, 3)),
+                        1 => (u32x4_shl(h, 2), u32x4_shl(h, 1)),
+                        2 => (h, u32x4_shr(h, 1)),
+                        _ => (u32x4_shr(h, 2), u32x4_shr(h, 3)),
+                    };
+                    let lo = v128_or(v128_and(w, m4), v128_and(hl, bit4));
+                    let hi = v128_or(v128_and(u32x4_shr(w, 4), m4), v128_and(hh, bit4));
+                    [
+                        u16x8_extend_low_u8x16(lo),
+                        u16x8_extend_high_u8x16(lo),
+                        u16x8_extend_low_u8x16(hi),
+                        u16x8_extend_high_u8x16(hi),
+                    ]
+                } else {
+                    let (l, h) = (u16x8_extend_low_u8x16(w), u16x8_extend_high_u8x16(w));
+                    [
+                        v128_and(l, nib),
+                        v128_and(h, nib),
+                        u16x8_shr(l, 4),
+                        u16x8_shr(h, 4),
+                    ]
+                };
+                let lo = quad(&a.q, 64 * c + 4 * m);
+                let hi = quad(&a.q, 64 * c + 32 + 4 * m);
+                l01 = i32x4_add(l01, i32x4_dot_i16x8(lo01, lo));
+                l23 = i32x4_add(l23, i32x4_dot_i16x8(lo23, lo));
+                h01 = i32x4_add(h01, i32x4_dot_i16x8(hi01, hi));
+                h23 = i32x4_add(h23, i32x4_dot_i16x8(hi23, hi));
+            }
+            isum = i32x4_add(isum, i32x4_mul(fold(l01, l23), sc[2 * c]));
+            isum = i32x4_add(isum, i32x4_mul(fold(h01, h23), sc[2 * c + 1]));
+        }
+        // sum_j m_j * bsum_j: the mins widened, by the sums in pairs.
+        let (b0, b1) = (quad(&a.sums, 0), quad(&a.sums, 4));
+        let pairs = |m: v128, b: v128| {
+            let lo = i32x4_dot_i16x8(u16x8_extend_low_u8x16(m), b);
+            (lo, i32x4_dot_i16x8(u16x8_extend_high_u8x16(m), b))
+        };
+        let ((p01, p23), (q01, q23)) = (pairs(mn_lo, b0), pairs(mn_hi, b1));
+        let mins = fold(i32x4_add(p01, q01), i32x4_add(p23, q23));
+        let dy = f32x4_splat(a.d);
+        let v = f32x4_sub(
+            f32x4_mul(f32x4_mul(d, dy), f32x4_convert_i32x4(isum)),
+            f32x4_mul(f32x4_mul(dmin, dy), f32x4_convert_i32x4(mins)),
+        );
+        acc[t] = f32x4_add(acc[t], v);
     }
 }
 
-/// Q6_K x Q8_K: per block and row, the exact `isum = sum_j sc_j * (dot_j -
-/// 32 * bsum_j)` over its sixteen 16-element sub-blocks, then `(d * dy) *
-/// isum`, as the per-row dot. The block step: `d`, then 32 words of `ql`,
-/// 16 of `qh` and 4 of the signed scales. Element `128 n + 32 k + l` of
-/// half `n` (`l < 32`, `k < 4`) has its low four bits in `ql[64 n + l]`
-/// (`k` = 0, 2: low / high nibble) or `ql[64 n + 32 + l]` (`k` = 1, 3), its
-/// high two in bits `2k` of `qh[32 n + l]`, and scale `8 n + 2 k + l / 16`.
-/// The quants of one `k` and four words of `l` (one sub-block) are built
-/// as bytes, four rows at a time, then widened and dotted.
-struct Q6K;
-
-impl Band for Q6K {
-    type W = BlockQ6K;
-    type A = BlockQ8K;
-    type Step = Step<1, 52>;
-    type Prep = WideK;
-    fn prep(a: &BlockQ8K) -> WideK {
-        WideK::new(a)
-    }
-    // A whole 256-element block step: inlined into the eight bands of a
-    // one-token pass, its code left the instruction caches (Q6_K 2.8 GB/s
-    // instead of 6).
-    #[inline(never)]
-    fn step<const T: usize>(s: &Step<1, 52>, a: [&WideK; T], acc: &mut [v128; T]) {
-        let [d] = scales(&s.scales);
-        let sc = &s.words[48..];
-        for t in 0..T {
-            let a = a[t];
-            let mut isum = i32x4_splat(0);
-            for n in 0..2 {
-                for half in 0..2 {
-                    let sums = q6_subs(s, a, n, half);
-                    for (k, sums) in sums.into_iter().enumerate() {
-                        let scale = q6_scale(sc, 8 * n + 2 * k + half);
-                        isum = i32x4_add(isum, i32x4_mul(sums, scale));
-                    }
+/// [`Q6K`]'s block step.
+#[inline(always)]
+fn q6k_step<const T: usize>(s: &Step<1, 52>, a: [&WideK; T], acc: &mut [v128; T]) {
+    let [d] = scales(&s.scales);
+    let sc = &s.words[48..];
+    for t in 0..T {
+        let a = a[t];
+        let mut isum = i32x4_splat(0);
+        for n in 0..2 {
+            for half in 0..2 {
+                let sums = q6_subs(s, a, n, half);
+                for (k, sums) in sums.into_iter().enumerate() {
+                    let scale = q6_scale(sc, 8 * n + 2 * k + half);
+                    isum = i32x4_add(isum, i32x4_mul(sums, scale));
                 }
             }
-            // 32 * sum_j sc_j * bsum_j: the signed scales widened, by the
-            // 16-element sums.
-            let mut o01 = i32x4_splat(0);
-            let mut o23 = o01;
-            for (w, sc) in sc.iter().enumerate() {
-                let v = ld(sc);
-                let b = quad(&a.bsums, 4 * w);
-                o01 = i32x4_add(o01, i32x4_dot_i16x8(i16x8_extend_low_i8x16(v), b));
-                o23 = i32x4_add(o23, i32x4_dot_i16x8(i16x8_extend_high_i8x16(v), b));
-            }
-            let isum = i32x4_sub(isum, i32x4_shl(fold(o01, o23), 5));
-            let dy = f32x4_splat(a.d);
-            acc[t] = f32x4_add(
-                acc[t],
-                f32x4_mul(f32x4_mul(d, dy), f32x4_convert_i32x4(isum)),
-            );
         }
-    }
-    fn row(w: &[BlockQ6K], a: &[BlockQ8K]) -> f32 {
-        simd128::vec_dot_q6_k_q8_k(w, a)
+        // 32 * sum_j sc_j * bsum_j: the signed scales widened, by the
+        // 16-element sums.
+        let mut o01 = i32x4_splat(0);
+        let mut o23 = o01;
+        for (w, sc) in sc.iter().enumerate() {
+            let v = ld(sc);
+            let b = quad(&a.bsums, 4 * w);
+            o01 = i32x4_add(o01, i32x4_dot_i16x8(i16x8_extend_low_i8x16(v), b));
+            o23 = i32x4_add(o23, i32x4_dot_i16x8(i16x8_extend_high_i8x16(v), b));
+        }
+        let isum = i32x4_sub(isum, i32x4_shl(fold(o01, o23), 5));
+        let dy = f32x4_splat(a.d);
+        acc[t] = f32x4_add(
+            acc[t],
+            f32x4_mul(f32x4_mul(d, dy), f32x4_convert_i32x4(isum)),
+        );
     }
 }
 
@@ -659,81 +743,43 @@ fn q6_scale(sc: &[[u8; 16]], j: usize) -> v128 {
     i32x4_shr(up, 24)
 }
 
-/// IQ4_XS x Q8_K: per 32-element sub-block and row, the exact dot of the
-/// non-linear levels, then `((d * dy) * scale) * sumi` added sub-block by
-/// sub-block, as the per-row dot. The block step: `d`, `scales_h`, one word
-/// of `scales_l`, then 32 words of nibbles (sub-block `ib`: words `4ib..4ib
-/// + 4`, low nibbles its first 16 elements, high ones the next 16).
-struct IQ4XS;
-
-impl Band for IQ4XS {
-    type W = BlockIQ4XS;
-    type A = BlockQ8K;
-    type Step = Step<2, 33>;
-    type Prep = WideK;
-    fn prep(a: &BlockQ8K) -> WideK {
-        WideK::new(a)
-    }
-    // A whole 256-element block step: inlined into the eight bands of a
-    // one-token pass, its code left the instruction caches (Q6_K 2.8 GB/s
-    // instead of 6).
-    #[inline(never)]
-    fn step<const T: usize>(s: &Step<2, 33>, a: [&WideK; T], acc: &mut [v128; T]) {
-        let [d] = scales::<1>(&[s.scales[0]]);
-        // SAFETY: `s.scales[1]` holds 8 readable bytes; no alignment needed.
-        let high = u32x4_extend_low_u16x8(unsafe { v128_load64_zero(s.scales[1].as_ptr().cast()) });
-        let low = ld(&s.words[0]);
-        let kv = i8x16(
-            KVALUES_IQ4NL[0],
-            KVALUES_IQ4NL[1],
-            KVALUES_IQ4NL[2],
-            KVALUES_IQ4NL[3],
-            KVALUES_IQ4NL[4],
-            KVALUES_IQ4NL[5],
-            KVALUES_IQ4NL[6],
-            KVALUES_IQ4NL[7],
-            KVALUES_IQ4NL[8],
-            KVALUES_IQ4NL[9],
-            KVALUES_IQ4NL[10],
-            KVALUES_IQ4NL[11],
-            KVALUES_IQ4NL[12],
-            KVALUES_IQ4NL[13],
-            KVALUES_IQ4NL[14],
-            KVALUES_IQ4NL[15],
-        );
-        let m4 = u32x4_splat(0x0F0F_0F0F);
-        for t in 0..T {
-            let a = a[t];
-            let dd = f32x4_mul(d, f32x4_splat(a.d));
-            for ib in 0..8 {
-                let z = i32x4_splat(0);
-                let (mut s01, mut s23) = (z, z);
-                for i in 0..4 {
-                    let w = ld(&s.words[1 + 4 * ib + i]);
-                    let lo = i8x16_swizzle(kv, v128_and(w, m4));
-                    let hi = i8x16_swizzle(kv, v128_and(u32x4_shr(w, 4), m4));
-                    let (alo, ahi) = (
-                        quad(&a.q, 32 * ib + 4 * i),
-                        quad(&a.q, 32 * ib + 16 + 4 * i),
-                    );
-                    s01 = i32x4_add(s01, i32x4_dot_i16x8(i16x8_extend_low_i8x16(lo), alo));
-                    s23 = i32x4_add(s23, i32x4_dot_i16x8(i16x8_extend_high_i8x16(lo), alo));
-                    s01 = i32x4_add(s01, i32x4_dot_i16x8(i16x8_extend_low_i8x16(hi), ahi));
-                    s23 = i32x4_add(s23, i32x4_dot_i16x8(i16x8_extend_high_i8x16(hi), ahi));
-                }
-                // Scale `ib`: four bits of `scales_l`, two of `scales_h`, minus 32.
-                let l4 = v128_and(u32x4_shr(low, 4 * ib as u32), u32x4_splat(0xF));
-                let h2 = v128_and(u32x4_shr(high, 2 * ib as u32), u32x4_splat(3));
-                let scale = i32x4_sub(v128_or(l4, i32x4_shl(h2, 4)), i32x4_splat(32));
-                let v = f32x4_mul(
-                    f32x4_mul(dd, f32x4_convert_i32x4(scale)),
-                    f32x4_convert_i32x4(fold(s01, s23)),
+/// [`IQ4XS`]'s block step.
+#[inline(always)]
+fn iq4xs_step<const T: usize>(s: &Step<2, 33>, a: [&WideK; T], acc: &mut [v128; T]) {
+    let [d] = scales::<1>(&[s.scales[0]]);
+    // SAFETY: `s.scales[1]` holds 8 readable bytes; no alignment needed.
+    let high = u32x4_extend_low_u16x8(unsafe { v128_load64_zero(s.scales[1].as_ptr().cast()) });
+    let low = ld(&s.words[0]);
+    let kv = ld(&bytemuck::cast(KVALUES_IQ4NL));
+    let m4 = u32x4_splat(0x0F0F_0F0F);
+    for t in 0..T {
+        let a = a[t];
+        let dd = f32x4_mul(d, f32x4_splat(a.d));
+        for ib in 0..8 {
+            let z = i32x4_splat(0);
+            let (mut s01, mut s23) = (z, z);
+            for i in 0..4 {
+                let w = ld(&s.words[1 + 4 * ib + i]);
+                let lo = i8x16_swizzle(kv, v128_and(w, m4));
+                let hi = i8x16_swizzle(kv, v128_and(u32x4_shr(w, 4), m4));
+                let (alo, ahi) = (
+                    quad(&a.q, 32 * ib + 4 * i),
+                    quad(&a.q, 32 * ib + 16 + 4 * i),
                 );
-                acc[t] = f32x4_add(acc[t], v);
+                s01 = i32x4_add(s01, i32x4_dot_i16x8(i16x8_extend_low_i8x16(lo), alo));
+                s23 = i32x4_add(s23, i32x4_dot_i16x8(i16x8_extend_high_i8x16(lo), alo));
+                s01 = i32x4_add(s01, i32x4_dot_i16x8(i16x8_extend_low_i8x16(hi), ahi));
+                s23 = i32x4_add(s23, i32x4_dot_i16x8(i16x8_extend_high_i8x16(hi), ahi));
             }
+            // Scale `ib`: four bits of `scales_l`, two of `scales_h`, minus 32.
+            let l4 = v128_and(u32x4_shr(low, 4 * ib as u32), u32x4_splat(0xF));
+            let h2 = v128_and(u32x4_shr(high, 2 * ib as u32), u32x4_splat(3));
+            let scale = i32x4_sub(v128_or(l4, i32x4_shl(h2, 4)), i32x4_splat(32));
+            let v = f32x4_mul(
+                f32x4_mul(dd, f32x4_convert_i32x4(scale)),
+                f32x4_convert_i32x4(fold(s01, s23)),
+            );
+            acc[t] = f32x4_add(acc[t], v);
         }
-    }
-    fn row(w: &[BlockIQ4XS], a: &[BlockQ8K]) -> f32 {
-        simd128::vec_dot_iq4_xs_q8_k(w, a)
     }
 }
