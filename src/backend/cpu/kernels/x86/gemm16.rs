@@ -520,13 +520,37 @@ fn xs_scale(b: &BlockIQ4XS, ib: usize) -> i32 {
     i32::from(low | (high << 4)) - 32
 }
 
+/// Whether the AVX-512 tiles dot `W`'s quants as signed bytes `q = u -
+/// BIAS` against the activations plus 128 (unsigned): the formats with a
+/// bias and no mins (Q3_K, Q6_K, IQ4_XS). `sum(q * (a + 128)) - 128 *
+/// sum(q)` is `sum(q * a)`, and `128 * sum_s sc_s * sum(q)` is a term of
+/// the row alone, so the bias leaves the tile as one subtraction per row
+/// and token group instead of the correction's `vpdpwssd` over the
+/// activation sums (eight per row and group for the 16-element formats)
+/// and its multiply. The integer sums, so the results, do not change.
+const fn signed_dot<W: Format>() -> bool {
+    W::BIAS != 0 && !W::MIN
+}
+
+/// What [`pack`] XORs into `W`'s activation codes for these tiles.
+const fn flip<W: Format>() -> u32 {
+    if signed_dot::<W>() {
+        0x8080_8080
+    } else {
+        0
+    }
+}
+
 /// Transposes tokens `t0..t0 + tn` of `a` (rows of `nb` blocks) into `p`
-/// in groups of `G` tokens, padding the last group with zero tokens.
+/// in groups of `G` tokens, padding the last group with zero tokens; each
+/// code word XORed with `flip` (`0x8080_8080`: the activations plus 128 as
+/// unsigned bytes, [`signed_dot`]).
 pub(super) fn pack<W: Format, const G: usize>(
     a: &[BlockQ8K],
     nb: usize,
     t0: usize,
     tn: usize,
+    flip: u32,
     p: &mut Packed,
 ) {
     let ng = tn.div_ceil(G);
@@ -556,7 +580,7 @@ pub(super) fn pack<W: Format, const G: usize>(
             }
             for (k, q) in by.qs.chunks_exact(4).enumerate() {
                 let word = u32::from_le_bytes([q[0] as u8, q[1] as u8, q[2] as u8, q[3] as u8]);
-                p.codes[(gb * WORDS + k) * G + j] = word;
+                p.codes[(gb * WORDS + k) * G + j] = word ^ flip;
             }
         }
     }
@@ -591,7 +615,7 @@ unsafe fn run<W: Format>(w: &[u8], row_bytes: usize, a: &[u8], act_bytes: usize,
         let mut p = PACKED.take();
         for t0 in (0..toks).step_by(GROUPS * GROUP) {
             let tn = (toks - t0).min(GROUPS * GROUP);
-            pack::<W, GROUP>(&ab, nb, t0, tn, &mut p);
+            pack::<W, GROUP>(&ab, nb, t0, tn, flip::<W>(), &mut p);
             for r0 in (0..banded).step_by(BAND) {
                 // SAFETY: rows r0..r0 + 8 and tokens t0..t0 + tn exist;
                 // `out.fits(rows, toks)` bounds every index written.
@@ -707,6 +731,13 @@ trait BandSource<const R: usize> {
     unsafe fn decode(&mut self, b: usize);
     /// Rows `r0..r0 + TILE_ROWS` of the block decoded last.
     fn rows(&self, r0: usize) -> impl TileRows + '_;
+    /// Turns the block decoded last into signed quants `q = u - bias`
+    /// ([`signed_dot`]) and writes each row's `128 * sum_s sc_s * sum(q)`
+    /// (over sub-block `s`'s `sub` words) to `wsum`.
+    ///
+    /// # Safety
+    /// AVX-512 VNNI as in [`run`]; a block was decoded; `sub` is 4 or 8.
+    unsafe fn to_signed(&mut self, bias: i8, sub: usize, wsum: &mut [i32; R]);
 }
 
 /// Eight plain rows (`w[r * nb + b]`: block `b` of row `r`), each block
@@ -728,6 +759,29 @@ impl<W: Format> BandSource<BAND> for PlainRows<'_, W> {
     #[inline(always)]
     fn rows(&self, r0: usize) -> impl TileRows + '_ {
         &self.dec[r0..r0 + TILE_ROWS]
+    }
+    #[inline(always)]
+    unsafe fn to_signed(&mut self, bias: i8, sub: usize, wsum: &mut [i32; BAND]) {
+        let (bias, ones) = (_mm512_set1_epi8(bias), _mm512_set1_epi8(1));
+        for (dr, ws) in self.dec.iter_mut().zip(wsum.iter_mut()) {
+            let sc = _mm512_loadu_si512(dr.sc.as_ptr().cast());
+            let mut total = _mm512_setzero_si512();
+            for c in 0..WORDS / 16 {
+                let at = dr.q.as_mut_ptr().add(16 * c).cast::<__m512i>();
+                let q = _mm512_sub_epi8(_mm512_loadu_si512(at), bias);
+                _mm512_storeu_si512(at, q);
+                // Word k of the 16 belongs to sub-block (16c + k) / sub.
+                let word = _mm512_add_epi32(
+                    _mm512_set1_epi32(16 * c as i32),
+                    _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                );
+                let at = _mm512_srl_epi32(word, _mm_cvtsi32_si128(sub.trailing_zeros() as i32));
+                let sums = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, q);
+                let scale = _mm512_permutexvar_epi32(at, sc);
+                total = _mm512_add_epi32(total, _mm512_mullo_epi32(sums, scale));
+            }
+            *ws = _mm512_reduce_add_epi32(total) << 7;
+        }
     }
 }
 
@@ -758,6 +812,24 @@ impl<W: Banded> BandSource<BAND_ROWS> for BandedRows<W> {
     fn rows(&self, r0: usize) -> impl TileRows + '_ {
         BandRows { dec: &self.dec, r0 }
     }
+    #[inline(always)]
+    unsafe fn to_signed(&mut self, bias: i8, sub: usize, wsum: &mut [i32; BAND_ROWS]) {
+        // Word k of 16 rows per register, a row per lane.
+        let (bias, ones) = (_mm512_set1_epi8(bias), _mm512_set1_epi8(1));
+        let mut total = _mm512_setzero_si512();
+        for s in 0..WORDS / sub {
+            let mut sums = _mm512_setzero_si512();
+            for k in sub * s..sub * (s + 1) {
+                let at = self.dec.q[k].as_mut_ptr().cast::<__m512i>();
+                let q = _mm512_sub_epi8(_mm512_loadu_si512(at), bias);
+                _mm512_storeu_si512(at, q);
+                sums = _mm512_dpbusd_epi32(sums, ones, q);
+            }
+            let sc = _mm512_loadu_si512(self.dec.sc[s].as_ptr().cast());
+            total = _mm512_add_epi32(total, _mm512_mullo_epi32(sums, sc));
+        }
+        _mm512_storeu_si512(wsum.as_mut_ptr().cast(), _mm512_slli_epi32::<7>(total));
+    }
 }
 
 /// `R` weight rows (from `src`, `nb` blocks a row) by the `tn` packed
@@ -779,10 +851,15 @@ unsafe fn band<W: Format, const R: usize>(
 ) {
     let ng = tn.div_ceil(GROUP);
     let mut acc = [[_mm512_setzero_ps(); R]; GROUPS];
+    let mut wsum = [0i32; R];
     for b in 0..nb {
         src.decode(b);
+        if signed_dot::<W>() {
+            src.to_signed(W::BIAS as i8, W::SUB, &mut wsum);
+        }
         for r0 in (0..R).step_by(TILE_ROWS) {
             let rows = src.rows(r0);
+            let wsum = &wsum[r0..r0 + TILE_ROWS];
             let mut g0 = 0;
             while g0 < ng {
                 let at = Tokens {
@@ -792,10 +869,10 @@ unsafe fn band<W: Format, const R: usize>(
                     stride: nb,
                 };
                 if ng - g0 >= TILE_GROUPS {
-                    tile::<W, _, TILE_GROUPS, R>(&rows, &at, &mut acc[g0..], r0);
+                    tile::<W, _, TILE_GROUPS, R>(&rows, wsum, &at, &mut acc[g0..], r0);
                     g0 += TILE_GROUPS;
                 } else {
-                    tile::<W, _, 1, R>(&rows, &at, &mut acc[g0..], r0);
+                    tile::<W, _, 1, R>(&rows, wsum, &at, &mut acc[g0..], r0);
                     g0 += 1;
                 }
             }
@@ -872,6 +949,7 @@ struct Tokens {
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 unsafe fn tile<W: Format, T: TileRows + ?Sized, const G: usize, const R: usize>(
     rows: &T,
+    wsum: &[i32],
     at: &Tokens,
     acc: &mut [[__m512; R]],
     r0: usize,
@@ -887,7 +965,12 @@ unsafe fn tile<W: Format, T: TileRows + ?Sized, const G: usize, const R: usize>(
             for (r, lr) in lanes.iter_mut().enumerate() {
                 let u = _mm512_set1_epi32(rows.q(r, k) as i32);
                 for (l, &cg) in lr.iter_mut().zip(&c) {
-                    *l = _mm512_dpbusd_epi32(*l, u, cg);
+                    *l = if signed_dot::<W>() {
+                        // Activations + 128 (unsigned) by signed quants.
+                        _mm512_dpbusd_epi32(*l, cg, u)
+                    } else {
+                        _mm512_dpbusd_epi32(*l, u, cg)
+                    };
                 }
             }
         }
@@ -902,14 +985,22 @@ unsafe fn tile<W: Format, T: TileRows + ?Sized, const G: usize, const R: usize>(
         let pairs = at.pairs.add(g * at.stride * PAIRS * GROUP);
         let d8 = _mm512_loadu_ps(at.d.add(g * at.stride * GROUP));
         for r in 0..TILE_ROWS {
-            let mut corr = _mm512_setzero_si512();
-            for q in 0..W::PAIR_WORDS {
-                let sums = _mm512_loadu_si512(pairs.add(q * GROUP).cast());
-                corr = _mm512_dpwssd_epi32(corr, _mm512_set1_epi32(rows.coef(r, q) as i32), sums);
-            }
             let mut s1 = s1[r][g];
-            if W::BIAS != 0 {
-                s1 = _mm512_sub_epi32(s1, _mm512_mullo_epi32(corr, _mm512_set1_epi32(W::BIAS)));
+            let mut corr = _mm512_setzero_si512();
+            if signed_dot::<W>() {
+                // sum(q * (a + 128)) = sum(q * a) + 128 * sum(q), per
+                // sub-block: the row's term, the same for every token.
+                s1 = _mm512_sub_epi32(s1, _mm512_set1_epi32(wsum.get(r).copied().unwrap_or(0)));
+            } else {
+                for q in 0..W::PAIR_WORDS {
+                    let sums = _mm512_loadu_si512(pairs.add(q * GROUP).cast());
+                    let coef = _mm512_set1_epi32(rows.coef(r, q) as i32);
+                    corr = _mm512_dpwssd_epi32(corr, coef, sums);
+                }
+                if W::BIAS != 0 {
+                    let bias = _mm512_mullo_epi32(corr, _mm512_set1_epi32(W::BIAS));
+                    s1 = _mm512_sub_epi32(s1, bias);
+                }
             }
             let mut m = _mm512_mul_ps(_mm512_cvtepi32_ps(s1), _mm512_set1_ps(rows.d(r)));
             if W::MIN {
@@ -976,7 +1067,7 @@ unsafe fn run_bands<W: Banded>(
         };
         for t0 in (0..toks).step_by(GROUPS * GROUP) {
             let tn = (toks - t0).min(GROUPS * GROUP);
-            pack::<W, GROUP>(&ab, nb, t0, tn, &mut p);
+            pack::<W, GROUP>(&ab, nb, t0, tn, flip::<W>(), &mut p);
             for g0 in (0..grouped).step_by(BAND_ROWS) {
                 dec.g = wp.add(g0 * row_bytes);
                 let o = op.add(g0 * rs + t0 * ts);

@@ -106,7 +106,7 @@ unsafe fn run<W: Format>(w: &[u8], row_bytes: usize, a: &[u8], act_bytes: usize,
         let mut p = PACKED.take();
         for t0 in (0..toks).step_by(GROUPS * GROUP) {
             let tn = (toks - t0).min(GROUPS * GROUP);
-            pack::<W, GROUP>(&ab, nb, t0, tn, &mut p);
+            pack::<W, GROUP>(&ab, nb, t0, tn, 0, &mut p);
             for r0 in (0..banded).step_by(BAND) {
                 let band_w = &wb[r0 * nb..(r0 + BAND) * nb];
                 // SAFETY: rows r0..r0 + 8 and tokens t0..t0 + tn exist;
