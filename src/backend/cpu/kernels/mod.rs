@@ -208,18 +208,20 @@ pub struct WeightKernels {
     pub gemm_finite_scales: bool,
 }
 
-/// Whether every f16 scale at the head of each block of `ty` in `blocks`
-/// (`d`, and `m` / `dmin` for Q4_1, Q5_1, Q4_K and Q5_K) is finite. Other
-/// types: true.
+/// Whether every f16 block scale of `ty` in `blocks` (`d`, and `m` /
+/// `dmin` for Q4_1, Q5_1, Q4_K and Q5_K) is finite. Other types: true.
 pub fn finite_scales(ty: GgmlType, blocks: &[u8]) -> bool {
     use GgmlType as T;
-    let halves = match ty {
-        T::Q4_0 | T::Q5_0 | T::Q8_0 | T::IQ4_NL => 1,
-        T::Q4_1 | T::Q5_1 | T::Q4_K | T::Q5_K => 2,
+    // (scales, their byte offset in the block)
+    let (halves, at) = match ty {
+        T::Q4_0 | T::Q5_0 | T::Q8_0 | T::IQ4_NL | T::IQ4_XS => (1, 0),
+        T::Q4_1 | T::Q5_1 | T::Q4_K | T::Q5_K => (2, 0),
+        T::Q6_K => (1, std::mem::offset_of!(BlockQ6K, d)),
         _ => return true,
     };
     blocks.chunks_exact(ty.block_bytes()).all(|b| {
-        b.chunks_exact(2)
+        b[at..]
+            .chunks_exact(2)
             .take(halves)
             .all(|h| u16::from_le_bytes([h[0], h[1]]) & 0x7C00 != 0x7C00)
     })
