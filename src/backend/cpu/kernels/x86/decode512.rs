@@ -870,11 +870,18 @@ pub(super) unsafe fn one_token_bands_iq4xs<const H: usize>(
     store_groups(&acc, out, rs);
 }
 
+/// How far ahead [`one_token_bands_q6k`] prefetches. Its block step is
+/// 3360 bytes (Q4_K's 2304); from 2048 bytes ahead down to 1024-1536
+/// decoded 1B Q6_K 2-4% faster at one thread and 1-2% at two (alternating
+/// runs, `hearth bench -p 0 -n 64`). The other kernels keep
+/// [`BANDS_AHEAD`].
+const Q6K_AHEAD: usize = 1536;
+
 /// `H` whole groups of 16 Q6_K rows in [`Layout::Bands`](crate::backend::cpu::kernels::Layout::Bands) (`w`, each of
 /// `nb` block steps; the 16 rows' `d`, then 52 words: 32 of `ql`, 16 of
 /// `qh`, 4 of the i8 sub-block scales) by one activation row `a`, results
 /// at `out[r * rs]`, row `16 h + r` in lane `r` of `acc[h]`, each group's
-/// stream prefetched [`BANDS_AHEAD`] bytes ahead.
+/// stream prefetched [`Q6K_AHEAD`] bytes ahead.
 ///
 /// Per block step and group: each word of `ql` and its word of `qh` give
 /// four registers of 6-bit quants plus 32 (a shift and two masks each),
@@ -900,7 +907,7 @@ pub(super) unsafe fn one_token_bands_q6k<const H: usize>(
     let (m4, m33) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(0x33));
     let mut acc = [_mm512_setzero_ps(); H];
     for (b, by) in a.iter().enumerate().take(nb) {
-        prefetch_groups::<H>(w.wrapping_add(b * step), group, step, BANDS_AHEAD);
+        prefetch_groups::<H>(w.wrapping_add(b * step), group, step, Q6K_AHEAD);
         let q8 = by.qs.as_ptr();
         let act = |at: usize| _mm512_set1_epi32(std::ptr::read_unaligned(q8.add(at).cast::<i32>()));
         let bs = |j: usize| i32::from(by.bsums[j]);
