@@ -774,6 +774,20 @@ fn q6_scale(sc: &[[u8; 16]], j: usize) -> v128 {
     i32x4_shr(up, 24)
 }
 
+/// IQ4_NL's levels plus 128, as bytes 1..=241: unsigned, they widen to
+/// i16 in one instruction each (the signed high half takes two in V8,
+/// both on the ports of `pmaddwd`); `128 * sum(a)` comes back per
+/// sub-block.
+const KVALUES_UP: [u8; 16] = {
+    let mut up = [0u8; 16];
+    let mut j = 0;
+    while j < 16 {
+        up[j] = (KVALUES_IQ4NL[j] as u8) ^ 0x80;
+        j += 1;
+    }
+    up
+};
+
 /// [`IQ4XS`]'s block step.
 #[inline(always)]
 fn iq4xs_step<const T: usize>(s: &Step<2, 33>, a: [&WideK; T], acc: &mut [v128; T]) {
@@ -781,34 +795,52 @@ fn iq4xs_step<const T: usize>(s: &Step<2, 33>, a: [&WideK; T], acc: &mut [v128; 
     // SAFETY: `s.scales[1]` holds 8 readable bytes; no alignment needed.
     let high = u32x4_extend_low_u16x8(unsafe { v128_load64_zero(s.scales[1].as_ptr().cast()) });
     let low = ld(&s.words[0]);
-    let kv = ld(&bytemuck::cast(KVALUES_IQ4NL));
+    let kv = ld(&KVALUES_UP);
     let m4 = u32x4_splat(0x0F0F_0F0F);
     for t in 0..T {
         let a = a[t];
         let dd = f32x4_mul(d, f32x4_splat(a.d));
         for ib in 0..8 {
-            let z = i32x4_splat(0);
-            let (mut s01, mut s23) = (z, z);
-            for i in 0..4 {
-                let w = ld(&s.words[1 + 4 * ib + i]);
+            // The four words of sub-block `ib`, each: its four rows' low
+            // nibbles (elements `4i..4i + 4` of the sub-block) and high
+            // ones (`16 + 4i..`), dotted as levels + 128. One array map,
+            // which LLVM unrolls whole (a loop here kept V8's per-iteration
+            // stack check).
+            let words: [&[u8; 16]; 4] = core::array::from_fn(|i| &s.words[1 + 4 * ib + i]);
+            let parts = core::array::from_fn::<_, 4, _>(|i| {
+                let w = ld(words[i]);
                 let lo = i8x16_swizzle(kv, v128_and(w, m4));
                 let hi = i8x16_swizzle(kv, v128_and(u32x4_shr(w, 4), m4));
                 let (alo, ahi) = (
                     quad(&a.q, 32 * ib + 4 * i),
                     quad(&a.q, 32 * ib + 16 + 4 * i),
                 );
-                s01 = i32x4_add(s01, i32x4_dot_i16x8(i16x8_extend_low_i8x16(lo), alo));
-                s23 = i32x4_add(s23, i32x4_dot_i16x8(i16x8_extend_high_i8x16(lo), alo));
-                s01 = i32x4_add(s01, i32x4_dot_i16x8(i16x8_extend_low_i8x16(hi), ahi));
-                s23 = i32x4_add(s23, i32x4_dot_i16x8(i16x8_extend_high_i8x16(hi), ahi));
-            }
+                let s01 = i32x4_add(
+                    i32x4_dot_i16x8(u16x8_extend_low_u8x16(lo), alo),
+                    i32x4_dot_i16x8(u16x8_extend_low_u8x16(hi), ahi),
+                );
+                let s23 = i32x4_add(
+                    i32x4_dot_i16x8(u16x8_extend_high_u8x16(lo), alo),
+                    i32x4_dot_i16x8(u16x8_extend_high_u8x16(hi), ahi),
+                );
+                (s01, s23)
+            });
+            let s01 = i32x4_add(
+                i32x4_add(parts[0].0, parts[1].0),
+                i32x4_add(parts[2].0, parts[3].0),
+            );
+            let s23 = i32x4_add(
+                i32x4_add(parts[0].1, parts[1].1),
+                i32x4_add(parts[2].1, parts[3].1),
+            );
+            let sumi = i32x4_sub(fold(s01, s23), i32x4_splat(i32::from(a.sums[ib]) << 7));
             // Scale `ib`: four bits of `scales_l`, two of `scales_h`, minus 32.
             let l4 = v128_and(u32x4_shr(low, 4 * ib as u32), u32x4_splat(0xF));
             let h2 = v128_and(u32x4_shr(high, 2 * ib as u32), u32x4_splat(3));
             let scale = i32x4_sub(v128_or(l4, i32x4_shl(h2, 4)), i32x4_splat(32));
             let v = f32x4_mul(
                 f32x4_mul(dd, f32x4_convert_i32x4(scale)),
-                f32x4_convert_i32x4(fold(s01, s23)),
+                f32x4_convert_i32x4(sumi),
             );
             acc[t] = f32x4_add(acc[t], v);
         }
