@@ -208,6 +208,20 @@ fn bands<K: Band>(weights: &[u8], row_bytes: usize, acts: &[u8], act_bytes: usiz
     }
 }
 
+/// `$body` once for each band `$J` of [`PARTS`], `$J` a constant.
+macro_rules! bands_unrolled {
+    ($J:ident => $body:block) => {
+        bands_unrolled!(@ $J $body 0 1 2 3 4 5 6 7)
+    };
+    (@ $J:ident $body:block $($j:literal)*) => {
+        $({
+            const $J: usize = $j;
+            $body
+        })*
+    };
+}
+const _: () = assert!(PARTS == 8, "bands_unrolled! writes out eight bands");
+
 /// The bands `steps` (`B` of them, their block steps) by `T` activation
 /// rows, block step by block step: the bands' loads are in flight
 /// together.
@@ -223,16 +237,31 @@ fn run<K: Band, const T: usize, const B: usize>(
         return acc;
     }
     let preps = preps.map(|p| &p[..n]);
+    // Before each step, the next band's step (the first band's next one
+    // after the last): its misses start now, beside this step's
+    // arithmetic.
+    let next = |j: usize, b: usize| match steps.get(j + 1) {
+        Some(t) => t.get(b),
+        None => steps.first().and_then(|t| t.get(b + 1)),
+    };
+    if B == PARTS {
+        // Written out band by band: as a loop over the bands LLVM kept
+        // the accumulators and the bands' slices in the shadow stack in
+        // linear memory, and checked bounds at every step.
+        for b in 0..n {
+            bands_unrolled!(J => {
+                if let Some(t) = next(J, b) {
+                    touch(t);
+                }
+                K::step(&steps[J][b], preps.map(|p| &p[b]), &mut acc[J]);
+            });
+        }
+        return acc;
+    }
     for b in 0..n {
         for (j, (s, acc)) in steps.iter().zip(&mut acc).enumerate() {
-            // The next band's step (the first band's next one after the
-            // last): its misses start now, beside this step's arithmetic.
             if B > 1 {
-                let next = match steps.get(j + 1) {
-                    Some(t) => t.get(b),
-                    None => steps.first().and_then(|t| t.get(b + 1)),
-                };
-                if let Some(t) = next {
+                if let Some(t) = next(j, b) {
                     touch(t);
                 }
             }
