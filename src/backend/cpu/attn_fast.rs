@@ -236,7 +236,11 @@ struct State<'a> {
 /// applied) into a query's `ml = [m, l]` and rescales its `acc`; leaves
 /// `sc` holding the probabilities `exp(score - m)` for the accumulation.
 fn softmax_step(c: &Ctx<'_>, sc: &mut [f32], ml: &mut [f32], acc: &mut [f32]) {
-    let mx = sc.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
+    // A comparison, not `f32::max`: the same for scores that are not NaN,
+    // and no libm call per score in wasm.
+    let mx = sc
+        .iter()
+        .fold(f32::NEG_INFINITY, |m, &v| if v > m { v } else { m });
     let m_new = ml[0].max(mx);
     let corr = (ml[0] - m_new).exp();
     if corr != 1.0 {

@@ -4,15 +4,22 @@
 //! to f32 one value at a time (a branchy conversion per element): the
 //! gather here widens eight per step with the exact conversion of the
 //! matmul kernels, and the key scores use the SIMD128 f32 dot, whose lane
-//! order is the scalar one. Both are bit-identical to the scalar kernels;
-//! the exponentials, weighted sums and scaling stay scalar (LLVM
-//! vectorizes the last two).
+//! order is the scalar one. Both are bit-identical to the scalar kernels.
+//! The exponentials run four lanes at a time with the row ops' `exp4`
+//! (each call of the scalar `expf` is a libm call in wasm), as the x86
+//! kernels do with theirs; the weighted sums and scaling stay scalar (LLVM
+//! vectorizes them).
 
 use core::arch::wasm32::*;
 
 use super::attention::KvRef;
 use super::attn_kernels::{gather_scalar, AttnKernels};
 use super::kernels::{fp16, simd128_h2f, simd128_vec_dot_f32, Isa};
+use super::rowops_wasm::exp4;
+
+/// The lowest exponent `exp_sum` evaluates (below it `exp` is under 2e-38,
+/// nothing beside the running maximum's 1).
+const EXP_MIN: f32 = -87.0;
 
 /// The kernels of `isa`: SIMD128's, `None` for the others.
 pub(super) fn kernels(isa: Isa) -> Option<AttnKernels> {
@@ -21,6 +28,7 @@ pub(super) fn kernels(isa: Isa) -> Option<AttnKernels> {
             isa,
             gather,
             scores,
+            exp_sum,
             ..AttnKernels::scalar()
         }),
         _ => None,
@@ -65,4 +73,33 @@ fn scores(q: &[f32], tile: &[f32], out: &mut [f32]) {
     for (o, k) in out.iter_mut().zip(tile.chunks_exact(w)) {
         *o = simd128_vec_dot_f32(k, q);
     }
+}
+
+/// [`super::attn_kernels::ExpSumFn`]: `x = exp(x - m)` four lanes at a
+/// time (`x - m` clamped to [`EXP_MIN`]), returning the sum.
+fn exp_sum(x: &mut [f32], m: f32) -> f32 {
+    let (mv, lo) = (f32x4_splat(m), f32x4_splat(EXP_MIN));
+    let mut sum = f32x4_splat(0.0);
+    let mut chunks = x.chunks_exact_mut(4);
+    for c in chunks.by_ref() {
+        // SAFETY: `c` holds 4 f32 (16 bytes); `v128` loads and stores
+        // need no alignment.
+        unsafe {
+            // `pmax` (one `maxps` in V8, where `max` is a NaN-propagating
+            // sequence) takes `lo` for a NaN, as the x86 kernels' max does.
+            let v = f32x4_pmax(lo, f32x4_sub(v128_load(c.as_ptr().cast()), mv));
+            let e = exp4(v);
+            v128_store(c.as_mut_ptr().cast(), e);
+            sum = f32x4_add(sum, e);
+        }
+    }
+    let mut s = f32x4_extract_lane::<0>(sum)
+        + f32x4_extract_lane::<1>(sum)
+        + f32x4_extract_lane::<2>(sum)
+        + f32x4_extract_lane::<3>(sum);
+    for v in chunks.into_remainder() {
+        *v = (*v - m).exp();
+        s += *v;
+    }
+    s
 }

@@ -53,7 +53,7 @@ fn silu_mul(x: &mut [f32], y: &[f32]) {
 /// multiply-adds unfused) without the branches for `|n| > 126`, which
 /// this range never takes.
 #[inline(always)]
-fn exp4(x: v128) -> v128 {
+pub(super) fn exp4(x: v128) -> v128 {
     let c = |bits: u32| f32x4_splat(f32::from_bits(bits));
     let madd = |a: v128, b: v128, c: v128| f32x4_add(f32x4_mul(a, b), c);
     let nmadd = |a: v128, b: v128, c: v128| f32x4_sub(c, f32x4_mul(a, b));
