@@ -143,6 +143,15 @@ impl AttnKernels {
     }
 }
 
+/// Lowest exponent argument of the vector [`ExpSumFn`]s: below it exp
+/// underflows (the result is then about 1.6e-38, which no softmax weight
+/// can tell from 0).
+#[cfg(any(
+    target_arch = "x86_64",
+    all(target_arch = "wasm32", target_feature = "simd128")
+))]
+pub(super) const EXP_MIN: f32 = -87.0;
+
 /// Scalar [`GatherFn`]; f32 rows are plain copies, and the f32 copy is shared
 /// by every ISA.
 pub(super) fn gather_scalar(

@@ -13,13 +13,9 @@
 use core::arch::wasm32::*;
 
 use super::attention::KvRef;
-use super::attn_kernels::{gather_scalar, AttnKernels};
+use super::attn_kernels::{gather_scalar, AttnKernels, EXP_MIN};
 use super::kernels::{fp16, simd128_h2f, simd128_vec_dot_f32, Isa};
 use super::rowops_wasm::exp4;
-
-/// The lowest exponent `exp_sum` evaluates (below it `exp` is under 2e-38,
-/// nothing beside the running maximum's 1).
-const EXP_MIN: f32 = -87.0;
 
 /// The kernels of `isa`: SIMD128's, `None` for the others.
 pub(super) fn kernels(isa: Isa) -> Option<AttnKernels> {

@@ -13,7 +13,7 @@ use half::f16;
 
 use super::attention::KvRef;
 use super::attn_kernels::{
-    f16_to_f32_scalar, gather_scalar, AttnKernels, MultiKernels, MULTI_TILE,
+    f16_to_f32_scalar, gather_scalar, AttnKernels, MultiKernels, EXP_MIN, MULTI_TILE,
 };
 use super::kernels::Isa;
 
@@ -192,10 +192,6 @@ unsafe fn accum_avx2(p: &[f32], tile: &[f32], acc: &mut [f32]) {
         }
     }
 }
-
-/// Lowest exponent argument: below it exp underflows (the result is then
-/// about 1.6e-38, which no softmax weight can tell from 0).
-const EXP_MIN: f32 = -87.0;
 
 /// `exp(x)` for `x` in `[EXP_MIN, 0]`: ggml's `ggml_v_expf` (Arm's optimized
 /// routine, max error 1.5 ulp) without its overflow branches, which this

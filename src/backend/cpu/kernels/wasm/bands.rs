@@ -237,14 +237,14 @@ fn run<K: Band, const T: usize, const B: usize>(
         return acc;
     }
     let preps = preps.map(|p| &p[..n]);
-    // Before each step, the next band's step (the first band's next one
-    // after the last): its misses start now, beside this step's
-    // arithmetic.
-    let next = |j: usize, b: usize| match steps.get(j + 1) {
-        Some(t) => t.get(b),
-        None => steps.first().and_then(|t| t.get(b + 1)),
-    };
     if B == PARTS {
+        // The one-token pass. Before each step, the next band's step (the
+        // first band's next one after the last): its misses start now,
+        // beside this step's arithmetic.
+        let next = |j: usize, b: usize| match steps.get(j + 1) {
+            Some(t) => t.get(b),
+            None => steps.first().and_then(|t| t.get(b + 1)),
+        };
         // Written out band by band: as a loop over the bands LLVM kept
         // the accumulators and the bands' slices in the shadow stack in
         // linear memory, and checked bounds at every step.
@@ -259,12 +259,7 @@ fn run<K: Band, const T: usize, const B: usize>(
         return acc;
     }
     for b in 0..n {
-        for (j, (s, acc)) in steps.iter().zip(&mut acc).enumerate() {
-            if B > 1 {
-                if let Some(t) = next(j, b) {
-                    touch(t);
-                }
-            }
+        for (s, acc) in steps.iter().zip(&mut acc) {
             K::step(&s[b], preps.map(|p| &p[b]), acc);
         }
     }
