@@ -16,7 +16,7 @@
 mod rng;
 
 use hearth::backend::cpu::kernels::{
-    Isa, KernelTable, Layout, WeightKernels, BAND_ROWS, WEIGHT_TYPES,
+    Isa, KernelTable, Layout, ScaleKinds, WeightKernels, BAND_ROWS, WEIGHT_TYPES,
 };
 use hearth::quant::reference;
 use hearth::quant::GgmlType;
@@ -663,6 +663,148 @@ fn one_token_tiles_equal_the_per_row_dots_bit_for_bit() {
                                 want.to_bits(),
                                 "{ctx}: {got} vs scalar {want}"
                             );
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Where a block of `ty` holds its f16 scales (`d`, then `m` / `dmin`),
+/// for the formats that have them.
+fn scale_offsets(ty: GgmlType) -> &'static [usize] {
+    match ty {
+        GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 | GgmlType::IQ4_NL | GgmlType::IQ4_XS => {
+            &[0]
+        }
+        GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K => &[0, 2],
+        GgmlType::Q6_K => &[208],
+        _ => &[],
+    }
+}
+
+#[test]
+fn scale_kinds_tell_subnormal_and_non_finite_scales() {
+    let ty = GgmlType::Q4_1;
+    let mut rng = Rng::new(31);
+    let wq = quantized(ty, &rng.normals(4 * 32, 0.5));
+    let with = |at: usize, h: u16| {
+        let mut w = wq.clone();
+        w[at..at + 2].copy_from_slice(&h.to_le_bytes());
+        ScaleKinds::of(ty, &w)
+    };
+    let kinds = |non_finite, subnormal| ScaleKinds {
+        non_finite,
+        subnormal,
+    };
+    assert_eq!(ScaleKinds::of(ty, &wq), kinds(false, false));
+    // Block 2's `m`: the smallest and largest subnormals, both signs.
+    for h in [0x0001, 0x03FF, 0x8001, 0x83FF] {
+        assert_eq!(with(2 * 20 + 2, h), kinds(false, true), "{h:#06x}");
+    }
+    // Zeros and the smallest normal are neither.
+    for h in [0x0000, 0x8000, 0x0400] {
+        assert_eq!(with(20, h), kinds(false, false), "{h:#06x}");
+    }
+    assert_eq!(with(3 * 20, 0x7C00), kinds(true, false));
+    assert_eq!(with(0, 0xFE00), kinds(true, false));
+    // Types without f16 block scales.
+    assert_eq!(
+        ScaleKinds::of(GgmlType::F16, &[0, 0x7C]),
+        kinds(false, false)
+    );
+}
+
+#[test]
+fn isa_gemm_tiles_take_subnormal_block_scales() {
+    // Half of the block scales replaced by f16 subnormals (random
+    // mantissas and signs, some zeros): `gemm` still gives the per-row
+    // dot's results bit for bit; `gemm_normal_scales`, where an ISA has
+    // one, gives them on weights without subnormal scales (a third of
+    // whose blocks have a zero scale).
+    for isa in fast_isas() {
+        let table = KernelTable::with_isa(isa).expect("available ISA");
+        for (i, &ty) in WEIGHT_TYPES.iter().enumerate() {
+            let k = table.weight(ty).expect("kernel");
+            let (Some(gemm), offsets) = (k.gemm, scale_offsets(ty)) else {
+                continue;
+            };
+            if offsets.is_empty() {
+                continue;
+            }
+            let seed = 15_000 + 100 * isa as u64 + i as u64;
+            let mut rng = Rng::new(seed);
+            let be = ty.block_elems().max(32);
+            for (rows, toks, blocks) in [(4, 1, 3), (36, 1, 2), (9, 3, 4), (5, 2, 1)] {
+                let n = blocks * be;
+                let mut wq: Vec<u8> = (0..rows)
+                    .flat_map(|_| quantized(ty, &rng.normals(n, 0.5)))
+                    .collect();
+                // Zero scales of both signs, which are not subnormal.
+                for block in wq.chunks_exact_mut(ty.block_bytes()).step_by(3) {
+                    let at = offsets[rng.below(offsets.len())];
+                    let h = [0u16, 0x8000][rng.below(2)];
+                    block[at..at + 2].copy_from_slice(&h.to_le_bytes());
+                }
+                let (a, aq) = quantized_rows(&mut rng, k.vec_dot_type, toks, n);
+                let (rb, ab) = (wq.len() / rows, aq.len() / toks);
+                let mut tiny = wq.clone();
+                for (b, block) in tiny.chunks_exact_mut(ty.block_bytes()).enumerate() {
+                    for &at in offsets {
+                        if (b + at) % 2 == 0 {
+                            let h = (rng.below(0x400) as u16) | [0, 0x8000][rng.below(2)];
+                            block[at..at + 2].copy_from_slice(&h.to_le_bytes());
+                        }
+                    }
+                }
+                let ctx = format!("{isa} {ty} seed {seed} {rows}x{toks}x{blocks}");
+                assert!(
+                    !ScaleKinds::of(ty, &wq).subnormal,
+                    "{ctx}: subnormal scales"
+                );
+                assert!(
+                    ScaleKinds::of(ty, &tiny).subnormal,
+                    "{ctx}: no subnormal scale"
+                );
+                let mut cases = vec![("gemm, subnormal scales", gemm, &tiny)];
+                cases.push(("gemm, normal scales", gemm, &wq));
+                if let Some(normal) = k.gemm_normal_scales {
+                    cases.push(("gemm_normal_scales", normal, &wq));
+                }
+                for (what, f, w) in cases {
+                    let mut out = vec![0.0f32; rows * toks];
+                    let o = hearth::backend::cpu::kernels::Out {
+                        out: &mut out,
+                        row_stride: toks,
+                        tok_stride: 1,
+                    };
+                    f(&laid_out(&k, ty, w, rb), rb, &aq, ab, o);
+                    for r in 0..rows {
+                        for t in 0..toks {
+                            let want = (k.vec_dot)(&w[r * rb..(r + 1) * rb], &aq[t * ab..][..ab]);
+                            let got = out[r * toks + t];
+                            if isa == Isa::Simd128 || k.gemm_normal_scales.is_some() {
+                                assert_eq!(
+                                    got.to_bits(),
+                                    want.to_bits(),
+                                    "{ctx} {what} r {r} t {t}: {got} vs the per-row dot {want}"
+                                );
+                            } else {
+                                // x86's tiles sum in another order: within
+                                // f32 rounding of the magnitude.
+                                let mut wrow = vec![0.0f32; n];
+                                (k.dequantize_row)(&w[r * rb..(r + 1) * rb], &mut wrow);
+                                let mag: f64 = wrow
+                                    .iter()
+                                    .zip(&a[t * n..(t + 1) * n])
+                                    .map(|(x, y)| f64::from((x * y).abs()))
+                                    .sum();
+                                assert!(
+                                    (f64::from(got) - f64::from(want)).abs() <= 1e-5 * mag + 1e-30,
+                                    "{ctx} {what} r {r} t {t}: {got} vs the per-row dot {want}"
+                                );
+                            }
                         }
                     }
                 }

@@ -161,6 +161,62 @@ fn matmul_matches_per_pair_dots_in_every_split() {
 }
 
 #[test]
+fn weights_with_subnormal_scales_give_the_per_pair_dots() {
+    // Some f16 block scales subnormal: where the tiles have a variant for
+    // normal scales only (`gemm_normal_scales`, SIMD128), the weight must
+    // not take it, and results equal the per-row dots bit for bit (those
+    // tiles are bit-identical to them); a weight without subnormal scales
+    // takes it and gives the same results.
+    let table = KernelTable::detect();
+    let (cols, rows) = (512, 40);
+    let mut tested = Vec::new();
+    for (i, &(ty, d, second, _)) in SCALES.iter().enumerate() {
+        let k = table.weight(ty).expect("kernel");
+        if k.gemm_normal_scales.is_none() {
+            continue;
+        }
+        let seed = 800 + i as u64;
+        let mut rng = Rng::new(seed);
+        let plain = quantized(ty, cols, rows, &mut rng);
+        let mut tiny = plain.clone();
+        let bb = ty.block_bytes();
+        for (b, block) in tiny.chunks_exact_mut(bb).enumerate() {
+            let at = if b % 2 == 0 { d } else { second.unwrap_or(d) };
+            let h = (1 + rng.below(0x3FF) as u16) | [0, 0x8000][rng.below(2)];
+            block[at..at + 2].copy_from_slice(&h.to_le_bytes());
+        }
+        for (what, wq) in [("normal scales", &plain), ("subnormal scales", &tiny)] {
+            let w = weight_of(&table, ty, cols, rows, wq);
+            let rb = wq.len() / rows;
+            for n in [1usize, 3] {
+                let x = rng.normals(n * cols, 1.0);
+                let acts = quantize_acts(&table, &w, &x).expect("quantize");
+                let mut y = vec![0.0f32; n * rows];
+                matmul(&Threads::new(1), &table, &w, 0..rows, &x, &mut y, false).expect("matmul");
+                for t in 0..n {
+                    for r in 0..rows {
+                        let got = y[t * rows + r];
+                        let want = (k.vec_dot)(&wq[r * rb..(r + 1) * rb], acts.row(t));
+                        assert_eq!(
+                            got.to_bits(),
+                            want.to_bits(),
+                            "{ty} {what} seed {seed} n {n} t {t} r {r}: {got} vs the per-row dot {want}"
+                        );
+                    }
+                }
+            }
+        }
+        tested.push(ty);
+    }
+    if tested.is_empty() {
+        eprintln!(
+            "no tiles for normal scales only on {}: nothing to test",
+            table.isa()
+        );
+    }
+}
+
+#[test]
 fn weights_with_non_finite_scales_give_the_per_pair_dots() {
     // A block scale of +inf or NaN: tiles that convert scales for finite
     // values only (`gemm_finite_scales`, the SIMD128 ones) must not see the

@@ -101,7 +101,7 @@ impl CpuBuffer {
         if self.kind != BufKind::Weights {
             let data = self.data.try_borrow().map_err(|_| busy())?.clone();
             let w = Weight::from_mem(table, "buffer", ty, cols, rows, data, len)?;
-            return Ok(WeightRef::Owned(w));
+            return Ok(WeightRef::Owned(Box::new(w)));
         }
         table
             .weight(ty)
@@ -128,11 +128,12 @@ impl CpuBuffer {
     }
 }
 
-/// A weight view: the cached one of a weight buffer, or a copy.
+/// A weight view: the cached one of a weight buffer, or a copy (boxed:
+/// a copy of the whole matrix is made anyway).
 #[derive(Debug)]
 pub(super) enum WeightRef<'a> {
     Cached(&'a Weight),
-    Owned(Weight),
+    Owned(Box<Weight>),
 }
 
 impl std::ops::Deref for WeightRef<'_> {

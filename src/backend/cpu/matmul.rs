@@ -13,7 +13,7 @@ use std::borrow::Cow;
 use std::ops::Range;
 
 use super::hostmem::HostMem;
-use super::kernels::{finite_scales, KernelTable, Layout, Out, WeightKernels, Widen};
+use super::kernels::{KernelTable, Layout, Out, ScaleKinds, WeightKernels, Widen};
 use super::threads::Threads;
 use crate::backend::BackendError;
 use crate::quant::GgmlType;
@@ -109,13 +109,16 @@ impl Weight {
             }
             _ => (ty, kernels, data, data_len, row_bytes),
         };
-        if kernels.gemm_finite_scales
-            && !finite_scales(stored, &bytemuck::cast_slice(&data[..])[..data_len])
-        {
-            // The tiles skip the conversion's infinity / NaN case; such a
-            // weight dots pair by pair, as the scalar kernels do.
-            kernels.gemm = None;
-            kernels.layout = Layout::Plain;
+        if kernels.gemm_finite_scales || kernels.gemm_normal_scales.is_some() {
+            let kinds = ScaleKinds::of(stored, &bytemuck::cast_slice(&data[..])[..data_len]);
+            if kernels.gemm_finite_scales && kinds.non_finite {
+                // The tiles skip the conversion's infinity / NaN case; such
+                // a weight dots pair by pair, as the scalar kernels do.
+                kernels.gemm = None;
+                kernels.layout = Layout::Plain;
+            } else if !kinds.subnormal && kernels.gemm.is_some() {
+                kernels.gemm = kernels.gemm_normal_scales.or(kernels.gemm);
+            }
         }
         let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut data[..]);
         (kernels.layout).apply(&mut bytes[..data_len], row_bytes, stored.block_bytes());

@@ -203,28 +203,50 @@ pub struct WeightKernels {
     /// infinity / NaN case (SIMD128: fewer instructions in a tile bound by
     /// its arithmetic), or scales partial integer lanes apart (x86's
     /// eight-lane tiles: zero times infinity). A weight with a non-finite
-    /// scale ([`finite_scales`]) then dots pair by pair instead, so its
+    /// scale ([`ScaleKinds`]) then dots pair by pair instead, so its
     /// results still equal the per-row dot's.
     pub gemm_finite_scales: bool,
+    /// A faster [`WeightKernels::gemm`] for weights none of whose f16
+    /// block scales is subnormal ([`ScaleKinds`]; SIMD128: the scales
+    /// convert without the subnormal case), with the same results. The
+    /// weight picks it at load.
+    pub gemm_normal_scales: Option<GemmFn>,
 }
 
-/// Whether every f16 block scale of `ty` in `blocks` (`d`, and `m` /
-/// `dmin` for Q4_1, Q5_1, Q4_K and Q5_K) is finite. Other types: true.
-pub fn finite_scales(ty: GgmlType, blocks: &[u8]) -> bool {
-    use GgmlType as T;
-    // (scales, their byte offset in the block)
-    let (halves, at) = match ty {
-        T::Q4_0 | T::Q5_0 | T::Q8_0 | T::IQ4_NL | T::IQ4_XS => (1, 0),
-        T::Q4_1 | T::Q5_1 | T::Q4_K | T::Q5_K => (2, 0),
-        T::Q6_K => (1, std::mem::offset_of!(BlockQ6K, d)),
-        _ => return true,
-    };
-    blocks.chunks_exact(ty.block_bytes()).all(|b| {
-        b[at..]
-            .chunks_exact(2)
-            .take(halves)
-            .all(|h| u16::from_le_bytes([h[0], h[1]]) & 0x7C00 != 0x7C00)
-    })
+/// What kinds of values the f16 block scales of a weight hold (`d`, and
+/// `m` / `dmin` for Q4_1, Q5_1, Q4_K and Q5_K): what
+/// [`WeightKernels::gemm_finite_scales`] and
+/// [`WeightKernels::gemm_normal_scales`] ask about.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ScaleKinds {
+    /// Some scale is infinite or NaN.
+    pub non_finite: bool,
+    /// Some scale is subnormal (zero is not).
+    pub subnormal: bool,
+}
+
+impl ScaleKinds {
+    /// The kinds of the scales of the blocks of `ty` in `blocks`; types
+    /// without f16 block scales have neither kind.
+    pub fn of(ty: GgmlType, blocks: &[u8]) -> Self {
+        use GgmlType as T;
+        // (scales, their byte offset in the block)
+        let (halves, at) = match ty {
+            T::Q4_0 | T::Q5_0 | T::Q8_0 | T::IQ4_NL | T::IQ4_XS => (1, 0),
+            T::Q4_1 | T::Q5_1 | T::Q4_K | T::Q5_K => (2, 0),
+            T::Q6_K => (1, std::mem::offset_of!(BlockQ6K, d)),
+            _ => return Self::default(),
+        };
+        let mut kinds = Self::default();
+        for b in blocks.chunks_exact(ty.block_bytes()) {
+            for h in b[at..].chunks_exact(2).take(halves) {
+                let h = u16::from_le_bytes([h[0], h[1]]);
+                kinds.non_finite |= h & 0x7C00 == 0x7C00;
+                kinds.subnormal |= h & 0x7C00 == 0 && h & 0x03FF != 0;
+            }
+        }
+        kinds
+    }
 }
 
 /// A weight type stored as another that holds the same values exactly
@@ -530,6 +552,7 @@ fn scalar_weight_kernels(ty: GgmlType) -> Option<WeightKernels> {
         layout: Layout::Plain,
         widen: None,
         gemm_finite_scales: false,
+        gemm_normal_scales: None,
     })
 }
 
@@ -578,6 +601,7 @@ fn scalar_kquant_kernels(ty: GgmlType) -> Option<WeightKernels> {
         layout: Layout::Plain,
         widen: None,
         gemm_finite_scales: false,
+        gemm_normal_scales: None,
     })
 }
 
@@ -683,6 +707,7 @@ impl KernelTable {
             k.gemm_one_token = true;
             k.layout = wasm::layout(self.isa, ty);
             k.gemm_finite_scales = true;
+            k.gemm_normal_scales = wasm::gemm_normal_scales(self.isa, ty);
         }
         #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
         {

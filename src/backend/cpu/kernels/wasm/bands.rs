@@ -66,16 +66,18 @@ const ROWS: usize = 4;
 const PARTS: usize = 8;
 
 /// The banded kernel of weight type `ty`, `None` where the matmul keeps
-/// another one.
-pub(super) fn gemm(ty: GgmlType) -> Option<GemmFn> {
+/// another one. With `SUBNORMAL`, it takes f16 block scales of every
+/// finite value; without, normal ones and zeros only (see [`h2f_high`]),
+/// in fewer instructions.
+pub(super) fn gemm<const SUBNORMAL: bool>(ty: GgmlType) -> Option<GemmFn> {
     let f: GemmFn = match ty {
-        GgmlType::Q4_0 => bands::<Q40>,
-        GgmlType::Q4_1 => bands::<Q41>,
-        GgmlType::Q8_0 => bands::<Q80>,
-        GgmlType::Q4_K => bands::<Q4K>,
-        GgmlType::Q5_K => bands::<Q5K>,
-        GgmlType::Q6_K => bands::<Q6K>,
-        GgmlType::IQ4_XS => bands::<IQ4XS>,
+        GgmlType::Q4_0 => bands::<Q40, SUBNORMAL>,
+        GgmlType::Q4_1 => bands::<Q41, SUBNORMAL>,
+        GgmlType::Q8_0 => bands::<Q80, SUBNORMAL>,
+        GgmlType::Q4_K => bands::<Q4K, SUBNORMAL>,
+        GgmlType::Q5_K => bands::<Q5K, SUBNORMAL>,
+        GgmlType::Q6_K => bands::<Q6K, SUBNORMAL>,
+        GgmlType::IQ4_XS => bands::<IQ4XS, SUBNORMAL>,
         _ => return None,
     };
     Some(f)
@@ -124,8 +126,13 @@ trait Band {
     /// Lays out one activation block.
     fn prep(a: &Self::A) -> Self::Prep;
     /// Adds block step `s` of four rows dotted with block `a[t]` of each
-    /// activation row `t` to `acc[t]` (lane `r`: row `r`).
-    fn step<const T: usize>(s: &Self::Step, a: [&Self::Prep; T], acc: &mut [v128; T]);
+    /// activation row `t` to `acc[t]` (lane `r`: row `r`); `SUBNORMAL`:
+    /// whether its f16 scales may be subnormal ([`scales`]).
+    fn step<const T: usize, const SUBNORMAL: bool>(
+        s: &Self::Step,
+        a: [&Self::Prep; T],
+        acc: &mut [v128; T],
+    );
     /// The SIMD128 per-row dot (the rows past the last whole band).
     fn row(w: &[Self::W], a: &[Self::A]) -> f32;
 }
@@ -136,7 +143,13 @@ trait Band {
 /// part of the weight; more run one band at a time by two activation rows
 /// (its blocks decoded once for both). Computes nothing for shapes that do
 /// not fit `out`.
-fn bands<K: Band>(weights: &[u8], row_bytes: usize, acts: &[u8], act_bytes: usize, out: Out<'_>) {
+fn bands<K: Band, const SUBNORMAL: bool>(
+    weights: &[u8],
+    row_bytes: usize,
+    acts: &[u8],
+    act_bytes: usize,
+    out: Out<'_>,
+) {
     let (wb, step_bytes) = (size_of::<K::W>(), size_of::<K::Step>());
     if row_bytes == 0 || act_bytes == 0 || !row_bytes.is_multiple_of(wb) {
         return;
@@ -178,11 +191,11 @@ fn bands<K: Band>(weights: &[u8], row_bytes: usize, acts: &[u8], act_bytes: usiz
         for i in 0..q {
             let g = starts.map(|s| s + i);
             let s = g.map(steps);
-            let v = run::<K, 1, PARTS>(core::array::from_fn(|j| &s[j][..]), [p]);
+            let v = run::<K, 1, PARTS, SUBNORMAL>(core::array::from_fn(|j| &s[j][..]), [p]);
             g.into_iter().zip(v).for_each(|(g, [v])| put(g, 0, v));
         }
         for g in starts.into_iter().take(r).map(|s| s + q) {
-            let [[v]] = run::<K, 1, 1>([&steps(g)], [p]);
+            let [[v]] = run::<K, 1, 1, SUBNORMAL>([&steps(g)], [p]);
             put(g, 0, v);
         }
     } else {
@@ -190,12 +203,12 @@ fn bands<K: Band>(weights: &[u8], row_bytes: usize, acts: &[u8], act_bytes: usiz
             let s = steps(g);
             let mut pairs = preps.chunks_exact(2);
             for (i, p) in pairs.by_ref().enumerate() {
-                let [[v0, v1]] = run::<K, 2, 1>([&s], [&p[0], &p[1]]);
+                let [[v0, v1]] = run::<K, 2, 1, SUBNORMAL>([&s], [&p[0], &p[1]]);
                 put(g, 2 * i, v0);
                 put(g, 2 * i + 1, v1);
             }
             if let [p] = pairs.remainder() {
-                let [[v]] = run::<K, 1, 1>([&s], [p]);
+                let [[v]] = run::<K, 1, 1, SUBNORMAL>([&s], [p]);
                 put(g, toks - 1, v);
             }
         }
@@ -226,7 +239,7 @@ const _: () = assert!(PARTS == 8, "bands_unrolled! writes out eight bands");
 /// rows, block step by block step: the bands' loads are in flight
 /// together.
 #[inline(always)]
-fn run<K: Band, const T: usize, const B: usize>(
+fn run<K: Band, const T: usize, const B: usize, const SUBNORMAL: bool>(
     steps: [&[K::Step]; B],
     preps: [&[K::Prep]; T],
 ) -> [[v128; T]; B] {
@@ -253,14 +266,14 @@ fn run<K: Band, const T: usize, const B: usize>(
                 if let Some(t) = next(J, b) {
                     touch(t);
                 }
-                K::step(&steps[J][b], preps.map(|p| &p[b]), &mut acc[J]);
+                K::step::<T, SUBNORMAL>(&steps[J][b], preps.map(|p| &p[b]), &mut acc[J]);
             });
         }
         return acc;
     }
     for b in 0..n {
         for (s, acc) in steps.iter().zip(&mut acc) {
-            K::step(&s[b], preps.map(|p| &p[b]), acc);
+            K::step::<T, SUBNORMAL>(&s[b], preps.map(|p| &p[b]), acc);
         }
     }
     acc
@@ -301,9 +314,10 @@ fn quad(p: &[i16], at: usize) -> v128 {
 
 /// The four rows' f16 scales of a block step as f32 lanes: `scales[0]`
 /// (and `scales[1]` for `H = 2`), finite values only (the weights' kernels
-/// say so, `WeightKernels::gemm_finite_scales`).
+/// say so, `WeightKernels::gemm_finite_scales`); `SUBNORMAL`: whether they
+/// may be subnormal ([`h2f_high`]).
 #[inline(always)]
-fn scales<const H: usize>(s: &[[u8; 8]; H]) -> [v128; H] {
+fn scales<const H: usize, const SUBNORMAL: bool>(s: &[[u8; 8]; H]) -> [v128; H] {
     let z = i16x8_splat(0);
     // SAFETY: `s` holds `8 * H` readable bytes, 8 or 16; no alignment needed.
     let v = unsafe {
@@ -315,16 +329,40 @@ fn scales<const H: usize>(s: &[[u8; 8]; H]) -> [v128; H] {
     // Each f16 into the high half of a u32 lane (sign at bit 31).
     let lo = i16x8_shuffle::<0, 8, 1, 9, 2, 10, 3, 11>(z, v);
     let hi = i16x8_shuffle::<4, 12, 5, 13, 6, 14, 7, 15>(z, v);
-    core::array::from_fn(|f| h2f_high(if f == 0 { lo } else { hi }))
+    core::array::from_fn(|f| h2f_high::<SUBNORMAL>(if f == 0 { lo } else { hi }))
 }
 
 /// The f16 in the high half of each u32 lane of `h` as f32, for finite
-/// values: sign, exponent and mantissa shifted into f32 position, times
-/// 2^112 (subnormals included).
+/// values: sign, exponent and mantissa shifted into f32 position (the
+/// exponent field then holds the half's), then rebased.
+///
+/// Without `SUBNORMAL`, for normal halves and zeros: times 2^112. A
+/// subnormal half would make that f32 subnormal, and x86 takes an f32
+/// operation on a subnormal operand through a microcode assist of about a
+/// hundred cycles (wasm does not flush them): Q8_0 weights with subnormal
+/// scales ran at a sixth of the speed, Llama-3.2-1B-shaped Q6_K, most of
+/// whose `d` are subnormal, at 0.7 (Node 20 on a Xeon).
+///
+/// With `SUBNORMAL`, for every finite half: normal ones rebased by an
+/// integer add; subnormal ones and zeros (no implicit leading one) as the
+/// difference of two normal f32, `±2^-14 (1 + m / 1024) - ±2^-14`, exact;
+/// each lane picks its case, and no f32 operation sees a subnormal. The
+/// five more instructions cost the 32-element formats 14-22% from cache,
+/// so weights without subnormal scales take the other variant.
 #[inline(always)]
-fn h2f_high(h: v128) -> v128 {
+fn h2f_high<const SUBNORMAL: bool>(h: v128) -> v128 {
     let bits = v128_and(i32x4_shr(h, 3), u32x4_splat(0x8FFF_E000));
-    f32x4_mul(bits, f32x4_splat(f32::from_bits((127 + 112) << 23)))
+    if !SUBNORMAL {
+        return f32x4_mul(bits, f32x4_splat(f32::from_bits((127 + 112) << 23)));
+    }
+    let normal = i32x4_add(bits, u32x4_splat(112 << 23));
+    let low = i32x4_add(normal, u32x4_splat(1 << 23));
+    let sub = v128_or(
+        f32x4_sub(low, v128_and(low, u32x4_splat(0xFF80_0000))),
+        v128_and(bits, u32x4_splat(0x8000_0000)),
+    );
+    let tiny = i32x4_eq(v128_and(bits, u32x4_splat(0x0F80_0000)), i32x4_splat(0));
+    v128_bitselect(sub, normal, tiny)
 }
 
 /// Lane `r` = row `r`'s sum, from `a` = rows 0, 0, 1, 1 and `b` = rows 2,
@@ -407,8 +445,12 @@ impl Band for Q40 {
         Nib::new(&a.qs, [fp16(a.d), 0.0])
     }
     #[inline(always)]
-    fn step<const T: usize>(s: &Step<1, 4>, a: [&Nib; T], acc: &mut [v128; T]) {
-        let [dx] = scales(&s.scales);
+    fn step<const T: usize, const SUBNORMAL: bool>(
+        s: &Step<1, 4>,
+        a: [&Nib; T],
+        acc: &mut [v128; T],
+    ) {
+        let [dx] = scales::<1, SUBNORMAL>(&s.scales);
         let sums = nib_sums(&s.words, a);
         for t in 0..T {
             let sumi = i32x4_sub(sums[t], i32x4_splat(8 * a[t].sum));
@@ -433,8 +475,12 @@ impl Band for Q41 {
         Nib::new(&a.qs, [fp16(a.d), fp16(a.s)])
     }
     #[inline(always)]
-    fn step<const T: usize>(s: &Step<2, 4>, a: [&Nib; T], acc: &mut [v128; T]) {
-        let [dx, mx] = scales(&s.scales);
+    fn step<const T: usize, const SUBNORMAL: bool>(
+        s: &Step<2, 4>,
+        a: [&Nib; T],
+        acc: &mut [v128; T],
+    ) {
+        let [dx, mx] = scales::<2, SUBNORMAL>(&s.scales);
         let sums = nib_sums(&s.words, a);
         for t in 0..T {
             let [dy, sy] = a[t].scales;
@@ -472,8 +518,12 @@ impl Band for Q80 {
         }
     }
     #[inline(always)]
-    fn step<const T: usize>(s: &Step<1, 8>, a: [&Wide; T], acc: &mut [v128; T]) {
-        let [dx] = scales(&s.scales);
+    fn step<const T: usize, const SUBNORMAL: bool>(
+        s: &Step<1, 8>,
+        a: [&Wide; T],
+        acc: &mut [v128; T],
+    ) {
+        let [dx] = scales::<1, SUBNORMAL>(&s.scales);
         let z = i32x4_splat(0);
         let mut sums = [[z; 2]; T];
         for (k, w) in s.words.iter().enumerate() {
@@ -546,8 +596,12 @@ macro_rules! kquant {
                 WideK::new(a)
             }
             #[inline(never)]
-            fn step<const T: usize>(s: &$step, a: [&WideK; T], acc: &mut [v128; T]) {
-                $f(s, a, acc)
+            fn step<const T: usize, const SUBNORMAL: bool>(
+                s: &$step,
+                a: [&WideK; T],
+                acc: &mut [v128; T],
+            ) {
+                $f::<T, SUBNORMAL>(s, a, acc)
             }
             fn row(w: &[$W], a: &[BlockQ8K]) -> f32 {
                 simd128::$row(w, a)
@@ -597,14 +651,22 @@ kquant!(
 
 /// [`Q4K`]'s block step.
 #[inline(always)]
-fn q4k_step<const T: usize>(s: &Step<2, 35>, a: [&WideK; T], acc: &mut [v128; T]) {
-    k45::<T, false>(&s.scales, &s.words[..3], &[], &s.words[3..], a, acc);
+fn q4k_step<const T: usize, const SUBNORMAL: bool>(
+    s: &Step<2, 35>,
+    a: [&WideK; T],
+    acc: &mut [v128; T],
+) {
+    k45::<T, false, SUBNORMAL>(&s.scales, &s.words[..3], &[], &s.words[3..], a, acc);
 }
 
 /// [`Q5K`]'s block step.
 #[inline(always)]
-fn q5k_step<const T: usize>(s: &Step<2, 43>, a: [&WideK; T], acc: &mut [v128; T]) {
-    k45::<T, true>(
+fn q5k_step<const T: usize, const SUBNORMAL: bool>(
+    s: &Step<2, 43>,
+    a: [&WideK; T],
+    acc: &mut [v128; T],
+) {
+    k45::<T, true, SUBNORMAL>(
         &s.scales,
         &s.words[..3],
         &s.words[3..11],
@@ -619,7 +681,7 @@ fn q5k_step<const T: usize>(s: &Step<2, 43>, a: [&WideK; T], acc: &mut [v128; T]
 /// packed scales in `sc`, the fifth bits in `qh` (Q5_K), the nibbles in
 /// `qs`.
 #[inline(always)]
-fn k45<const T: usize, const FIFTH: bool>(
+fn k45<const T: usize, const FIFTH: bool, const SUBNORMAL: bool>(
     halves: &[[u8; 8]; 2],
     sc: &[[u8; 16]],
     qh: &[[u8; 16]],
@@ -629,7 +691,7 @@ fn k45<const T: usize, const FIFTH: bool>(
 ) {
     let z = i32x4_splat(0);
     let word = |w: &[[u8; 16]], at: usize| w.get(at).map_or(z, ld);
-    let [d, dmin] = scales(halves);
+    let [d, dmin] = scales::<2, SUBNORMAL>(halves);
     let (s0, s1, s2) = (word(sc, 0), word(sc, 1), word(sc, 2));
     // Bytes j of each lane: scale j and min j (j < 4), then 4 + j.
     let m6 = u32x4_splat(0x3F3F_3F3F);
@@ -716,8 +778,12 @@ fn k45<const T: usize, const FIFTH: bool>(
 
 /// [`Q6K`]'s block step.
 #[inline(always)]
-fn q6k_step<const T: usize>(s: &Step<1, 52>, a: [&WideK; T], acc: &mut [v128; T]) {
-    let [d] = scales(&s.scales);
+fn q6k_step<const T: usize, const SUBNORMAL: bool>(
+    s: &Step<1, 52>,
+    a: [&WideK; T],
+    acc: &mut [v128; T],
+) {
+    let [d] = scales::<1, SUBNORMAL>(&s.scales);
     let sc = &s.words[48..];
     for t in 0..T {
         let a = a[t];
@@ -827,8 +893,12 @@ const KVALUES_UP: [u8; 16] = {
 
 /// [`IQ4XS`]'s block step.
 #[inline(always)]
-fn iq4xs_step<const T: usize>(s: &Step<2, 33>, a: [&WideK; T], acc: &mut [v128; T]) {
-    let [d] = scales::<1>(&[s.scales[0]]);
+fn iq4xs_step<const T: usize, const SUBNORMAL: bool>(
+    s: &Step<2, 33>,
+    a: [&WideK; T],
+    acc: &mut [v128; T],
+) {
+    let [d] = scales::<1, SUBNORMAL>(&[s.scales[0]]);
     // SAFETY: `s.scales[1]` holds 8 readable bytes; no alignment needed.
     let high = u32x4_extend_low_u16x8(unsafe { v128_load64_zero(s.scales[1].as_ptr().cast()) });
     let low = ld(&s.words[0]);
@@ -880,6 +950,50 @@ fn iq4xs_step<const T: usize>(s: &Step<2, 33>, a: [&WideK; T], acc: &mut [v128; 
                 f32x4_convert_i32x4(sumi),
             );
             acc[t] = f32x4_add(acc[t], v);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Four halves through [`h2f_high`], as f32.
+    fn convert<const SUBNORMAL: bool>(h: [u16; 4]) -> [f32; 4] {
+        let lanes = h.map(|x| u32::from(x) << 16);
+        // SAFETY: 16 readable bytes; no alignment needed.
+        let v = h2f_high::<SUBNORMAL>(unsafe { v128_load(lanes.as_ptr().cast()) });
+        [
+            f32x4_extract_lane::<0>(v),
+            f32x4_extract_lane::<1>(v),
+            f32x4_extract_lane::<2>(v),
+            f32x4_extract_lane::<3>(v),
+        ]
+    }
+
+    #[test]
+    fn scales_convert_every_finite_half_as_fp16() {
+        // With SUBNORMAL every finite half; without, the normal ones and
+        // the zeros.
+        for base in (0..=u16::MAX).step_by(4) {
+            let h: [u16; 4] = core::array::from_fn(|i| base + i as u16);
+            let (any, normal) = (convert::<true>(h), convert::<false>(h));
+            for (i, x) in h.into_iter().enumerate() {
+                let (exp, man) = (x & 0x7C00, x & 0x03FF);
+                if exp == 0x7C00 {
+                    continue;
+                }
+                let want = fp16(half::f16::from_bits(x)).to_bits();
+                assert_eq!(
+                    any[i].to_bits(),
+                    want,
+                    "{x:#06x}: {} (subnormal variant)",
+                    any[i]
+                );
+                if exp != 0 || man == 0 {
+                    assert_eq!(normal[i].to_bits(), want, "{x:#06x}: {}", normal[i]);
+                }
+            }
         }
     }
 }

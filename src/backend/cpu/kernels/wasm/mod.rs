@@ -50,7 +50,16 @@ pub(super) fn quantizer(isa: Isa, ty: GgmlType) -> Option<QuantizeFn> {
 /// bit, so the matmul runs it for one token too.
 pub(super) fn gemm(isa: Isa, ty: GgmlType) -> Option<GemmFn> {
     match isa {
-        Isa::Simd128 => bands::gemm(ty),
+        Isa::Simd128 => bands::gemm::<true>(ty),
+        _ => None,
+    }
+}
+
+/// [`gemm`] for weights without subnormal f16 block scales: it converts
+/// them in fewer instructions.
+pub(super) fn gemm_normal_scales(isa: Isa, ty: GgmlType) -> Option<GemmFn> {
+    match isa {
+        Isa::Simd128 => bands::gemm::<false>(ty),
         _ => None,
     }
 }

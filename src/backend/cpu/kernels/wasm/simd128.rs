@@ -450,16 +450,30 @@ pub fn vec_dot_f32(x: &[f32], y: &[f32]) -> f32 {
 ///
 /// Shifting the half into the top of the lane and back arithmetically by
 /// three puts its sign at bit 31 and its exponent and mantissa at bits
-/// 13..28, an f32 that times 2^112 is the half's value for every finite
-/// input (subnormals included: the f32 is then subnormal too, and wasm
-/// does not flush). Infinities and NaNs keep their bits with the f32
-/// exponent all ones.
+/// 13..28; an integer add then rebases the exponent, which is exact for
+/// normal halves and zeros. A subnormal half (no implicit leading one) is
+/// the difference of two normal f32 instead, `±2^-14 (1 + m / 1024) -
+/// ±2^-14`, and infinities and NaNs keep their bits with the f32 exponent
+/// all ones; each lane picks its case. No f32 operation sees a subnormal
+/// operand: x86 takes those through a microcode assist costing about a
+/// hundred cycles, and wasm does not flush them (see `bands::h2f_high`).
 #[inline(always)]
 pub(crate) fn h2f(h: v128) -> v128 {
     let bits = v128_and(i32x4_shr(i32x4_shl(h, 16), 3), u32x4_splat(0x8FFF_E000));
-    let scaled = f32x4_mul(bits, f32x4_splat(f32::from_bits((127 + 112) << 23)));
-    let special = i32x4_eq(v128_and(h, u32x4_splat(0x7C00)), u32x4_splat(0x7C00));
-    v128_bitselect(v128_or(bits, u32x4_splat(0x7F80_0000)), scaled, special)
+    let normal = i32x4_add(bits, u32x4_splat(112 << 23));
+    let low = i32x4_add(normal, u32x4_splat(1 << 23));
+    let sub = v128_or(
+        f32x4_sub(low, v128_and(low, u32x4_splat(0xFF80_0000))),
+        v128_and(bits, u32x4_splat(0x8000_0000)),
+    );
+    let exp = v128_and(h, u32x4_splat(0x7C00));
+    let tiny = i32x4_eq(exp, i32x4_splat(0));
+    let special = i32x4_eq(exp, u32x4_splat(0x7C00));
+    v128_bitselect(
+        v128_or(bits, u32x4_splat(0x7F80_0000)),
+        v128_bitselect(sub, normal, tiny),
+        special,
+    )
 }
 
 /// Dot of two rows of 16-bit floats widened by `wide` (four u32 lanes of
@@ -595,5 +609,34 @@ pub fn quantize_row_q8_k(x: &[f32], y: &mut [BlockQ8K]) {
             y.bsums[j] = sum_i8(q) as i16;
         }
         y.d = 1.0 / iscale;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn h2f_converts_every_half_as_fp16() {
+        for base in (0..=u16::MAX).step_by(4) {
+            let h: [u16; 4] = core::array::from_fn(|i| base + i as u16);
+            // The high halves of the lanes hold garbage, which h2f ignores.
+            let lanes = h.map(|x| u32::from(x) | 0xA5A5_0000);
+            // SAFETY: 16 readable bytes; no alignment needed.
+            let v = h2f(unsafe { v128_load(lanes.as_ptr().cast()) });
+            let got = [
+                f32x4_extract_lane::<0>(v),
+                f32x4_extract_lane::<1>(v),
+                f32x4_extract_lane::<2>(v),
+                f32x4_extract_lane::<3>(v),
+            ];
+            for (x, g) in h.into_iter().zip(got) {
+                let want = fp16(half::f16::from_bits(x));
+                assert!(
+                    g.to_bits() == want.to_bits() || (g.is_nan() && want.is_nan()),
+                    "{x:#06x}: {g} vs {want}"
+                );
+            }
+        }
     }
 }
