@@ -237,6 +237,49 @@ fn fast_attention_matches_scalar_and_f64_on_random_shapes() {
 }
 
 #[test]
+fn gathers_widen_every_kind_of_half_as_the_scalar_one() {
+    // f16 cache rows (widths with and without a tail of eight) holding
+    // normal values and, at random places, zeros of both signs,
+    // subnormals, infinities and NaNs: every ISA's gather gives the scalar
+    // gather's bits (vector kernels may pick a conversion per chunk).
+    let scalar = AttnKernels::scalar();
+    let edges = [
+        0x0000u16, 0x8000, 0x0001, 0x83FF, 0x0200, 0x7C00, 0xFC00, 0x7E00, 0x0400,
+    ];
+    for k in Isa::ALL.into_iter().filter_map(AttnKernels::for_isa) {
+        for seed in 0..20u64 {
+            let mut rng = Rng::new(0x6A7E + seed);
+            let width = pick(&mut rng, &[8usize, 24, 64, 70]);
+            let (stride, off) = (width + 16, pick(&mut rng, &[0usize, 16]));
+            let n_slots = 1 + rng.below(12);
+            let rows = n_slots + 3;
+            let mut cache: Vec<f16> = rng
+                .normals(rows * stride, 2.0)
+                .into_iter()
+                .map(f16::from_f32)
+                .collect();
+            // Some chunks of eight with an edge, some without.
+            for _ in 0..rng.below(2 * rows) {
+                let at = rng.below(cache.len());
+                cache[at] = f16::from_bits(pick(&mut rng, &edges));
+            }
+            let slots: Vec<usize> = (0..n_slots).map(|_| rng.below(rows)).collect();
+            let mut want = vec![0.0f32; n_slots * width];
+            let mut got = vec![1.0f32; n_slots * width];
+            (scalar.gather)(KvRef::F16(&cache), &slots, stride, off, &mut want);
+            (k.gather)(KvRef::F16(&cache), &slots, stride, off, &mut got);
+            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                assert_eq!(
+                    g.to_bits(),
+                    w.to_bits(),
+                    "{k:?} seed {seed} width {width} [{i}]: {g} vs {w}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
 fn attention_rejects_mismatched_shapes() {
     let mut rng = Rng::new(7);
     let c = case(&mut rng);

@@ -14,7 +14,7 @@ use core::arch::wasm32::*;
 
 use super::attention::KvRef;
 use super::attn_kernels::{gather_scalar, AttnKernels, EXP_MIN};
-use super::kernels::{fp16, simd128_h2f, simd128_vec_dot_f32, Isa};
+use super::kernels::{fp16, simd128_h2f, simd128_h2f_high, simd128_vec_dot_f32, Isa};
 use super::rowops_wasm::exp4;
 
 /// The kernels of `isa`: SIMD128's, `None` for the others.
@@ -46,13 +46,29 @@ fn gather(src: KvRef<'_>, slots: &[usize], stride: usize, off: usize, dst: &mut 
         };
         let n = d.len() / 8 * 8;
         let (bytes, out) = (bytemuck::cast_slice::<_, u8>(&row[..n]), &mut d[..n]);
+        let (z, exp) = (i16x8_splat(0), i16x8_splat(0x7C00));
         for (h, o) in bytes.chunks_exact(16).zip(out.chunks_exact_mut(8)) {
             // SAFETY: `h` holds 16 readable bytes and `o` 8 writable f32
             // (32 bytes); `v128` loads and stores need no alignment.
             unsafe {
                 let x = v128_load(h.as_ptr().cast());
-                let lo = simd128_h2f(u32x4_extend_low_u16x8(x));
-                let hi = simd128_h2f(u32x4_extend_high_u16x8(x));
+                // Eight normal halves (the common case) take the short
+                // conversion; a zero, subnormal, infinity or NaN among
+                // them, the full one.
+                let e = v128_and(x, exp);
+                let (lo, hi) = if v128_any_true(v128_or(i16x8_eq(e, z), i16x8_eq(e, exp))) {
+                    (
+                        simd128_h2f(u32x4_extend_low_u16x8(x)),
+                        simd128_h2f(u32x4_extend_high_u16x8(x)),
+                    )
+                } else {
+                    (
+                        simd128_h2f_high::<false>(i16x8_shuffle::<8, 0, 9, 1, 10, 2, 11, 3>(x, z)),
+                        simd128_h2f_high::<false>(i16x8_shuffle::<12, 4, 13, 5, 14, 6, 15, 7>(
+                            x, z,
+                        )),
+                    )
+                };
                 v128_store(o.as_mut_ptr().cast(), lo);
                 v128_store(o.as_mut_ptr().add(4).cast(), hi);
             }

@@ -21,7 +21,9 @@ pub mod legacy;
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
 mod wasm;
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-pub(crate) use wasm::{h2f as simd128_h2f, vec_dot_f32 as simd128_vec_dot_f32};
+pub(crate) use wasm::{
+    h2f as simd128_h2f, h2f_high as simd128_h2f_high, vec_dot_f32 as simd128_vec_dot_f32,
+};
 #[cfg(target_arch = "x86_64")]
 mod x86;
 

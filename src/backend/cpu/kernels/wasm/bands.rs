@@ -37,7 +37,7 @@ use core::arch::wasm32::*;
 
 use bytemuck::{Pod, Zeroable};
 
-use super::simd128;
+use super::simd128::{self, h2f_high};
 use crate::backend::cpu::kernels::{blocks, fp16, GemmFn, Layout, Out};
 use crate::quant::blocks::{
     BlockIQ4XS, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K, BlockQ6K, BlockQ8K, BlockQ8_0, BlockQ8_1,
@@ -330,39 +330,6 @@ fn scales<const H: usize, const SUBNORMAL: bool>(s: &[[u8; 8]; H]) -> [v128; H] 
     let lo = i16x8_shuffle::<0, 8, 1, 9, 2, 10, 3, 11>(z, v);
     let hi = i16x8_shuffle::<4, 12, 5, 13, 6, 14, 7, 15>(z, v);
     core::array::from_fn(|f| h2f_high::<SUBNORMAL>(if f == 0 { lo } else { hi }))
-}
-
-/// The f16 in the high half of each u32 lane of `h` as f32, for finite
-/// values: sign, exponent and mantissa shifted into f32 position (the
-/// exponent field then holds the half's), then rebased.
-///
-/// Without `SUBNORMAL`, for normal halves and zeros: times 2^112. A
-/// subnormal half would make that f32 subnormal, and x86 takes an f32
-/// operation on a subnormal operand through a microcode assist of about a
-/// hundred cycles (wasm does not flush them): Q8_0 weights with subnormal
-/// scales ran at a sixth of the speed, Llama-3.2-1B-shaped Q6_K, most of
-/// whose `d` are subnormal, at 0.7 (Node 20 on a Xeon).
-///
-/// With `SUBNORMAL`, for every finite half: normal ones rebased by an
-/// integer add; subnormal ones and zeros (no implicit leading one) as the
-/// difference of two normal f32, `±2^-14 (1 + m / 1024) - ±2^-14`, exact;
-/// each lane picks its case, and no f32 operation sees a subnormal. The
-/// five more instructions cost the 32-element formats 14-22% from cache,
-/// so weights without subnormal scales take the other variant.
-#[inline(always)]
-fn h2f_high<const SUBNORMAL: bool>(h: v128) -> v128 {
-    let bits = v128_and(i32x4_shr(h, 3), u32x4_splat(0x8FFF_E000));
-    if !SUBNORMAL {
-        return f32x4_mul(bits, f32x4_splat(f32::from_bits((127 + 112) << 23)));
-    }
-    let normal = i32x4_add(bits, u32x4_splat(112 << 23));
-    let low = i32x4_add(normal, u32x4_splat(1 << 23));
-    let sub = v128_or(
-        f32x4_sub(low, v128_and(low, u32x4_splat(0xFF80_0000))),
-        v128_and(bits, u32x4_splat(0x8000_0000)),
-    );
-    let tiny = i32x4_eq(v128_and(bits, u32x4_splat(0x0F80_0000)), i32x4_splat(0));
-    v128_bitselect(sub, normal, tiny)
 }
 
 /// Lane `r` = row `r`'s sum, from `a` = rows 0, 0, 1, 1 and `b` = rows 2,
@@ -950,50 +917,6 @@ fn iq4xs_step<const T: usize, const SUBNORMAL: bool>(
                 f32x4_convert_i32x4(sumi),
             );
             acc[t] = f32x4_add(acc[t], v);
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Four halves through [`h2f_high`], as f32.
-    fn convert<const SUBNORMAL: bool>(h: [u16; 4]) -> [f32; 4] {
-        let lanes = h.map(|x| u32::from(x) << 16);
-        // SAFETY: 16 readable bytes; no alignment needed.
-        let v = h2f_high::<SUBNORMAL>(unsafe { v128_load(lanes.as_ptr().cast()) });
-        [
-            f32x4_extract_lane::<0>(v),
-            f32x4_extract_lane::<1>(v),
-            f32x4_extract_lane::<2>(v),
-            f32x4_extract_lane::<3>(v),
-        ]
-    }
-
-    #[test]
-    fn scales_convert_every_finite_half_as_fp16() {
-        // With SUBNORMAL every finite half; without, the normal ones and
-        // the zeros.
-        for base in (0..=u16::MAX).step_by(4) {
-            let h: [u16; 4] = core::array::from_fn(|i| base + i as u16);
-            let (any, normal) = (convert::<true>(h), convert::<false>(h));
-            for (i, x) in h.into_iter().enumerate() {
-                let (exp, man) = (x & 0x7C00, x & 0x03FF);
-                if exp == 0x7C00 {
-                    continue;
-                }
-                let want = fp16(half::f16::from_bits(x)).to_bits();
-                assert_eq!(
-                    any[i].to_bits(),
-                    want,
-                    "{x:#06x}: {} (subnormal variant)",
-                    any[i]
-                );
-                if exp != 0 || man == 0 {
-                    assert_eq!(normal[i].to_bits(), want, "{x:#06x}: {}", normal[i]);
-                }
-            }
         }
     }
 }

@@ -15,7 +15,7 @@
 mod bands;
 mod simd128;
 
-pub(crate) use simd128::{h2f, vec_dot_f32};
+pub(crate) use simd128::{h2f, h2f_high, vec_dot_f32};
 
 use bytemuck::Pod;
 

@@ -445,6 +445,39 @@ pub fn vec_dot_f32(x: &[f32], y: &[f32]) -> f32 {
     float::f32_dot_end(lanes8(a0, a1), &x[n..m], &y[n..m])
 }
 
+/// The f16 in the high half of each u32 lane of `h` as f32, for finite
+/// values: sign, exponent and mantissa shifted into f32 position (the
+/// exponent field then holds the half's), then rebased.
+///
+/// Without `SUBNORMAL`, for normal halves and zeros: times 2^112. A
+/// subnormal half would make that f32 subnormal, and x86 takes an f32
+/// operation on a subnormal operand through a microcode assist of about a
+/// hundred cycles (wasm does not flush them): Q8_0 weights with subnormal
+/// scales ran at a sixth of the speed, Llama-3.2-1B-shaped Q6_K, most of
+/// whose `d` are subnormal, at 0.7 (Node 20 on a Xeon).
+///
+/// With `SUBNORMAL`, for every finite half: normal ones rebased by an
+/// integer add; subnormal ones and zeros (no implicit leading one) as the
+/// difference of two normal f32, `±2^-14 (1 + m / 1024) - ±2^-14`, exact;
+/// each lane picks its case, and no f32 operation sees a subnormal. The
+/// five more instructions cost the 32-element formats 14-22% from cache,
+/// so weights without subnormal scales take the other variant.
+#[inline(always)]
+pub(crate) fn h2f_high<const SUBNORMAL: bool>(h: v128) -> v128 {
+    let bits = v128_and(i32x4_shr(h, 3), u32x4_splat(0x8FFF_E000));
+    if !SUBNORMAL {
+        return f32x4_mul(bits, f32x4_splat(f32::from_bits((127 + 112) << 23)));
+    }
+    let normal = i32x4_add(bits, u32x4_splat(112 << 23));
+    let low = i32x4_add(normal, u32x4_splat(1 << 23));
+    let sub = v128_or(
+        f32x4_sub(low, v128_and(low, u32x4_splat(0xFF80_0000))),
+        v128_and(bits, u32x4_splat(0x8000_0000)),
+    );
+    let tiny = i32x4_eq(v128_and(bits, u32x4_splat(0x0F80_0000)), i32x4_splat(0));
+    v128_bitselect(sub, normal, tiny)
+}
+
 /// Four fp16 (the low 16 bits of each u32 lane; the high bits are ignored)
 /// to f32, exactly as [`fp16`].
 ///
@@ -456,7 +489,7 @@ pub fn vec_dot_f32(x: &[f32], y: &[f32]) -> f32 {
 /// ±2^-14`, and infinities and NaNs keep their bits with the f32 exponent
 /// all ones; each lane picks its case. No f32 operation sees a subnormal
 /// operand: x86 takes those through a microcode assist costing about a
-/// hundred cycles, and wasm does not flush them (see `bands::h2f_high`).
+/// hundred cycles, and wasm does not flush them (see [`h2f_high`]).
 #[inline(always)]
 pub(crate) fn h2f(h: v128) -> v128 {
     let bits = v128_and(i32x4_shr(i32x4_shl(h, 16), 3), u32x4_splat(0x8FFF_E000));
@@ -636,6 +669,45 @@ mod tests {
                     g.to_bits() == want.to_bits() || (g.is_nan() && want.is_nan()),
                     "{x:#06x}: {g} vs {want}"
                 );
+            }
+        }
+    }
+
+    /// Four halves through [`h2f_high`], as f32.
+    fn convert<const SUBNORMAL: bool>(h: [u16; 4]) -> [f32; 4] {
+        let lanes = h.map(|x| u32::from(x) << 16);
+        // SAFETY: 16 readable bytes; no alignment needed.
+        let v = h2f_high::<SUBNORMAL>(unsafe { v128_load(lanes.as_ptr().cast()) });
+        [
+            f32x4_extract_lane::<0>(v),
+            f32x4_extract_lane::<1>(v),
+            f32x4_extract_lane::<2>(v),
+            f32x4_extract_lane::<3>(v),
+        ]
+    }
+
+    #[test]
+    fn scales_convert_every_finite_half_as_fp16() {
+        // With SUBNORMAL every finite half; without, the normal ones and
+        // the zeros.
+        for base in (0..=u16::MAX).step_by(4) {
+            let h: [u16; 4] = core::array::from_fn(|i| base + i as u16);
+            let (any, normal) = (convert::<true>(h), convert::<false>(h));
+            for (i, x) in h.into_iter().enumerate() {
+                let (exp, man) = (x & 0x7C00, x & 0x03FF);
+                if exp == 0x7C00 {
+                    continue;
+                }
+                let want = fp16(half::f16::from_bits(x)).to_bits();
+                assert_eq!(
+                    any[i].to_bits(),
+                    want,
+                    "{x:#06x}: {} (subnormal variant)",
+                    any[i]
+                );
+                if exp != 0 || man == 0 {
+                    assert_eq!(normal[i].to_bits(), want, "{x:#06x}: {}", normal[i]);
+                }
             }
         }
     }
