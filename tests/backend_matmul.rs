@@ -19,7 +19,7 @@
 #[allow(dead_code)]
 mod rng;
 
-use hearth::backend::cpu::kernels::KernelTable;
+use hearth::backend::cpu::kernels::{DotFn, KernelTable};
 use hearth::backend::cpu::matmul::{matmul, quantize_acts, Weight};
 use hearth::backend::cpu::threads::Threads;
 use hearth::quant::{reference, GgmlType};
@@ -79,6 +79,30 @@ fn weight_of(table: &KernelTable, ty: GgmlType, cols: usize, rows: usize, wq: &[
         })
         .collect();
     Weight::new(table, "w", ty, cols, rows, words, wq.len()).expect("weight")
+}
+
+/// `w`'s one-thread matmul of `n` fresh random activation rows, and the
+/// per-row dots of `dot` on the raw rows `wq` with the same quantized
+/// activations: `(matmul, dots)`, both `[n, rows]`.
+fn matmul_and_dots(
+    table: &KernelTable,
+    dot: DotFn,
+    w: &Weight,
+    wq: &[u8],
+    n: usize,
+    rng: &mut Rng,
+) -> (Vec<f32>, Vec<f32>) {
+    let (rows, cols) = (w.rows, w.cols);
+    let x = rng.normals(n * cols, 1.0);
+    let acts = quantize_acts(table, w, &x).expect("quantize");
+    let mut y = vec![0.0f32; n * rows];
+    matmul(&Threads::new(1), table, w, 0..rows, &x, &mut y, false).expect("matmul");
+    let rb = wq.len() / rows;
+    let dots = (0..n)
+        .flat_map(|t| (0..rows).map(move |r| (t, r)))
+        .map(|(t, r)| dot(&wq[r * rb..(r + 1) * rb], acts.row(t)))
+        .collect();
+    (y, dots)
 }
 
 #[test]
@@ -187,22 +211,15 @@ fn weights_with_subnormal_scales_give_the_per_pair_dots() {
         }
         for (what, wq) in [("normal scales", &plain), ("subnormal scales", &tiny)] {
             let w = weight_of(&table, ty, cols, rows, wq);
-            let rb = wq.len() / rows;
             for n in [1usize, 3] {
-                let x = rng.normals(n * cols, 1.0);
-                let acts = quantize_acts(&table, &w, &x).expect("quantize");
-                let mut y = vec![0.0f32; n * rows];
-                matmul(&Threads::new(1), &table, &w, 0..rows, &x, &mut y, false).expect("matmul");
-                for t in 0..n {
-                    for r in 0..rows {
-                        let got = y[t * rows + r];
-                        let want = (k.vec_dot)(&wq[r * rb..(r + 1) * rb], acts.row(t));
-                        assert_eq!(
-                            got.to_bits(),
-                            want.to_bits(),
-                            "{ty} {what} seed {seed} n {n} t {t} r {r}: {got} vs the per-row dot {want}"
-                        );
-                    }
+                let (y, dots) = matmul_and_dots(&table, k.vec_dot, &w, wq, n, &mut rng);
+                for (i, (got, want)) in y.iter().zip(&dots).enumerate() {
+                    let (t, r) = (i / rows, i % rows);
+                    assert_eq!(
+                        got.to_bits(),
+                        want.to_bits(),
+                        "{ty} {what} seed {seed} n {n} t {t} r {r}: {got} vs the per-row dot {want}"
+                    );
                 }
             }
         }
@@ -246,14 +263,10 @@ fn weights_with_non_finite_scales_give_the_per_pair_dots() {
             );
         }
         for n in [1usize, 3] {
-            let x = rng.normals(n * cols, 1.0);
-            let acts = quantize_acts(&table, &w, &x).expect("quantize");
-            let mut y = vec![0.0f32; n * rows];
-            matmul(&Threads::new(1), &table, &w, 0..rows, &x, &mut y, false).expect("matmul");
+            let (y, dots) = matmul_and_dots(&table, k.vec_dot, &w, &wq, n, &mut rng);
             for t in 0..n {
                 for r in [2, 5] {
-                    let got = y[t * rows + r];
-                    let want = (k.vec_dot)(&wq[r * rb..(r + 1) * rb], acts.row(t));
+                    let (got, want) = (y[t * rows + r], dots[t * rows + r]);
                     assert!(!want.is_finite(), "{ty} r {r}: the dot is finite ({want})");
                     assert!(
                         got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()),
