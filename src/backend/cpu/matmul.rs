@@ -109,16 +109,9 @@ impl Weight {
             }
             _ => (ty, kernels, data, data_len, row_bytes),
         };
-        if kernels.gemm_finite_scales || kernels.gemm_normal_scales.is_some() {
-            let kinds = ScaleKinds::of(stored, &bytemuck::cast_slice(&data[..])[..data_len]);
-            if kernels.gemm_finite_scales && kinds.non_finite {
-                // The tiles skip the conversion's infinity / NaN case; such
-                // a weight dots pair by pair, as the scalar kernels do.
-                kernels.gemm = None;
-                kernels.layout = Layout::Plain;
-            } else if !kinds.subnormal && kernels.gemm.is_some() {
-                kernels.gemm = kernels.gemm_normal_scales.or(kernels.gemm);
-            }
+        if kernels.asks_scale_kinds() {
+            let blocks = &bytemuck::cast_slice(&data[..])[..data_len];
+            kernels = kernels.for_scales(ScaleKinds::of(stored, blocks));
         }
         let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut data[..]);
         (kernels.layout).apply(&mut bytes[..data_len], row_bytes, stored.block_bytes());

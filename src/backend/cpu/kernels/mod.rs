@@ -251,6 +251,30 @@ impl ScaleKinds {
     }
 }
 
+impl WeightKernels {
+    /// Whether [`WeightKernels::for_scales`] needs the weight's
+    /// [`ScaleKinds`] (a pass over its blocks at load).
+    pub fn asks_scale_kinds(&self) -> bool {
+        self.gemm.is_some() && (self.gemm_finite_scales || self.gemm_normal_scales.is_some())
+    }
+
+    /// These kernels for a weight whose scales are of `kinds`: no tiles
+    /// (and the plain layout) where they would meet a non-finite scale
+    /// they do not take, the [`WeightKernels::gemm_normal_scales`] tiles
+    /// where no scale is subnormal.
+    pub fn for_scales(mut self, kinds: ScaleKinds) -> Self {
+        if self.gemm_finite_scales && kinds.non_finite {
+            // The tiles skip the conversion's infinity / NaN case; such a
+            // weight dots pair by pair, as the scalar kernels do.
+            self.gemm = None;
+            self.layout = Layout::Plain;
+        } else if !kinds.subnormal && self.gemm.is_some() {
+            self.gemm = self.gemm_normal_scales.or(self.gemm);
+        }
+        self
+    }
+}
+
 /// A weight type stored as another that holds the same values exactly
 /// (more bytes, cheaper to decode), and the conversions both ways between
 /// rows of whole blocks.

@@ -479,32 +479,17 @@ pub(crate) fn h2f_high<const SUBNORMAL: bool>(h: v128) -> v128 {
 }
 
 /// Four fp16 (the low 16 bits of each u32 lane; the high bits are ignored)
-/// to f32, exactly as [`fp16`].
-///
-/// Shifting the half into the top of the lane and back arithmetically by
-/// three puts its sign at bit 31 and its exponent and mantissa at bits
-/// 13..28; an integer add then rebases the exponent, which is exact for
-/// normal halves and zeros. A subnormal half (no implicit leading one) is
-/// the difference of two normal f32 instead, `±2^-14 (1 + m / 1024) -
-/// ±2^-14`, and infinities and NaNs keep their bits with the f32 exponent
-/// all ones; each lane picks its case. No f32 operation sees a subnormal
-/// operand: x86 takes those through a microcode assist costing about a
-/// hundred cycles, and wasm does not flush them (see [`h2f_high`]).
+/// to f32, exactly as [`fp16`]: the finite ones by [`h2f_high`] (no f32
+/// operation on a subnormal), infinities and NaNs with their bits kept and
+/// the f32 exponent all ones.
 #[inline(always)]
 pub(crate) fn h2f(h: v128) -> v128 {
-    let bits = v128_and(i32x4_shr(i32x4_shl(h, 16), 3), u32x4_splat(0x8FFF_E000));
-    let normal = i32x4_add(bits, u32x4_splat(112 << 23));
-    let low = i32x4_add(normal, u32x4_splat(1 << 23));
-    let sub = v128_or(
-        f32x4_sub(low, v128_and(low, u32x4_splat(0xFF80_0000))),
-        v128_and(bits, u32x4_splat(0x8000_0000)),
-    );
-    let exp = v128_and(h, u32x4_splat(0x7C00));
-    let tiny = i32x4_eq(exp, i32x4_splat(0));
-    let special = i32x4_eq(exp, u32x4_splat(0x7C00));
+    let high = i32x4_shl(h, 16);
+    let bits = v128_and(i32x4_shr(high, 3), u32x4_splat(0x8FFF_E000));
+    let special = i32x4_eq(v128_and(h, u32x4_splat(0x7C00)), u32x4_splat(0x7C00));
     v128_bitselect(
         v128_or(bits, u32x4_splat(0x7F80_0000)),
-        v128_bitselect(sub, normal, tiny),
+        h2f_high::<true>(high),
         special,
     )
 }
