@@ -52,9 +52,11 @@ ROOT = Path(__file__).resolve().parent.parent
 SYNTH_SHAPE = "llama-3.2-1b"
 SYNTH_TYPES = ["Q4_0", "Q8_0", "Q4_K_M", "Q6_K", "IQ4_XS"]
 REAL_MODELS = ["SmolLM2-135M-Instruct.Q4_1.gguf", "gemma-3-270m-q4_k_m.gguf"]
-# llama.cpp's CPU repack path (weights re-laid for its AVX-512 GEMM) dies of
-# SIGILL on this host, so llama-bench runs with `--repack 0`.
-LLAMA_BENCH_FLAGS = ["--repack", "0"]
+# llama.cpp's CPU repack path (weights re-laid at load for its AVX2/AVX-512
+# GEMM; 1.5x its Q4_0 prefill on a Xeon) is its default and is kept; where
+# it dies (SIGILL on some hosts with AMX), llama-bench runs with
+# `--repack 0` (`llama_repack_flags`).
+REPACK_OFF = ["--repack", "0"]
 
 
 class BenchError(Exception):
@@ -273,6 +275,19 @@ def llama_bench_path():
     raise BenchError("scripts/build-llamacpp.sh printed no BIN= line")
 
 
+def llama_repack_flags(llama, model):
+    """`[]` when llama-bench runs with its repack path on this host (a
+    16-token prefill of `model`), else `--repack 0`, saying why."""
+    cmd = [str(llama), "-m", str(model), "-p", "16", "-n", "0", "-t", "1", "-r", "1", "-o", "json"]
+    log(" ".join(cmd))
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    if p.returncode == 0:
+        return []
+    log(f"llama-bench with its repack path exited with status {p.returncode}: "
+        f"it runs with {' '.join(REPACK_OFF)}")
+    return REPACK_OFF
+
+
 def name_of(path):
     return path.name[:-5] if path.name.endswith(".gguf") else path.name
 
@@ -294,7 +309,8 @@ def tests(cfg):
 
 def bench_cpu(hearth, cfg, model_paths):
     llama = llama_bench_path()
-    llama_flags = LLAMA_BENCH_FLAGS + shlex.split(os.environ.get("BENCH_LLAMA_FLAGS", ""))
+    llama_flags = llama_repack_flags(llama, model_paths[0]) if model_paths else []
+    llama_flags += shlex.split(os.environ.get("BENCH_LLAMA_FLAGS", ""))
     rows, k = [], 0
     for path in model_paths:
         for test, (p, n) in tests(cfg):
