@@ -52,10 +52,11 @@ ROOT = Path(__file__).resolve().parent.parent
 SYNTH_SHAPE = "llama-3.2-1b"
 SYNTH_TYPES = ["Q4_0", "Q8_0", "Q4_K_M", "Q6_K", "IQ4_XS"]
 REAL_MODELS = ["SmolLM2-135M-Instruct.Q4_1.gguf", "gemma-3-270m-q4_k_m.gguf"]
-# llama.cpp's CPU repack path (weights re-laid at load for its AVX2/AVX-512
-# GEMM; 1.5x its Q4_0 prefill on a Xeon) is its default and is kept; where
-# it dies (SIGILL on some hosts with AMX), llama-bench runs with
-# `--repack 0` (`llama_repack_flags`).
+# llama.cpp's CPU repack path (weights of some types, Q4_0, Q4_K and IQ4_NL
+# among them, re-laid at load for its AVX2/AVX-512 GEMM; 1.5x its Q4_0
+# prefill on an Ice Lake Xeon) is its default and is kept. It died of SIGILL
+# on an earlier host, on the types it repacks: a llama-bench run that fails
+# is run again with `--repack 0`, which the rest of the bench then keeps.
 REPACK_OFF = ["--repack", "0"]
 
 
@@ -275,19 +276,6 @@ def llama_bench_path():
     raise BenchError("scripts/build-llamacpp.sh printed no BIN= line")
 
 
-def llama_repack_flags(llama, model):
-    """`[]` when llama-bench runs with its repack path on this host (a
-    16-token prefill of `model`), else `--repack 0`, saying why."""
-    cmd = [str(llama), "-m", str(model), "-p", "16", "-n", "0", "-t", "1", "-r", "1", "-o", "json"]
-    log(" ".join(cmd))
-    p = subprocess.run(cmd, capture_output=True, text=True)
-    if p.returncode == 0:
-        return []
-    log(f"llama-bench with its repack path exited with status {p.returncode}: "
-        f"it runs with {' '.join(REPACK_OFF)}")
-    return REPACK_OFF
-
-
 def name_of(path):
     return path.name[:-5] if path.name.endswith(".gguf") else path.name
 
@@ -309,8 +297,19 @@ def tests(cfg):
 
 def bench_cpu(hearth, cfg, model_paths):
     llama = llama_bench_path()
-    llama_flags = llama_repack_flags(llama, model_paths[0]) if model_paths else []
-    llama_flags += shlex.split(os.environ.get("BENCH_LLAMA_FLAGS", ""))
+    llama_flags = shlex.split(os.environ.get("BENCH_LLAMA_FLAGS", ""))
+
+    def anchor(common):
+        cmd = [llama, *common, "-o", "json"]
+        try:
+            return parse_llama_bench(run([*cmd, *llama_flags]))
+        except BenchError as e:
+            if "--repack" in llama_flags:
+                raise
+            log(f"{e}; once more with {' '.join(REPACK_OFF)}, kept from here on")
+            llama_flags.extend(REPACK_OFF)
+            return parse_llama_bench(run([*cmd, *llama_flags]))
+
     rows, k = [], 0
     for path in model_paths:
         for test, (p, n) in tests(cfg):
@@ -318,7 +317,7 @@ def bench_cpu(hearth, cfg, model_paths):
                 common = ["-m", path, "-p", p, "-n", n, "-t", t, "-r", cfg["reps"]]
                 h, a = measure_pair(
                     lambda: find(parse_hearth(run([hearth, "bench", *common, "--json"])), test, t),
-                    lambda: find(parse_llama_bench(run([llama, *common, *llama_flags, "-o", "json"])), test, t),
+                    lambda: find(anchor(common), test, t),
                     flip=k % 2 == 1,
                 )
                 k += 1

@@ -305,8 +305,8 @@ fn touch<S: Pod>(step: &S) {
 /// matmuls from cache run faster (Node 20, Xeon at 2.6 GHz, best of eight
 /// processes: 2048x2048 Q4_0 8.5 to 9.2 GB/s, 576x1536 Q4_1 9.1 to 9.4;
 /// Q8_0's loads did not spill, 12.6 to 12.8). The k-quants' steps are
-/// calls of their own, which a load does not leave. Costs one store per
-/// band step.
+/// calls of their own, and V8 moves no load out of a call. Costs one
+/// store per band step.
 #[inline(always)]
 fn fence<V: Copy>(slot: &mut V, v: V) {
     // SAFETY: `slot` is a valid, aligned, exclusive reference. The store is
