@@ -431,6 +431,10 @@ fn isa_gemm_tiles_match_the_per_row_dots() {
                 (8, 9, 1),
                 (6, 16, 18),
                 (17, 70, 2),
+                // Two groups of 16 rows over two chunks of eight blocks
+                // and a ragged third, by two groups of 16 tokens and a
+                // ragged third.
+                (35, 37, 19),
                 // One token through passes of four, two and one bands of
                 // eight rows, and a ragged end.
                 (59, 1, 4),
@@ -489,8 +493,9 @@ fn isa_gemm_results_do_not_depend_on_the_batch() {
             let mut rng = Rng::new(seed);
             let be = ty.block_elems().max(32);
             // 59 rows: the one-token kernels' passes of four, two and one
-            // bands of eight rows, and three rows past the last band.
-            let (rows, toks, n) = (59, 37, 3 * be);
+            // bands of eight rows, and three rows past the last band; 11
+            // blocks: more than one of the prefill tiles' chunks.
+            let (rows, toks, n) = (59, 37, 11 * be);
             let (_, wq) = quantized_rows(&mut rng, ty, rows, n);
             let (_, aq) = quantized_rows(&mut rng, k.vec_dot_type, toks, n);
             let (rb, ab) = (wq.len() / rows, aq.len() / toks);
@@ -736,7 +741,8 @@ fn isa_gemm_tiles_take_subnormal_block_scales() {
             let seed = 15_000 + 100 * isa as u64 + i as u64;
             let mut rng = Rng::new(seed);
             let be = ty.block_elems().max(32);
-            for (rows, toks, blocks) in [(4, 1, 3), (36, 1, 2), (9, 3, 4), (5, 2, 1)] {
+            for (rows, toks, blocks) in [(4, 1, 3), (36, 1, 2), (9, 3, 4), (5, 2, 1), (33, 20, 10)]
+            {
                 let n = blocks * be;
                 let mut wq: Vec<u8> = (0..rows)
                     .flat_map(|_| quantized(ty, &rng.normals(n, 0.5)))
