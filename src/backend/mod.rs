@@ -144,6 +144,21 @@ pub trait Backend {
     fn supports(&self, op: &Op) -> bool;
     /// Records (the CPU: executes) `op` over `io`.
     fn record(&mut self, op: &Op, io: &OpIo<'_, Self::Buffer>) -> Result<(), BackendError>;
+    /// Records `op` knowing the op recorded right after it (`None` for a
+    /// step's last), so that a backend may do the two in one pass over
+    /// their data where apart they would take two (an RMS norm and the
+    /// activation quantizing of the matrix product reading it). Effects
+    /// are those of `record(op, io)` then `record(next...)`. The default
+    /// records `op` alone.
+    fn record_with_next(
+        &mut self,
+        op: &Op,
+        io: &OpIo<'_, Self::Buffer>,
+        next: Option<(&Op, &OpIo<'_, Self::Buffer>)>,
+    ) -> Result<(), BackendError> {
+        let _ = next;
+        self.record(op, io)
+    }
     /// Submits what was recorded.
     fn submit(&mut self) -> Result<(), BackendError>;
     /// The activation buffers of one step, `sizes[i]` bytes each. Their

@@ -195,17 +195,28 @@ pub async fn execute<B: Backend>(
             BufId::KvV(i) => &held.kv[i][1],
         }
     };
-    for s in &plan.steps {
-        if !backend.supports(&s.op) {
-            return Err(BackendError::UnsupportedOp(format!("{:?}", s.op)));
-        }
-        let inputs: Vec<&B::Buffer> = s.inputs.iter().map(get).collect();
-        let outputs: Vec<&B::Buffer> = s.outputs.iter().map(get).collect();
-        let io = OpIo {
-            inputs: &inputs,
-            outputs: &outputs,
-        };
-        backend.record(&s.op, &io)?;
+    if let Some(s) = plan.steps.iter().find(|s| !backend.supports(&s.op)) {
+        return Err(BackendError::UnsupportedOp(format!("{:?}", s.op)));
+    }
+    type Bufs<'a, T> = Vec<(Vec<&'a T>, Vec<&'a T>)>;
+    let bufs: Bufs<'_, B::Buffer> = plan
+        .steps
+        .iter()
+        .map(|s| {
+            (
+                s.inputs.iter().map(get).collect(),
+                s.outputs.iter().map(get).collect(),
+            )
+        })
+        .collect();
+    let io = |i: usize| {
+        bufs.get(i)
+            .map(|(inputs, outputs)| OpIo { inputs, outputs })
+    };
+    for (i, s) in plan.steps.iter().enumerate() {
+        let Some(this) = io(i) else { break };
+        let next = plan.steps.get(i + 1).zip(io(i + 1));
+        backend.record_with_next(&s.op, &this, next.as_ref().map(|(op, io)| (&op.op, io)))?;
     }
     match plan.result {
         Some((i, n)) => backend.submit_read(&acts[i], 0..n).await,

@@ -72,7 +72,27 @@ impl KvMut<'_> {
         }
     }
 
-    fn write(&mut self, at: usize, src: &[f32]) {
+    /// The `width`-wide rows at `slots`, in the order of `slots`: disjoint
+    /// borrows that threads may write side by side. Fails where a slot is
+    /// outside the array or named twice.
+    pub(super) fn split_rows(
+        self,
+        width: usize,
+        slots: &[usize],
+    ) -> Result<Vec<Self>, BackendError> {
+        match self {
+            KvMut::F16(v) => Ok(rows_at(v, width, slots)?
+                .into_iter()
+                .map(KvMut::F16)
+                .collect()),
+            KvMut::F32(v) => Ok(rows_at(v, width, slots)?
+                .into_iter()
+                .map(KvMut::F32)
+                .collect()),
+        }
+    }
+
+    pub(super) fn write(&mut self, at: usize, src: &[f32]) {
         match self {
             // The slice conversion runs F16C / NEON where the CPU has it,
             // eight values per instruction; `f16::from_f32` per value
@@ -153,6 +173,37 @@ pub fn write_rows(
         dst.write(at * width, &src[i * width..(i + 1) * width]);
     }
     Ok(())
+}
+
+/// The `width`-wide rows of `v` at `slots`, in the order of `slots`.
+fn rows_at<'a, T>(
+    v: &'a mut [T],
+    width: usize,
+    slots: &[usize],
+) -> Result<Vec<&'a mut [T]>, BackendError> {
+    let total = v.len() / width.max(1);
+    let mut order: Vec<usize> = (0..slots.len()).collect();
+    order.sort_unstable_by_key(|&i| slots[i]);
+    let mut rows: Vec<Option<&'a mut [T]>> = (0..slots.len()).map(|_| None).collect();
+    let (mut rest, mut first) = (v, 0usize);
+    for i in order {
+        let at = slots[i];
+        if at >= total {
+            return Err(BackendError::Shape(format!(
+                "K/V slot {at} is outside a cache of {total} rows"
+            )));
+        }
+        if at < first {
+            return Err(BackendError::Shape(format!(
+                "K/V slot {at} is written twice in one step"
+            )));
+        }
+        let (_, tail) = std::mem::take(&mut rest).split_at_mut((at - first) * width);
+        let (row, tail) = tail.split_at_mut(width);
+        rows[i] = Some(row);
+        (rest, first) = (tail, at + 1);
+    }
+    Ok(rows.into_iter().flatten().collect())
 }
 
 /// Slot indices of positions `0..n` through `table` in a cache of

@@ -12,6 +12,7 @@ use std::future::Future;
 use std::ops::Range;
 
 use super::attn_kernels::AttnKernels;
+use super::fuse::SharedActs;
 use super::hostmem::{HostMem, LargePages};
 use super::kernels::KernelTable;
 use super::matmul::{matmul, Weight};
@@ -156,6 +157,13 @@ pub struct CpuBackend {
     /// attention (`HEARTH_ATTN=scalar`, for comparisons).
     pub(super) attn: Option<AttnKernels>,
     profile: Profile,
+    /// Whether neighbouring ops fuse ([`Self::set_fusion`]).
+    fuse: bool,
+    /// Quantized activations shared by the products that read them.
+    pub(super) shared: RefCell<SharedActs>,
+    /// An op already done with the op before it (a K/V write with the rope
+    /// of K), skipped when it is recorded: the op and its buffers.
+    done_ahead: Option<(Op, Vec<usize>)>,
     /// Memory of the weights and the K/V cache (large pages where the OS
     /// has them: decode streams both).
     pages: LargePages,
@@ -178,9 +186,32 @@ impl CpuBackend {
             attn: attn_kernels(&table),
             table,
             profile: Profile::from_env(),
+            // `HEARTH_FUSE=0` runs every op apart, for comparisons.
+            fuse: cfg!(target_arch = "wasm32")
+                || std::env::var("HEARTH_FUSE").map_or(true, |v| v != "0"),
+            shared: RefCell::default(),
+            done_ahead: None,
             pages: LargePages::default(),
         }
     }
+
+    /// Turns the fusion of neighbouring ops on (the default) or off
+    /// (`super::fuse`): the results are the same either way, which the
+    /// tests check with this.
+    pub fn set_fusion(&mut self, on: bool) {
+        self.fuse = on;
+        self.done_ahead = None;
+        self.shared.get_mut().clear();
+    }
+}
+
+/// The addresses of an op's buffers, to know it again.
+fn buffer_ids(io: &OpIo<'_, CpuBuffer>) -> Vec<usize> {
+    io.inputs
+        .iter()
+        .chain(io.outputs)
+        .map(|&b| std::ptr::from_ref(b) as usize)
+        .collect()
 }
 
 /// The attention kernels of `table`'s ISA, `None` when `HEARTH_ATTN=scalar`
@@ -306,6 +337,9 @@ impl CpuBackend {
                 y.len()
             )));
         }
+        if self.fuse && !*exact {
+            return self.shared_product(&w, xb, x, y);
+        }
         matmul(&self.threads, &self.table, &w, 0..*n, x, y, *exact)
     }
 
@@ -313,7 +347,7 @@ impl CpuBackend {
     /// first unless output 0 is input 0), rather than on a copy written
     /// back; `false` where output 0 is one of the other inputs or of
     /// another length, for [`Self::unary`]'s copies.
-    fn in_output(
+    pub(super) fn in_output(
         op: &Op,
         io: &OpIo<'_, CpuBuffer>,
         f: impl FnOnce(&mut [f32]) -> Result<(), BackendError>,
@@ -395,19 +429,15 @@ impl CpuBackend {
     }
 }
 
-/// RoPE of `x` (read from input 0) with the positions and factors of `io`.
-fn rope(
+/// The positions (input 1) and frequency factors (input 2, if any) of a
+/// rope op, checked against `x_len` values of input 0.
+pub(super) fn rope_inputs(
     op: &Op,
     io: &OpIo<'_, CpuBuffer>,
-    threads: &Threads,
-    x: &mut [f32],
-) -> Result<(), BackendError> {
+    x_len: usize,
+) -> Result<(Vec<usize>, Option<Vec<f32>>), BackendError> {
     let Op::Rope {
-        mode,
-        head_dim,
-        n_rot,
-        base,
-        scale,
+        head_dim, n_rot, ..
     } = op
     else {
         return Err(BackendError::UnsupportedOp(format!("{op:?}")));
@@ -422,27 +452,54 @@ fn rope(
         None => None,
     };
     let tokens = pos.len().max(1);
-    if (pos.is_empty() && !x.is_empty())
-        || !x.len().is_multiple_of(tokens)
-        || !(x.len() / tokens).is_multiple_of(*head_dim)
+    if (pos.is_empty() && x_len > 0)
+        || !x_len.is_multiple_of(tokens)
+        || !(x_len / tokens).is_multiple_of(*head_dim)
         || n_rot > head_dim
         || factors.as_ref().is_some_and(|f| f.len() < n_rot / 2)
     {
         return Err(BackendError::Shape(format!(
-            "{op:?}: {} values for {} positions",
-            x.len(),
+            "{op:?}: {x_len} values for {} positions",
             pos.len()
         )));
     }
-    let p = ops::RopeParams {
-        head_dim: *head_dim,
-        n_rot: *n_rot,
-        base: *base,
-        freq_scale: *scale,
-        freq_factors: factors.as_deref(),
-        mode: *mode,
+    Ok((pos, factors))
+}
+
+/// The kernel parameters of a rope op (`None` for another op).
+pub(super) fn rope_params<'a>(op: &Op, factors: Option<&'a [f32]>) -> Option<ops::RopeParams<'a>> {
+    let Op::Rope {
+        mode,
+        head_dim,
+        n_rot,
+        base,
+        scale,
+    } = *op
+    else {
+        return None;
     };
+    Some(ops::RopeParams {
+        head_dim,
+        n_rot,
+        base,
+        freq_scale: scale,
+        freq_factors: factors,
+        mode,
+    })
+}
+
+/// RoPE of `x` (read from input 0) with the positions and factors of `io`.
+fn rope(
+    op: &Op,
+    io: &OpIo<'_, CpuBuffer>,
+    threads: &Threads,
+    x: &mut [f32],
+) -> Result<(), BackendError> {
+    let (pos, factors) = rope_inputs(op, io, x.len())?;
+    let p = rope_params(op, factors.as_deref())
+        .ok_or_else(|| BackendError::UnsupportedOp(format!("{op:?}")))?;
     // Rows rotate independently: a prompt's rows spread over the threads.
+    let tokens = pos.len().max(1);
     let width = x.len() / tokens;
     if x.len() < PAR_MIN || threads.count() == 1 || width == 0 {
         ops::rope_with(x, &pos, &p);
@@ -578,6 +635,7 @@ impl Backend for CpuBackend {
                 len: dst.len,
             });
         }
+        self.shared.borrow_mut().forget(dst);
         if dst.weight.get().is_some() {
             return Err(BackendError::Shape(
                 "a weight buffer cannot be written once its kernel view is built (at load, or by the first op that used it)".into(),
@@ -598,19 +656,58 @@ impl Backend for CpuBackend {
     }
 
     fn record(&mut self, op: &Op, io: &OpIo<'_, CpuBuffer>) -> Result<(), BackendError> {
-        if !self.profile.on() {
-            return self.run_op(op, io);
-        }
-        let tokens = match (op, io.inputs) {
-            (Op::GetRows { .. }, [table, ids]) if table.kind == BufKind::Weights => {
-                Some(ids.len / 4)
+        self.record_with_next(op, io, None)
+    }
+
+    fn record_with_next(
+        &mut self,
+        op: &Op,
+        io: &OpIo<'_, CpuBuffer>,
+        next: Option<(&Op, &OpIo<'_, CpuBuffer>)>,
+    ) -> Result<(), BackendError> {
+        if let Some((done, ids)) = self.done_ahead.take() {
+            if done == *op && ids == buffer_ids(io) {
+                return Ok(());
             }
-            _ => None,
+        }
+        {
+            let shared = self.shared.get_mut();
+            for &b in io.outputs {
+                shared.forget(b);
+            }
+        }
+        let fused = |this: &Self| match next {
+            Some(next) if this.fuse => this.try_fused(op, io, next),
+            _ => Ok(false),
         };
-        self.profile.time(op, tokens, || self.run_op(op, io))
+        let run = |this: &Self| -> Result<bool, BackendError> {
+            if fused(this)? {
+                return Ok(true);
+            }
+            this.run_op(op, io).map(|()| false)
+        };
+        let fused_ahead = if self.profile.on() {
+            let tokens = match (op, io.inputs) {
+                (Op::GetRows { .. }, [table, ids]) if table.kind == BufKind::Weights => {
+                    Some(ids.len / 4)
+                }
+                _ => None,
+            };
+            let this = &*self;
+            this.profile.time(op, tokens, || run(this))?
+        } else {
+            run(self)?
+        };
+        // A fused rope did the K/V write after it.
+        if let (true, Some((nop @ Op::KvWrite { .. }, nio))) = (fused_ahead, next) {
+            self.done_ahead = Some((nop.clone(), buffer_ids(nio)));
+        }
+        Ok(())
     }
 
     fn submit(&mut self) -> Result<(), BackendError> {
+        self.done_ahead = None;
+        self.shared.get_mut().clear();
         self.profile.end_pass();
         Ok(())
     }

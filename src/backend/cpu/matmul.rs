@@ -13,7 +13,7 @@ use std::borrow::Cow;
 use std::ops::Range;
 
 use super::hostmem::HostMem;
-use super::kernels::{KernelTable, Layout, Out, ScaleKinds, WeightKernels, Widen};
+use super::kernels::{KernelTable, Layout, Out, QuantizeFn, ScaleKinds, WeightKernels, Widen};
 use super::threads::Threads;
 use crate::backend::BackendError;
 use crate::quant::GgmlType;
@@ -129,6 +129,11 @@ impl Weight {
         })
     }
 
+    /// The type activations are quantized to for this weight's kernels.
+    pub fn act_type(&self) -> GgmlType {
+        self.kernels.vec_dot_type
+    }
+
     /// All bytes of the weight, as the kernels read them: whole groups of
     /// rows rearranged where the tiles want that
     /// ([`crate::backend::cpu::kernels::WeightKernels::layout`]).
@@ -213,15 +218,12 @@ pub fn quantize_acts(
 /// Activation rows quantized per parallel task (prefill).
 const QUANT_ROWS_PER_TASK: usize = 8;
 
-/// Quantizes `x` (`[n, cols]`) for `w` into `data` (grown, never shrunk, so a
-/// reused buffer stops allocating) and returns the bytes per row.
-fn quantize_into(
-    threads: &Threads,
+/// The activation quantizer `w`'s kernels want, and the bytes of one
+/// quantized activation row.
+pub(super) fn act_format(
     table: &KernelTable,
     w: &Weight,
-    x: &[f32],
-    data: &mut Vec<u32>,
-) -> Result<usize, BackendError> {
+) -> Result<(QuantizeFn, usize), BackendError> {
     let at = w.kernels.vec_dot_type;
     let quantize = table
         .quantizer(at)
@@ -229,13 +231,21 @@ fn quantize_into(
             tensor: format!("activations of {}", w.name),
             ty: at,
         })?;
-    let row_bytes = w.cols / at.block_elems() * at.block_bytes();
+    Ok((quantize, w.cols / at.block_elems() * at.block_bytes()))
+}
+
+/// Quantizes `x` (`[n, cols]`) for `w` into `data` (grown, never shrunk, so a
+/// reused buffer stops allocating) and returns the bytes per row.
+pub(super) fn quantize_into(
+    threads: &Threads,
+    table: &KernelTable,
+    w: &Weight,
+    x: &[f32],
+    data: &mut Vec<u32>,
+) -> Result<usize, BackendError> {
+    let (quantize, row_bytes) = act_format(table, w)?;
     let n = x.len() / w.cols.max(1);
-    let words = (row_bytes * n).div_ceil(4);
-    if data.len() < words {
-        data.resize(words, 0);
-    }
-    let bytes: &mut [u8] = &mut bytemuck::cast_slice_mut(&mut data[..words])[..row_bytes * n];
+    let bytes = grow_bytes(data, row_bytes * n);
     let per_task = if n >= 2 * QUANT_ROWS_PER_TASK {
         QUANT_ROWS_PER_TASK
     } else {
@@ -248,6 +258,15 @@ fn quantize_into(
         }
     });
     Ok(row_bytes)
+}
+
+/// The first `len` bytes of `data`, grown to hold them (never shrunk).
+pub(super) fn grow_bytes(data: &mut Vec<u32>, len: usize) -> &mut [u8] {
+    let words = len.div_ceil(4);
+    if data.len() < words {
+        data.resize(words, 0);
+    }
+    &mut bytemuck::cast_slice_mut(&mut data[..words])[..len]
 }
 
 /// The least weight bytes a one-token parallel task reads.
@@ -302,29 +321,47 @@ pub fn matmul(
     }
     let mut acts = ACTS.take();
     let act_bytes = quantize_into(threads, table, w, x, &mut acts);
+    if let Ok(act_bytes) = act_bytes {
+        let a: &[u8] = &bytemuck::cast_slice(&acts)[..n * act_bytes];
+        product(threads, w, rows, a, act_bytes, y);
+    }
+    ACTS.set(acts);
+    act_bytes.map(|_| ())
+}
+
+/// `y = a · W[rows]ᵀ` for activations `a` already quantized for `w`
+/// ([`quantize_into`]: `n` rows of `act_bytes`), y: `[n, rows.len()]`.
+/// The caller has checked the shapes (as [`matmul`] does).
+pub(super) fn product(
+    threads: &Threads,
+    w: &Weight,
+    rows: Range<usize>,
+    a: &[u8],
+    act_bytes: usize,
+    y: &mut [f32],
+) {
+    let (n, m) = (a.len() / act_bytes.max(1), rows.len());
+    if n == 0 || m == 0 {
+        return;
+    }
     // A range that cuts a group of rearranged rows cannot go to the tiles
     // (no model asks for one; experts' ranges are whole groups).
     let group = w.kernels.layout.group_rows();
     let whole = |r: usize| r.is_multiple_of(group) || r == w.rows;
     let cuts_group = !(whole(rows.start) && whole(rows.end));
-    if let Ok(act_bytes) = act_bytes {
-        let a: &[u8] = &bytemuck::cast_slice(&acts)[..n * act_bytes];
-        let wr = &w.bytes()[rows.start * w.row_bytes..rows.end * w.row_bytes];
-        let p = Product {
-            w,
-            wr,
-            a,
-            act_bytes,
-            n,
-            m,
-            first: rows.start,
-            tiles: !cuts_group,
-            one_token_tiles: w.one_token_runs_tiles(),
-        };
-        p.run(threads, y);
-    }
-    ACTS.set(acts);
-    act_bytes.map(|_| ())
+    let wr = &w.bytes()[rows.start * w.row_bytes..rows.end * w.row_bytes];
+    let p = Product {
+        w,
+        wr,
+        a,
+        act_bytes,
+        n,
+        m,
+        first: rows.start,
+        tiles: !cuts_group,
+        one_token_tiles: w.one_token_runs_tiles(),
+    };
+    p.run(threads, y);
 }
 
 /// One quantized product: the weight rows `wr` (`m` rows) by the quantized

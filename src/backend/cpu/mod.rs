@@ -11,6 +11,7 @@ mod attn_wasm;
 #[cfg(target_arch = "x86_64")]
 mod attn_x86;
 pub mod backend;
+mod fuse;
 pub mod hostmem;
 pub mod kernels;
 pub mod matmul;

@@ -96,6 +96,23 @@ impl RowOps {
         self.isa
     }
 
+    /// The single-threaded kernel of a gated product (`Op::SiluMul` or
+    /// `Op::GeluTanhMul`; `None` for other ops), for callers that split
+    /// the work themselves. Pieces starting at multiples of 16 values give
+    /// the values [`Self::silu_mul`] and [`Self::gelu_mul`] give.
+    pub fn gated_kernel(&self, op: &crate::graph::Op) -> Option<BinaryFn> {
+        match op {
+            crate::graph::Op::SiluMul => Some(self.silu_mul),
+            crate::graph::Op::GeluTanhMul => Some(self.gelu_mul),
+            _ => None,
+        }
+    }
+
+    /// The single-threaded RMS norm kernel (whole rows, any number).
+    pub fn norm_kernel(&self) -> NormFn {
+        self.rms_norm
+    }
+
     /// `x = gelu_tanh(x) * y` as ggml's `geglu` (see [`ops::gelu_mul`]).
     pub fn gelu_mul(&self, threads: &Threads, x: &mut [f32], y: &[f32]) {
         par_binary(threads, self.gelu_mul, x, y);
