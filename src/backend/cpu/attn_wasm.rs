@@ -9,11 +9,18 @@
 //! (each call of the scalar `expf` is a libm call in wasm), as the x86
 //! kernels do with theirs; the weighted sums and scaling stay scalar (LLVM
 //! vectorizes them).
+//!
+//! The multi-query kernels ([`MultiKernels`]) score and accumulate the
+//! heads of one position that share a K/V head against one tile of keys:
+//! each key and value vector loaded serves two queries, and the scores of
+//! the transposed key tile come out four keys per vector with no
+//! horizontal sums. Pairs of queries by 16 keys (or 16 value dimensions)
+//! keep the accumulators within SIMD128's 16 registers.
 
 use core::arch::wasm32::*;
 
 use super::attention::KvRef;
-use super::attn_kernels::{gather_scalar, AttnKernels, EXP_MIN};
+use super::attn_kernels::{gather_scalar, AttnKernels, MultiKernels, EXP_MIN, MULTI_TILE};
 use super::kernels::{fp16, simd128_h2f, simd128_h2f_high, simd128_vec_dot_f32, Isa};
 use super::rowops_wasm::exp4;
 
@@ -25,6 +32,14 @@ pub(super) fn kernels(isa: Isa) -> Option<AttnKernels> {
             gather,
             scores,
             exp_sum,
+            multi: Some(MultiKernels {
+                max_queries: MAX_QUERIES,
+                scores: scores_n,
+                softmax: softmax_n,
+                accum: accum_n,
+                gather_t,
+                prefetch: |_, _, _, _, _| {},
+            }),
             ..AttnKernels::scalar()
         }),
         _ => None,
@@ -114,4 +129,254 @@ fn exp_sum(x: &mut [f32], m: f32) -> f32 {
         s += *v;
     }
     s
+}
+
+/// Queries per call of the multi-query kernels (run two at a time).
+const MAX_QUERIES: usize = 4;
+
+/// Loads four f32 at `p`.
+///
+/// # Safety
+/// `p` points at 4 readable f32.
+#[inline(always)]
+unsafe fn load4(p: *const f32) -> v128 {
+    v128_load(p.cast())
+}
+
+/// Stores four f32 at `p`.
+///
+/// # Safety
+/// `p` points at 4 writable f32.
+#[inline(always)]
+unsafe fn store4(p: *mut f32, v: v128) {
+    v128_store(p.cast(), v)
+}
+
+/// [`super::attn_kernels::ScoresNFn`]: pairs of queries against 16 keys of
+/// the transposed tile at a time.
+fn scores_n(q: &[f32], kt: &[f32], out: &mut [f32]) {
+    let hk = kt.len() / MULTI_TILE;
+    let nq = out.len() / MULTI_TILE;
+    if nq == 0 || hk == 0 || q.len() < nq * hk {
+        return;
+    }
+    for (qs, o) in q.chunks(2 * hk).zip(out.chunks_mut(2 * MULTI_TILE)) {
+        // SAFETY: `qs` holds the rows of hk of the `o.len() / MULTI_TILE`
+        // queries of `o`, `kt` hk rows of MULTI_TILE.
+        unsafe {
+            match o.len() / MULTI_TILE {
+                2 => scores_pair::<2>(qs, kt, hk, o),
+                _ => scores_pair::<1>(qs, kt, hk, o),
+            }
+        }
+    }
+}
+
+/// `N` (1 or 2) queries by the 32 transposed keys, 16 keys per pass: per
+/// dimension, four key vectors and one broadcast per query.
+///
+/// # Safety
+/// `q` holds `N` rows of `hk`, `kt` `hk` rows of [`MULTI_TILE`], `out` `N`
+/// rows of [`MULTI_TILE`].
+#[inline(always)]
+unsafe fn scores_pair<const N: usize>(q: &[f32], kt: &[f32], hk: usize, out: &mut [f32]) {
+    let (qp, kp, op) = (q.as_ptr(), kt.as_ptr(), out.as_mut_ptr());
+    for half in [0, 16] {
+        let mut s = [[f32x4_splat(0.0); 4]; N];
+        for d in 0..hk {
+            let row = kp.add(d * MULTI_TILE + half);
+            let k = [
+                load4(row),
+                load4(row.add(4)),
+                load4(row.add(8)),
+                load4(row.add(12)),
+            ];
+            for (i, si) in s.iter_mut().enumerate() {
+                let b = f32x4_splat(*qp.add(i * hk + d));
+                for (x, &kc) in si.iter_mut().zip(&k) {
+                    *x = f32x4_add(*x, f32x4_mul(b, kc));
+                }
+            }
+        }
+        for (i, si) in s.iter().enumerate() {
+            for (c, &x) in si.iter().enumerate() {
+                store4(op.add(i * MULTI_TILE + half + 4 * c), x);
+            }
+        }
+    }
+}
+
+/// [`super::attn_kernels::GatherTFn`]: four rows at a time widened (by
+/// [`gather`]) into scratch, then transposed in 4 x 4 blocks by shuffles.
+fn gather_t(src: KvRef<'_>, slots: &[usize], stride: usize, off: usize, kt: &mut [f32]) {
+    /// The widest rows transposed in registers (wider: one value at a time).
+    const MAX_HK: usize = 256;
+    let hk = kt.len() / MULTI_TILE;
+    let slots = &slots[..slots.len().min(MULTI_TILE)];
+    if hk == 0 {
+        return;
+    }
+    if hk > MAX_HK || !hk.is_multiple_of(4) {
+        kt.fill(0.0);
+        let mut row = vec![0.0f32; hk];
+        for (j, &s) in slots.iter().enumerate() {
+            gather(src, &[s], stride, off, &mut row);
+            for (d, &x) in row.iter().enumerate() {
+                kt[d * MULTI_TILE + j] = x;
+            }
+        }
+        return;
+    }
+    let mut rows = [0.0f32; 4 * MAX_HK];
+    for j0 in (0..MULTI_TILE).step_by(4) {
+        let n = slots.len().saturating_sub(j0).min(4);
+        let rows = &mut rows[..4 * hk];
+        rows[n * hk..].fill(0.0);
+        if n > 0 {
+            gather(src, &slots[j0..j0 + n], stride, off, &mut rows[..n * hk]);
+        }
+        let rp = rows.as_ptr();
+        for d0 in (0..hk).step_by(4) {
+            // SAFETY: `rows` holds 4 rows of hk (a multiple of 4), `kt` hk
+            // rows of MULTI_TILE, so every 4-value load and store is inside.
+            unsafe {
+                let r: [v128; 4] = std::array::from_fn(|i| load4(rp.add(i * hk + d0)));
+                let a = i32x4_shuffle::<0, 4, 1, 5>(r[0], r[1]);
+                let b = i32x4_shuffle::<0, 4, 1, 5>(r[2], r[3]);
+                let c = i32x4_shuffle::<2, 6, 3, 7>(r[0], r[1]);
+                let e = i32x4_shuffle::<2, 6, 3, 7>(r[2], r[3]);
+                let out = kt.as_mut_ptr().add(d0 * MULTI_TILE + j0);
+                store4(out, i64x2_shuffle::<0, 2>(a, b));
+                store4(out.add(MULTI_TILE), i64x2_shuffle::<1, 3>(a, b));
+                store4(out.add(2 * MULTI_TILE), i64x2_shuffle::<0, 2>(c, e));
+                store4(out.add(3 * MULTI_TILE), i64x2_shuffle::<1, 3>(c, e));
+            }
+        }
+    }
+}
+
+/// [`super::attn_kernels::SoftmaxNFn`]: a query's tile of scores is eight
+/// vectors; the lanes outside `lo..hi` come out zero.
+fn softmax_n(sc: &mut [f32], lo: usize, hi: usize, ml: &mut [f32], acc: &mut [f32]) {
+    let nq = ml.len() / 2;
+    if nq == 0 || lo >= hi || hi > MULTI_TILE || sc.len() < nq * MULTI_TILE {
+        return;
+    }
+    let hv = acc.len() / nq;
+    let lo_v = f32x4_splat(EXP_MIN);
+    for i in 0..nq {
+        let row = &mut sc[i * MULTI_TILE..][..MULTI_TILE];
+        let m = row[lo..hi].iter().fold(ml[2 * i], |a, &b| a.max(b));
+        let mv = f32x4_splat(m);
+        let mut sum = f32x4_splat(0.0);
+        for (c, v) in row.chunks_exact_mut(4).enumerate() {
+            // SAFETY: `v` holds 4 f32.
+            unsafe {
+                let x = f32x4_pmax(lo_v, f32x4_sub(load4(v.as_ptr()), mv));
+                let e = exp4(x);
+                // Lanes of keys outside lo..hi become zero.
+                let key = u32x4(
+                    4 * c as u32,
+                    4 * c as u32 + 1,
+                    4 * c as u32 + 2,
+                    4 * c as u32 + 3,
+                );
+                let inside = v128_and(
+                    u32x4_ge(key, u32x4_splat(lo as u32)),
+                    u32x4_lt(key, u32x4_splat(hi as u32)),
+                );
+                let e = v128_and(e, inside);
+                store4(v.as_mut_ptr(), e);
+                sum = f32x4_add(sum, e);
+            }
+        }
+        let sum = f32x4_extract_lane::<0>(sum)
+            + f32x4_extract_lane::<1>(sum)
+            + f32x4_extract_lane::<2>(sum)
+            + f32x4_extract_lane::<3>(sum);
+        let corr = (ml[2 * i] - m).exp();
+        if corr != 1.0 {
+            acc[i * hv..(i + 1) * hv]
+                .iter_mut()
+                .for_each(|a| *a *= corr);
+        }
+        ml[2 * i + 1] = ml[2 * i + 1] * corr + sum;
+        ml[2 * i] = m;
+    }
+}
+
+/// [`super::attn_kernels::AccumNFn`]: pairs of queries, 16 value
+/// dimensions at a time (widths not multiples of 4 run the scalar loop).
+fn accum_n(p: &[f32], v: &[f32], hv: usize, acc: &mut [f32]) {
+    if hv == 0 {
+        return;
+    }
+    let (nq, n) = (acc.len() / hv, (v.len() / hv).min(MULTI_TILE));
+    if nq == 0 || p.len() < (nq - 1) * MULTI_TILE + n {
+        return;
+    }
+    if !hv.is_multiple_of(4) {
+        for (i, a) in acc.chunks_exact_mut(hv).enumerate() {
+            for (j, vj) in v.chunks_exact(hv).take(n).enumerate() {
+                let pj = p[i * MULTI_TILE + j];
+                for (x, &y) in a.iter_mut().zip(vj) {
+                    *x += pj * y;
+                }
+            }
+        }
+        return;
+    }
+    for (c, a) in p.chunks(2 * MULTI_TILE).zip(acc.chunks_mut(2 * hv)) {
+        // SAFETY: `c` holds the scores of the `a.len() / hv` queries (n
+        // each, row stride MULTI_TILE), `v` n rows of hv, hv a multiple of 4.
+        unsafe {
+            match a.len() / hv {
+                2 => accum_pair::<2>(c, v, n, hv, a),
+                _ => accum_pair::<1>(c, v, n, hv, a),
+            }
+        }
+    }
+}
+
+/// `N` (1 or 2) queries' weighted sums of `n` value rows, up to 16
+/// dimensions (four vectors per query) at a time.
+///
+/// # Safety
+/// `p` holds `N` rows of scores (stride [`MULTI_TILE`], `n` used), `v` `n`
+/// rows of `hv` (a multiple of 4), `acc` `N` rows of `hv`.
+#[inline(always)]
+unsafe fn accum_pair<const N: usize>(p: &[f32], v: &[f32], n: usize, hv: usize, acc: &mut [f32]) {
+    let (pp, vp, ap) = (p.as_ptr(), v.as_ptr(), acc.as_mut_ptr());
+    let mut c0 = 0;
+    while c0 < hv {
+        let w = ((hv - c0) / 4).min(4);
+        let mut a = [[f32x4_splat(0.0); 4]; N];
+        for (i, ai) in a.iter_mut().enumerate() {
+            for (k, x) in ai.iter_mut().enumerate().take(w) {
+                *x = load4(ap.add(i * hv + c0 + 4 * k));
+            }
+        }
+        for j in 0..n {
+            let row = vp.add(j * hv + c0);
+            let vv: [v128; 4] = std::array::from_fn(|k| {
+                if k < w {
+                    load4(row.add(4 * k))
+                } else {
+                    f32x4_splat(0.0)
+                }
+            });
+            for (i, ai) in a.iter_mut().enumerate() {
+                let b = f32x4_splat(*pp.add(i * MULTI_TILE + j));
+                for (x, &y) in ai.iter_mut().zip(&vv).take(w) {
+                    *x = f32x4_add(*x, f32x4_mul(b, y));
+                }
+            }
+        }
+        for (i, ai) in a.iter().enumerate() {
+            for (k, x) in ai.iter().enumerate().take(w) {
+                store4(ap.add(i * hv + c0 + 4 * k), *x);
+            }
+        }
+        c0 += 4 * w;
+    }
 }
