@@ -175,6 +175,42 @@ pub(super) fn gather_scalar(
     }
 }
 
+/// The queries and keys of an [`AccumNFn`] call, `None` where there is
+/// nothing to do or the scores are too short (the SIMD kernels' check).
+#[cfg(any(
+    target_arch = "x86_64",
+    all(target_arch = "wasm32", target_feature = "simd128")
+))]
+pub(super) fn accum_n_shape(
+    p: &[f32],
+    v: &[f32],
+    hv: usize,
+    acc: &[f32],
+) -> Option<(usize, usize)> {
+    if hv == 0 {
+        return None;
+    }
+    let (nq, n) = (acc.len() / hv, (v.len() / hv).min(MULTI_TILE));
+    (nq > 0 && p.len() >= (nq - 1) * MULTI_TILE + n).then_some((nq, n))
+}
+
+/// [`AccumNFn`] one value at a time over `n` keys (the SIMD kernels' value
+/// widths that are not whole vectors).
+#[cfg(any(
+    target_arch = "x86_64",
+    all(target_arch = "wasm32", target_feature = "simd128")
+))]
+pub(super) fn accum_n_scalar(p: &[f32], v: &[f32], hv: usize, n: usize, acc: &mut [f32]) {
+    for (i, a) in acc.chunks_exact_mut(hv).enumerate() {
+        for (j, vj) in v.chunks_exact(hv).take(n).enumerate() {
+            let pj = p[i * MULTI_TILE + j];
+            for (x, &y) in a.iter_mut().zip(vj) {
+                *x += pj * y;
+            }
+        }
+    }
+}
+
 /// f16 values to f32, one by one (the SIMD kernels' tails).
 #[cfg(target_arch = "x86_64")]
 pub(super) fn f16_to_f32_scalar(src: &[half::f16], dst: &mut [f32]) {

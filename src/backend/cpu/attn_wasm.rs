@@ -20,7 +20,9 @@
 use core::arch::wasm32::*;
 
 use super::attention::KvRef;
-use super::attn_kernels::{gather_scalar, AttnKernels, MultiKernels, EXP_MIN, MULTI_TILE};
+use super::attn_kernels::{
+    accum_n_scalar, accum_n_shape, gather_scalar, AttnKernels, MultiKernels, EXP_MIN, MULTI_TILE,
+};
 use super::kernels::{fp16, simd128_h2f, simd128_h2f_high, simd128_vec_dot_f32, Isa};
 use super::rowops_wasm::exp4;
 
@@ -308,23 +310,11 @@ fn softmax_n(sc: &mut [f32], lo: usize, hi: usize, ml: &mut [f32], acc: &mut [f3
 /// [`super::attn_kernels::AccumNFn`]: pairs of queries, 16 value
 /// dimensions at a time (widths not multiples of 4 run the scalar loop).
 fn accum_n(p: &[f32], v: &[f32], hv: usize, acc: &mut [f32]) {
-    if hv == 0 {
+    let Some((_, n)) = accum_n_shape(p, v, hv, acc) else {
         return;
-    }
-    let (nq, n) = (acc.len() / hv, (v.len() / hv).min(MULTI_TILE));
-    if nq == 0 || p.len() < (nq - 1) * MULTI_TILE + n {
-        return;
-    }
+    };
     if !hv.is_multiple_of(4) {
-        for (i, a) in acc.chunks_exact_mut(hv).enumerate() {
-            for (j, vj) in v.chunks_exact(hv).take(n).enumerate() {
-                let pj = p[i * MULTI_TILE + j];
-                for (x, &y) in a.iter_mut().zip(vj) {
-                    *x += pj * y;
-                }
-            }
-        }
-        return;
+        return accum_n_scalar(p, v, hv, n, acc);
     }
     for (c, a) in p.chunks(2 * MULTI_TILE).zip(acc.chunks_mut(2 * hv)) {
         // SAFETY: `c` holds the scores of the `a.len() / hv` queries (n

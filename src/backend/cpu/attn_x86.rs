@@ -13,7 +13,8 @@ use half::f16;
 
 use super::attention::KvRef;
 use super::attn_kernels::{
-    f16_to_f32_scalar, gather_scalar, AttnKernels, MultiKernels, EXP_MIN, MULTI_TILE,
+    accum_n_scalar, accum_n_shape, f16_to_f32_scalar, gather_scalar, AttnKernels, MultiKernels,
+    EXP_MIN, MULTI_TILE,
 };
 use super::kernels::Isa;
 
@@ -536,23 +537,11 @@ unsafe fn exp16(x: __m512) -> __m512 {
 /// [`super::attn_kernels::AccumNFn`] under AVX-512 (value widths that are
 /// not multiples of 16 run the scalar loop).
 fn accum_n(p: &[f32], v: &[f32], hv: usize, acc: &mut [f32]) {
-    if hv == 0 {
+    let Some((_, n)) = accum_n_shape(p, v, hv, acc) else {
         return;
-    }
-    let (nq, n) = (acc.len() / hv, (v.len() / hv).min(MULTI_TILE));
-    if nq == 0 || p.len() < (nq - 1) * MULTI_TILE + n {
-        return;
-    }
+    };
     if !hv.is_multiple_of(16) {
-        for (i, a) in acc.chunks_exact_mut(hv).enumerate() {
-            for (j, vj) in v.chunks_exact(hv).take(n).enumerate() {
-                let pj = p[i * MULTI_TILE + j];
-                for (x, &y) in a.iter_mut().zip(vj) {
-                    *x += pj * y;
-                }
-            }
-        }
-        return;
+        return accum_n_scalar(p, v, hv, n, acc);
     }
     for (c, a) in p.chunks(4 * MULTI_TILE).zip(acc.chunks_mut(4 * hv)) {
         // SAFETY: AVX-512F was detected (module doc); `c` holds the scores

@@ -758,6 +758,56 @@ struct Chunk {
     m: [[f32; BAND_ROWS]; CHUNK],
 }
 
+/// Word `c` of the quants of 16 banded rows of a nibble format (`v`; `qh`:
+/// Q5_0's word of fifth bits): each row's unsigned quants `4c..4c + 4`
+/// (low) and `16 + 4c..20 + 4c` (high), IQ4_NL's as their levels plus 128,
+/// Q5_0's with the 16 of their fifth bits added. With `in_place`, Q4_0's
+/// and Q4_1's high nibbles stay where they are, as `16 q`.
+///
+/// # Safety
+/// AVX-512 VNNI as in [`run`].
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn nibble_word<W: Format>(
+    v: __m512i,
+    qh: __m512i,
+    c: usize,
+    in_place: bool,
+) -> (__m512i, __m512i) {
+    let (m4, flip) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(i8::MIN));
+    let mut lo = _mm512_and_si512(v, m4);
+    let mut hi = if in_place && W::NIBBLES == Nibbles::Plain {
+        _mm512_andnot_si512(m4, v)
+    } else {
+        _mm512_and_si512(_mm512_srli_epi16::<4>(v), m4)
+    };
+    if W::NIBBLES == Nibbles::Levels {
+        let table = _mm512_broadcast_i32x4(_mm_loadu_si128(KVALUES_IQ4NL.as_ptr().cast()));
+        lo = _mm512_xor_si512(_mm512_shuffle_epi8(table, lo), flip);
+        hi = _mm512_xor_si512(_mm512_shuffle_epi8(table, hi), flip);
+    }
+    if W::NIBBLES == Nibbles::Fifth {
+        // Quant j's fifth bit is bit j of its row's `qh`: byte j / 8 of
+        // the lane copied to the lane's four bytes (`vpshufb`), each tested
+        // against its own bit.
+        let lanes =
+            _mm512_broadcast_i32x4(_mm_setr_epi32(0, 0x0404_0404, 0x0808_0808, 0x0C0C_0C0C));
+        let bits = _mm512_set1_epi32(if c.is_multiple_of(2) {
+            0x0804_0201
+        } else {
+            0x8040_2010_u32 as i32
+        });
+        let set = |byte: usize| {
+            let spread = _mm512_add_epi8(lanes, _mm512_set1_epi8(byte as i8));
+            _mm512_test_epi8_mask(_mm512_shuffle_epi8(qh, spread), bits)
+        };
+        let sixteen = _mm512_set1_epi8(0x10);
+        lo = _mm512_mask_add_epi8(lo, set(c / 2), lo, sixteen);
+        hi = _mm512_mask_add_epi8(hi, set(2 + c / 2), hi, sixteen);
+    }
+    (lo, hi)
+}
+
 /// Decodes the block step at `step` (16 rows of `W` in [`Layout::Bands`])
 /// into block `b` of `ch`: each 64-byte word of the step holds one 4-byte
 /// word of all 16 rows, so a few vector operations decode 16 rows at once
@@ -773,7 +823,7 @@ unsafe fn decode_step<W: Format>(step: *const u8, ch: &mut Chunk, b: usize) {
     let word = |k: usize| _mm512_loadu_si512(q.add(4 * BAND_ROWS * k).cast());
     let put = |out: *mut [u32; BAND_ROWS], v: __m512i| _mm512_storeu_si512(out.cast(), v);
     let out = ch.q[b].as_mut_ptr();
-    let (m4, flip) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(i8::MIN));
+    let flip = _mm512_set1_epi8(i8::MIN);
     _mm512_storeu_ps(
         ch.d[b].as_mut_ptr(),
         _mm512_cvtph_ps(_mm256_loadu_si256(step.cast())),
@@ -795,35 +845,8 @@ unsafe fn decode_step<W: Format>(step: *const u8, ch: &mut Chunk, b: usize) {
     } else {
         _mm512_setzero_si512()
     };
-    let table = _mm512_broadcast_i32x4(_mm_loadu_si128(KVALUES_IQ4NL.as_ptr().cast()));
-    let lanes = _mm512_broadcast_i32x4(_mm_setr_epi32(0, 0x0404_0404, 0x0808_0808, 0x0C0C_0C0C));
-    let sixteen = _mm512_set1_epi8(0x10);
     for c in 0..WORDS / 2 {
-        // Word c's low nibbles are quants 4c..4c + 4, its high ones
-        // 16 + 4c..20 + 4c. Q5_0's words follow its `qh`.
-        let v = word(c + usize::from(fifth));
-        let mut lo = _mm512_and_si512(v, m4);
-        let mut hi = _mm512_and_si512(_mm512_srli_epi16::<4>(v), m4);
-        if W::NIBBLES == Nibbles::Levels {
-            lo = _mm512_xor_si512(_mm512_shuffle_epi8(table, lo), flip);
-            hi = _mm512_xor_si512(_mm512_shuffle_epi8(table, hi), flip);
-        }
-        if fifth {
-            // As in `one_token_bands`: quant j's fifth bit is bit j of its
-            // row's `qh`, byte j / 8 copied to the lane's four bytes and
-            // each tested against its own bit.
-            let bits = _mm512_set1_epi32(if c % 2 == 0 {
-                0x0804_0201
-            } else {
-                0x8040_2010_u32 as i32
-            });
-            let set = |byte: usize| {
-                let spread = _mm512_add_epi8(lanes, _mm512_set1_epi8(byte as i8));
-                _mm512_test_epi8_mask(_mm512_shuffle_epi8(qh, spread), bits)
-            };
-            lo = _mm512_mask_add_epi8(lo, set(c / 2), lo, sixteen);
-            hi = _mm512_mask_add_epi8(hi, set(2 + c / 2), hi, sixteen);
-        }
+        let (lo, hi) = nibble_word::<W>(word(c + usize::from(fifth)), qh, c, false);
         put(out.add(c), lo);
         put(out.add(c + WORDS / 2), hi);
     }
@@ -1066,16 +1089,8 @@ unsafe fn one_token_bands<W: Format, const H: usize>(
     let step = BAND_ROWS * size_of::<W>();
     let group = nb * step;
     let words = 2 * BAND_ROWS * halves::<W>();
-    let m4 = _mm512_set1_epi8(0x0F);
     let flip = _mm512_set1_epi8(i8::MIN);
-    let table = _mm512_broadcast_i32x4(_mm_loadu_si128(KVALUES_IQ4NL.as_ptr().cast()));
     let ones = _mm256_set1_epi8(1);
-    // Q5_0: `vpshufb` indices copying byte k of each u32 lane to its four
-    // bytes, and the 16 its fifth bits add.
-    let lanes = _mm512_broadcast_i32x4(_mm_setr_epi32(0, 0x0404_0404, 0x0808_0808, 0x0C0C_0C0C));
-    let spread: [__m512i; 4] =
-        std::array::from_fn(|k| _mm512_add_epi8(lanes, _mm512_set1_epi8(k as i8)));
-    let sixteen = _mm512_set1_epi8(0x10);
     let mut acc = [_mm512_setzero_ps(); H];
     for (b, by) in a.iter().enumerate().take(nb) {
         let q8 = by.qs();
@@ -1116,34 +1131,9 @@ unsafe fn one_token_bands<W: Format, const H: usize>(
                     _mm512_setzero_si512()
                 };
                 for c in 0..WORDS / 2 {
-                    let v = word(c + usize::from(fifth));
-                    let mut lo = _mm512_and_si512(v, m4);
-                    let mut hi = if W::NIBBLES == Nibbles::Plain {
-                        // In place, `16 q` (at most 240): one mask, and
-                        // `s1` is 16 times the sum.
-                        _mm512_andnot_si512(m4, v)
-                    } else {
-                        _mm512_and_si512(_mm512_srli_epi16::<4>(v), m4)
-                    };
-                    if W::NIBBLES == Nibbles::Levels {
-                        lo = _mm512_xor_si512(_mm512_shuffle_epi8(table, lo), flip);
-                        hi = _mm512_xor_si512(_mm512_shuffle_epi8(table, hi), flip);
-                    }
-                    if fifth {
-                        // Quant j's fifth bit is bit j of its row's `qh`:
-                        // byte j / 8 of the lane copied to the lane's four
-                        // bytes, each tested against its own bit.
-                        let bits = _mm512_set1_epi32(if c % 2 == 0 {
-                            0x0804_0201
-                        } else {
-                            0x8040_2010_u32 as i32
-                        });
-                        let set = |byte: usize| {
-                            _mm512_test_epi8_mask(_mm512_shuffle_epi8(qh, spread[byte]), bits)
-                        };
-                        lo = _mm512_mask_add_epi8(lo, set(c / 2), lo, sixteen);
-                        hi = _mm512_mask_add_epi8(hi, set(2 + c / 2), hi, sixteen);
-                    }
+                    // Q4_0/Q4_1's high nibbles in place, `16 q` (at most
+                    // 240): one mask, and `s1` is 16 times the sum.
+                    let (lo, hi) = nibble_word::<W>(word(c + usize::from(fifth)), qh, c, true);
                     s0 = _mm512_dpbusd_epi32(s0, lo, x[c]);
                     s1 = _mm512_dpbusd_epi32(s1, hi, x[c + WORDS / 2]);
                 }
