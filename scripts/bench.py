@@ -219,6 +219,35 @@ def log(msg):
     print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
+# What the measured programs are built from.
+SOURCES = ("src", "native/cli/src", "examples", "Cargo.toml", "native/cli/Cargo.toml")
+
+
+def stale(program, root=None):
+    """The newest source file changed after `program` was built, or None.
+
+    `cargo build --release` at the top builds the core crate only, not the
+    CLI: a bench run straight after it would time the old `hearth`."""
+    root = Path(root or ROOT)
+    built = program.stat().st_mtime
+    newest = None
+    for name in SOURCES:
+        top = root / name
+        files = [top] if top.is_file() else (top.rglob("*.rs") if top.is_dir() else [])
+        for f in files:
+            if f.stat().st_mtime > built and (newest is None or f.stat().st_mtime > newest.stat().st_mtime):
+                newest = f
+    return newest
+
+
+def warn_if_stale(program):
+    newer = stale(program)
+    if newer is not None:
+        log(f"warning: {program} is older than {newer.relative_to(ROOT)}: it may not measure the "
+            f"sources; `make bench` / `make bench-wasm` rebuild it "
+            f"(`cargo build --release -p hearth-cli` for the CLI)")
+
+
 def run(cmd):
     """Runs `cmd`, returns its stdout; its stderr passes through only on failure."""
     log(" ".join(str(c) for c in cmd))
@@ -375,6 +404,7 @@ def bench_wasm(cfg, model_paths):
     for path in (WASM_PROGRAM, NATIVE_PROGRAM):
         if not path.exists():
             raise BenchError(f"{path} is missing; `make bench-wasm` builds it")
+        warn_if_stale(path)
     node = os.environ.get("BENCH_NODE", "node")
     reps = max(cfg["reps"], 1) + 1
     rows, k, n = [], 0, cfg["n"]
@@ -424,6 +454,7 @@ def main(argv=None):
     try:
         if not args.hearth.exists():
             raise BenchError(f"{args.hearth} is missing; build it with `cargo build --release -p hearth-cli`")
+        warn_if_stale(args.hearth)
         if args.bench == "webgpu":
             check_backend(args.hearth, "webgpu")
         paths = models(args.hearth, cfg, args.models_dir, args.bench_dir)

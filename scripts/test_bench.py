@@ -127,5 +127,24 @@ class ParseDecodeSpeed(unittest.TestCase):
             bench.parse_decode_speed("")
 
 
+class Stale(unittest.TestCase):
+    def test_a_source_newer_than_the_program_is_named(self):
+        import os
+        import tempfile
+        with tempfile.TemporaryDirectory() as d:
+            root = Path(d)
+            (root / "src" / "a").mkdir(parents=True)
+            old, new = root / "src" / "a" / "old.rs", root / "src" / "a" / "new.rs"
+            program = root / "hearth"
+            for f in (old, program, new):
+                f.write_text("")
+            os.utime(old, (100, 100))
+            os.utime(program, (200, 200))
+            os.utime(new, (300, 300))
+            self.assertEqual(bench.stale(program, root), new)
+            os.utime(program, (400, 400))
+            self.assertIsNone(bench.stale(program, root))
+
+
 if __name__ == "__main__":
     unittest.main()
