@@ -223,21 +223,18 @@ def log(msg):
 SOURCES = ("src", "native/cli/src", "examples", "Cargo.toml", "native/cli/Cargo.toml")
 
 
-def stale(program, root=None):
+def stale(program, root=ROOT):
     """The newest source file changed after `program` was built, or None.
 
     `cargo build --release` at the top builds the core crate only, not the
     CLI: a bench run straight after it would time the old `hearth`."""
-    root = Path(root or ROOT)
     built = program.stat().st_mtime
-    newest = None
+    files = []
     for name in SOURCES:
-        top = root / name
-        files = [top] if top.is_file() else (top.rglob("*.rs") if top.is_dir() else [])
-        for f in files:
-            if f.stat().st_mtime > built and (newest is None or f.stat().st_mtime > newest.stat().st_mtime):
-                newest = f
-    return newest
+        top = Path(root) / name
+        files += [top] if top.is_file() else list(top.rglob("*.rs"))
+    newer = [(f.stat().st_mtime, f) for f in files if f.stat().st_mtime > built]
+    return max(newer)[1] if newer else None
 
 
 def warn_if_stale(program):

@@ -209,14 +209,12 @@ pub async fn execute<B: Backend>(
             )
         })
         .collect();
-    let io = |i: usize| {
-        bufs.get(i)
-            .map(|(inputs, outputs)| OpIo { inputs, outputs })
-    };
-    for (i, s) in plan.steps.iter().enumerate() {
-        let Some(this) = io(i) else { break };
-        let next = plan.steps.get(i + 1).zip(io(i + 1));
-        backend.record_with_next(&s.op, &this, next.as_ref().map(|(op, io)| (&op.op, io)))?;
+    fn io<'a, T>((inputs, outputs): &'a (Vec<&'a T>, Vec<&'a T>)) -> OpIo<'a, T> {
+        OpIo { inputs, outputs }
+    }
+    for (i, (s, b)) in plan.steps.iter().zip(&bufs).enumerate() {
+        let next = plan.steps.get(i + 1).zip(bufs.get(i + 1).map(io));
+        backend.record_with_next(&s.op, &io(b), next.as_ref().map(|(n, nio)| (&n.op, nio)))?;
     }
     match plan.result {
         Some((i, n)) => backend.submit_read(&acts[i], 0..n).await,

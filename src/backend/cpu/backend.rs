@@ -676,13 +676,12 @@ impl Backend for CpuBackend {
                 shared.forget(b);
             }
         }
-        let fused = |this: &Self| match next {
-            Some(next) if this.fuse => this.try_fused(op, io, next),
-            _ => Ok(false),
-        };
+        // Whether `op` ran fused with `next`.
         let run = |this: &Self| -> Result<bool, BackendError> {
-            if fused(this)? {
-                return Ok(true);
+            if let Some(next) = next.filter(|_| this.fuse) {
+                if this.try_fused(op, io, next)? {
+                    return Ok(true);
+                }
             }
             this.run_op(op, io).map(|()| false)
         };

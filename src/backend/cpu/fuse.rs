@@ -19,14 +19,13 @@
 //! those of the ops one by one ([`CpuBackend::set_fusion`] turns fusion
 //! off, for comparisons).
 
-use super::attention::{write_rows, KvMut};
 use super::backend::{nth, rope_inputs, rope_params, CpuBackend, CpuBuffer};
 use super::matmul::{act_format, grow_bytes, product, quantize_into, Weight};
 use super::ops;
+use super::record::{with_cache_mut, write_cache};
 use super::rowops::PAR_MIN;
 use crate::backend::{BackendError, OpIo};
 use crate::graph::Op;
-use crate::model::KvType;
 use crate::quant::GgmlType;
 
 /// What a set of quantized activations was made from: the rows of one
@@ -74,11 +73,26 @@ impl SharedActs {
     /// (Q8_0 beside Q8_K) then still quantizes each input once per type.
     const KEEP: usize = 2;
 
-    /// The quantized rows of `key` and their row length, if held.
-    fn get(&self, key: Key) -> Option<(&[u8], usize)> {
-        let e = self.entries.iter().find(|e| e.key == key)?;
+    /// The quantized rows of `key` and their row length: those held, or
+    /// what `fill` quantizes into a buffer (returning its row length),
+    /// then held.
+    fn get_or_fill(
+        &mut self,
+        key: Key,
+        fill: impl FnOnce(&mut Vec<u32>) -> Result<usize, BackendError>,
+    ) -> Result<(&[u8], usize), BackendError> {
+        let i = match self.entries.iter().position(|e| e.key == key) {
+            Some(i) => i,
+            None => {
+                let mut data = self.buffer();
+                let row_bytes = fill(&mut data)?;
+                self.put(key, row_bytes, data);
+                0
+            }
+        };
+        let e = &self.entries[i];
         let bytes: &[u8] = bytemuck::cast_slice(&e.data);
-        Some((bytes.get(..key.rows * e.row_bytes)?, e.row_bytes))
+        Ok((&bytes[..key.rows * e.row_bytes], e.row_bytes))
     }
 
     /// A buffer to quantize into (a forgotten entry's, when there is one).
@@ -123,17 +137,20 @@ impl SharedActs {
     }
 }
 
-/// One task of a fused gated product: its rows of `x` and `y`, and of the
-/// quantized result.
-type GatedJob<'a> = ((&'a mut [f32], &'a [f32]), &'a mut [u8]);
+/// A piece of [`CpuBackend::then_quantize`]'s work: its index, its rows
+/// and their quantized bytes.
+type Piece<'a> = (usize, (&'a mut [f32], &'a mut [u8]));
 
 /// Rows per parallel task of a fused op over `rows` rows on `threads`:
 /// about four tasks per thread, at most 8 rows (a prefill's quantizing
-/// tasks), a multiple of `step`.
-fn rows_per_task(rows: usize, threads: usize, step: usize) -> usize {
-    rows.div_ceil(threads.max(1) * 4)
-        .clamp(1, 8)
-        .next_multiple_of(step.max(1))
+/// tasks).
+fn rows_per_task(rows: usize, threads: usize) -> usize {
+    rows.div_ceil(threads.max(1) * 4).clamp(1, 8)
+}
+
+/// Whether `a` and `b` are one buffer.
+fn same(a: &CpuBuffer, b: &CpuBuffer) -> bool {
+    std::ptr::eq(a, b)
 }
 
 impl CpuBackend {
@@ -148,14 +165,7 @@ impl CpuBackend {
                 .for_chunks(jobs, 1, |_, js| js.iter_mut().for_each(&f));
         }
     }
-}
 
-/// Whether `a` and `b` are one buffer.
-fn same(a: &CpuBuffer, b: &CpuBuffer) -> bool {
-    std::ptr::eq(a, b)
-}
-
-impl CpuBackend {
     /// Runs `op` fused with `next` where they fuse, and says whether it did
     /// (`false`: nothing was run, the caller runs `op` alone).
     pub(super) fn try_fused(
@@ -211,17 +221,11 @@ impl CpuBackend {
         x: &[f32],
         y: &mut [f32],
     ) -> Result<(), BackendError> {
-        let rows = x.len() / w.cols.max(1);
-        let key = Key::new(xb, w, rows);
+        let key = Key::new(xb, w, x.len() / w.cols.max(1));
         let mut shared = self.shared.borrow_mut();
-        if shared.get(key).is_none() {
-            let mut data = shared.buffer();
-            let row_bytes = quantize_into(&self.threads, &self.table, w, x, &mut data)?;
-            shared.put(key, row_bytes, data);
-        }
-        let (a, row_bytes) = shared
-            .get(key)
-            .ok_or_else(|| BackendError::Shape(format!("{}: activations lost", w.name)))?;
+        let (a, row_bytes) = shared.get_or_fill(key, |data| {
+            quantize_into(&self.threads, &self.table, w, x, data)
+        })?;
         product(&self.threads, w, 0..w.rows, a, row_bytes, y);
         Ok(())
     }
@@ -234,43 +238,11 @@ impl CpuBackend {
         w: &Weight,
         eps: f32,
     ) -> Result<bool, BackendError> {
-        let (quantize, row_bytes) = act_format(&self.table, w)?;
-        let width = w.cols;
-        let gamma = nth(io.inputs, 1, op)?.f32s()?;
-        let (Some(gamma), true) = (gamma.get(..width), width > 0) else {
-            return Ok(false);
-        };
         let norm = self.rows().norm_kernel();
-        let mut shared = self.shared.borrow_mut();
-        let mut data = shared.buffer();
-        let mut rows = 0;
-        let done = Self::in_output(op, io, |x| {
-            if !x.len().is_multiple_of(width) {
-                return Err(BackendError::Shape(format!(
-                    "{op:?}: {} values are not rows of {width}",
-                    x.len()
-                )));
-            }
-            rows = x.len() / width;
-            let q = grow_bytes(&mut data, rows * row_bytes);
-            let per = rows_per_task(rows, self.threads.count(), 1);
-            let mut jobs: Vec<(&mut [f32], &mut [u8])> = x
-                .chunks_mut(per * width)
-                .zip(q.chunks_mut(per * row_bytes))
-                .collect();
-            self.run_jobs(&mut jobs, rows * width, |(x, q)| {
-                norm(x, gamma, eps);
-                for (xr, qr) in x.chunks_exact(width).zip(q.chunks_exact_mut(row_bytes)) {
-                    quantize(xr, qr);
-                }
-            });
-            Ok(())
-        })?;
-        match (done, nth(io.outputs, 0, op)) {
-            (true, Ok(out)) => shared.put(Key::new(out, w, rows), row_bytes, data),
-            _ => shared.spare.push(data),
-        }
-        Ok(done)
+        nth(io.inputs, 1, op)?.with_f32s(|gamma| match gamma.get(..w.cols) {
+            Some(gamma) => self.then_quantize(op, io, w, |x, _| norm(x, gamma, eps)),
+            None => Ok(false),
+        })?
     }
 
     /// A gated product `x = act(x) * y` (into output 0) fused with
@@ -281,51 +253,60 @@ impl CpuBackend {
         io: &OpIo<'_, CpuBuffer>,
         w: &Weight,
     ) -> Result<bool, BackendError> {
-        let Some(gated) = self.rows().gated_kernel(op) else {
+        let (Some(gated), yb) = (self.rows().gated_kernel(op), nth(io.inputs, 1, op)?) else {
             return Ok(false);
         };
-        let (quantize, row_bytes) = act_format(&self.table, w)?;
-        let (yb, width) = (nth(io.inputs, 1, op)?, w.cols);
-        if width == 0 || yb.len != nth(io.inputs, 0, op)?.len {
+        // Pieces of whole rows then start at multiples of 16 values, where
+        // `RowOps` starts its pieces (always: quantized rows are whole
+        // blocks of 32 or 256).
+        if !w.cols.is_multiple_of(16) || yb.len != nth(io.inputs, 0, op)?.len {
             return Ok(false);
         }
+        // `in_output` declines an output that is input 1, so `y` may stay
+        // borrowed.
+        yb.with_f32s(|y| self.then_quantize(op, io, w, |x, at| gated(x, &y[at..at + x.len()])))?
+    }
+
+    /// Runs the row op `f(piece, offset)` on output 0 (input 0's values,
+    /// [`Self::in_output`]) in pieces of whole rows of `w.cols`, each piece
+    /// quantized for `w` as soon as `f` is done with it; the quantized
+    /// rows are held for the product that reads output 0. `false` where
+    /// output 0 cannot hold the work.
+    fn then_quantize(
+        &self,
+        op: &Op,
+        io: &OpIo<'_, CpuBuffer>,
+        w: &Weight,
+        f: impl Fn(&mut [f32], usize) + Sync + Send,
+    ) -> Result<bool, BackendError> {
+        let (quantize, row_bytes) = act_format(&self.table, w)?;
+        let (out, width) = (nth(io.outputs, 0, op)?, w.cols);
+        if width == 0 || !(out.len as usize / 4).is_multiple_of(width) {
+            return Ok(false);
+        }
+        let rows = out.len as usize / 4 / width;
         let mut shared = self.shared.borrow_mut();
         let mut data = shared.buffer();
-        let mut rows = 0;
-        // `in_output` declines an output that is input 1, so `y` is free
-        // to borrow here.
         let done = Self::in_output(op, io, |x| {
-            yb.with_f32s(|y| {
-                if !x.len().is_multiple_of(width) || y.len() < x.len() {
-                    return Err(BackendError::Shape(format!(
-                        "{op:?}: {} and {} values for rows of {width}",
-                        x.len(),
-                        y.len()
-                    )));
+            let q = grow_bytes(&mut data, rows * row_bytes);
+            let per = rows_per_task(rows, self.threads.count());
+            let mut jobs: Vec<Piece<'_>> = x
+                .chunks_mut(per * width)
+                .zip(q.chunks_mut(per * row_bytes))
+                .enumerate()
+                .collect();
+            self.run_jobs(&mut jobs, rows * width, |(i, (x, q))| {
+                f(x, *i * per * width);
+                for (xr, qr) in x.chunks_exact(width).zip(q.chunks_exact_mut(row_bytes)) {
+                    quantize(xr, qr);
                 }
-                rows = x.len() / width;
-                let q = grow_bytes(&mut data, rows * row_bytes);
-                // Pieces of whole rows starting at multiples of 16 values,
-                // where `RowOps` starts its pieces.
-                let step = 16 / gcd(width, 16);
-                let per = rows_per_task(rows, self.threads.count(), step) * width;
-                let mut jobs: Vec<GatedJob<'_>> = x
-                    .chunks_mut(per)
-                    .zip(y.chunks(per))
-                    .zip(q.chunks_mut(per / width * row_bytes))
-                    .collect();
-                self.run_jobs(&mut jobs, rows * width, |((x, y), q)| {
-                    gated(x, &y[..x.len()]);
-                    for (xr, qr) in x.chunks_exact(width).zip(q.chunks_exact_mut(row_bytes)) {
-                        quantize(xr, qr);
-                    }
-                });
-                Ok(())
-            })?
+            });
+            Ok(())
         })?;
-        match (done, nth(io.outputs, 0, op)) {
-            (true, Ok(out)) => shared.put(Key::new(out, w, rows), row_bytes, data),
-            _ => shared.spare.push(data),
+        if done {
+            shared.put(Key::new(out, w, rows), row_bytes, data);
+        } else {
+            shared.spare.push(data);
         }
         Ok(done)
     }
@@ -368,21 +349,6 @@ impl CpuBackend {
         }
         let slots: Vec<usize> = others[3].u32s()?.iter().map(|&s| s as usize).collect();
         let tokens = slots.len();
-        // Slots outside the caches, or named twice, go to the write alone
-        // (which reports the first, and writes the second in order).
-        let elem = match dtype {
-            KvType::F16 => 2,
-            KvType::F32 => 4,
-        };
-        let cache_rows = (kc.len as usize / (elem * k_width).max(1))
-            .min(vc.len as usize / (elem * v_width).max(1));
-        let mut sorted = slots.clone();
-        sorted.sort_unstable();
-        if sorted.windows(2).any(|w| w[0] == w[1])
-            || sorted.last().is_some_and(|&s| s >= cache_rows)
-        {
-            return Ok(false);
-        }
         let mut kd = kb.data.try_borrow_mut().map_err(|_| busy(op))?;
         let k = bytemuck::cast_slice_mut::<u32, f32>(&mut kd)
             .get_mut(..kb.len as usize / 4)
@@ -400,68 +366,51 @@ impl CpuBackend {
                 )));
             }
             let v = &v[..tokens * v_width];
-            if tokens * (k_width + v_width) < PAR_MIN || self.threads.count() == 1 {
-                // A decode step's few rows: rotated and written in order.
+            // Threads write the rows of distinct slots inside the caches;
+            // a step's few rows (decode), or slots outside or named twice,
+            // take the ops' own order (the write reports the first and
+            // writes the second in order).
+            let parallel = tokens * (k_width + v_width) >= PAR_MIN && self.threads.count() > 1;
+            let split = parallel
+                && with_cache_mut(kc, dtype, |kcache| {
+                    with_cache_mut(vc, dtype, |vcache| {
+                        let (Ok(mut krows), Ok(mut vrows)) = (
+                            kcache.split_rows(k_width, &slots),
+                            vcache.split_rows(v_width, &slots),
+                        ) else {
+                            return false;
+                        };
+                        let per = rows_per_task(tokens, self.threads.count());
+                        let mut jobs: Vec<_> = k
+                            .chunks_mut(per * k_width)
+                            .zip(v.chunks(per * v_width))
+                            .zip(pos.chunks(per))
+                            .zip(krows.chunks_mut(per).zip(vrows.chunks_mut(per)))
+                            .collect();
+                        self.run_jobs(&mut jobs, PAR_MIN, |(((k, v), pos), (kd, vd))| {
+                            ops::rope_with(k, pos, &p);
+                            for (kr, d) in k.chunks_exact(k_width).zip(kd.iter_mut()) {
+                                d.write(0, kr);
+                            }
+                            for (vr, d) in v.chunks_exact(v_width).zip(vd.iter_mut()) {
+                                d.write(0, vr);
+                            }
+                        });
+                        true
+                    })
+                })??;
+            if !split {
                 ops::rope_with(k, &pos, &p);
-                with_cache(kc, dtype, |c| write_rows(c, k_width, &slots, k))??;
-                return with_cache(vc, dtype, |c| write_rows(c, v_width, &slots, v))?;
+                write_cache(kc, dtype, k_width, &slots, k)?;
+                write_cache(vc, dtype, v_width, &slots, v)?;
             }
-            with_cache(kc, dtype, |kcache| {
-                with_cache(vc, dtype, |vcache| {
-                    let mut krows = kcache.split_rows(k_width, &slots)?;
-                    let mut vrows = vcache.split_rows(v_width, &slots)?;
-                    let per = rows_per_task(tokens, self.threads.count(), 1);
-                    let mut jobs: Vec<_> = k
-                        .chunks_mut(per * k_width)
-                        .zip(v.chunks(per * v_width))
-                        .zip(pos.chunks(per))
-                        .zip(krows.chunks_mut(per).zip(vrows.chunks_mut(per)))
-                        .collect();
-                    self.run_jobs(&mut jobs, PAR_MIN, |(((k, v), pos), (kd, vd))| {
-                        ops::rope_with(k, pos, &p);
-                        for (kr, d) in k.chunks_exact(k_width).zip(kd.iter_mut()) {
-                            d.write(0, kr);
-                        }
-                        for (vr, d) in v.chunks_exact(v_width).zip(vd.iter_mut()) {
-                            d.write(0, vr);
-                        }
-                    });
-                    Ok(())
-                })?
-            })?
+            Ok(())
         })??;
         Ok(true)
     }
 }
 
-/// Runs `f` on a cache buffer's values as `dtype`.
-fn with_cache<R>(
-    b: &CpuBuffer,
-    dtype: KvType,
-    f: impl FnOnce(KvMut<'_>) -> R,
-) -> Result<R, BackendError> {
-    let mut d = b
-        .data
-        .try_borrow_mut()
-        .map_err(|_| BackendError::Shape("a K/V cache is in use".into()))?;
-    let len = b.len as usize;
-    let bytes = &mut bytemuck::cast_slice_mut::<u32, u8>(&mut d)[..len];
-    Ok(f(match dtype {
-        KvType::F16 => KvMut::F16(bytemuck::cast_slice_mut(&mut bytes[..len / 2 * 2])),
-        KvType::F32 => KvMut::F32(bytemuck::cast_slice_mut(&mut bytes[..len / 4 * 4])),
-    }))
-}
-
 /// The error of a buffer that cannot be borrowed as `op` needs it.
 fn busy(op: &Op) -> BackendError {
     BackendError::Shape(format!("{op:?}: a buffer is in use or too short"))
-}
-
-/// Greatest common divisor.
-fn gcd(a: usize, b: usize) -> usize {
-    if b == 0 {
-        a.max(1)
-    } else {
-        gcd(b, a % b)
-    }
 }

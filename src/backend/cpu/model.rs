@@ -32,9 +32,7 @@ impl Model<CpuBackend> {
             .into()),
         }
     }
-}
 
-impl Model<CpuBackend> {
     /// Turns the fusion of neighbouring ops on (the default) or off (see
     /// [`CpuBackend::set_fusion`]): the results are the same either way.
     pub fn set_fusion(&mut self, on: bool) {

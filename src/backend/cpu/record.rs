@@ -43,26 +43,34 @@ fn with_cache<R>(
     })
 }
 
+/// Runs `f` on a cache buffer's values as `dtype`, mutably.
+pub(super) fn with_cache_mut<R>(
+    b: &CpuBuffer,
+    dtype: KvType,
+    f: impl FnOnce(KvMut<'_>) -> R,
+) -> Result<R, BackendError> {
+    let mut d = b.data.try_borrow_mut().map_err(|_| busy())?;
+    let len = b.len as usize;
+    let bytes = &mut bytemuck::cast_slice_mut::<u32, u8>(&mut d)[..len];
+    Ok(match dtype {
+        KvType::F16 => f(KvMut::F16(bytemuck::cast_slice_mut::<u8, f16>(
+            &mut bytes[..len / 2 * 2],
+        ))),
+        KvType::F32 => f(KvMut::F32(bytemuck::cast_slice_mut::<u8, f32>(
+            &mut bytes[..len / 4 * 4],
+        ))),
+    })
+}
+
 /// Writes rows of `src` into a cache buffer at `slots`.
-fn write_cache(
+pub(super) fn write_cache(
     b: &CpuBuffer,
     dtype: KvType,
     width: usize,
     slots: &[usize],
     src: &[f32],
 ) -> Result<(), BackendError> {
-    let mut d = b.data.try_borrow_mut().map_err(|_| busy())?;
-    let len = b.len as usize;
-    let bytes = &mut bytemuck::cast_slice_mut::<u32, u8>(&mut d)[..len];
-    let dst = match dtype {
-        KvType::F16 => KvMut::F16(bytemuck::cast_slice_mut::<u8, f16>(
-            &mut bytes[..len / 2 * 2],
-        )),
-        KvType::F32 => KvMut::F32(bytemuck::cast_slice_mut::<u8, f32>(
-            &mut bytes[..len / 4 * 4],
-        )),
-    };
-    write_rows(dst, width, slots, src)
+    with_cache_mut(b, dtype, |dst| write_rows(dst, width, slots, src))?
 }
 
 /// Bytes of one cache element.
