@@ -61,6 +61,7 @@ fn fused_row_ops_give_the_logits_of_the_ops_apart() {
     for name in names {
         for (dtype, threads) in [(KvType::F16, 1), (KvType::F16, 2), (KvType::F32, 2)] {
             let mut m = load(&synthetic_model(name), dtype, false, threads, 20);
+            m.set_fusion(true);
             let fused = run(&mut m, &prompt, 4);
             m.set_fusion(false);
             // A fresh cache: the same slots are written again, apart.

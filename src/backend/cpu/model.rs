@@ -33,7 +33,7 @@ impl Model<CpuBackend> {
         }
     }
 
-    /// Turns the fusion of neighbouring ops on (the default) or off (see
+    /// Turns the fusion of neighbouring ops on or off (the default; see
     /// [`CpuBackend::set_fusion`]): the results are the same either way.
     pub fn set_fusion(&mut self, on: bool) {
         self.backend.set_fusion(on);
