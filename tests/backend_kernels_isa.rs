@@ -438,6 +438,9 @@ fn isa_gemm_tiles_match_the_per_row_dots() {
                 // One token through passes of four, two and one bands of
                 // eight rows, and a ragged end.
                 (59, 1, 4),
+                // One token through a pass of four groups of 16 rows, then
+                // one, and a ragged end.
+                (83, 1, 2),
             ] {
                 let n = blocks * be;
                 let (w, wq) = quantized_rows(&mut rng, ty, rows, n);
@@ -492,10 +495,11 @@ fn isa_gemm_results_do_not_depend_on_the_batch() {
             let seed = 9500 + 100 * isa as u64 + i as u64;
             let mut rng = Rng::new(seed);
             let be = ty.block_elems().max(32);
-            // 59 rows: the one-token kernels' passes of four, two and one
-            // bands of eight rows, and three rows past the last band; 11
+            // 91 rows: the one-token kernels' passes of four, four, two and
+            // one bands of eight rows and three rows past the last band, or
+            // of four and one groups of 16 rows and 11 past the last; 11
             // blocks: more than one of the prefill tiles' chunks.
-            let (rows, toks, n) = (59, 37, 11 * be);
+            let (rows, toks, n) = (91, 37, 11 * be);
             let (_, wq) = quantized_rows(&mut rng, ty, rows, n);
             let (_, aq) = quantized_rows(&mut rng, k.vec_dot_type, toks, n);
             let (rb, ab) = (wq.len() / rows, aq.len() / toks);

@@ -639,6 +639,29 @@ pub(super) unsafe fn prefetch_groups<const H: usize>(
     }
 }
 
+/// Prefetches 64-byte line `line` of the block step at `at`, `ahead` bytes
+/// further on. The k-quant kernels below issue one per word they load
+/// rather than a block step's 36-53 at its head ([`prefetch_groups`]): a
+/// burst that long outruns the L1's dozen fill buffers and stalls the loads
+/// behind it. Measured at one thread (`examples/stream_speed.rs`): Q4_K
+/// from L2, one group per pass, 41 -> 53 GB/s; 2048x8192 weights from
+/// DRAM, four groups per pass, Q4_K 13.7 -> 15.1, Q6_K 13.2 -> 14.5,
+/// IQ4_XS 13.2 -> 14.6, with Q4_0's 15.4-16.0 beside them.
+#[inline(always)]
+unsafe fn prefetch_line(at: *const u8, ahead: usize, line: usize) {
+    _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(ahead + 64 * line).cast());
+}
+
+/// The four activation bytes at `q8 + at` in every 32-bit lane. Each group
+/// of a pass takes them anew from memory (`vpdpbusd`'s embedded broadcast)
+/// through a pointer the compiler cannot follow: else it hoists a block
+/// step's 64 broadcasts out of the loop over groups and spills them to the
+/// stack, 4 KiB of stores per step.
+#[inline(always)]
+unsafe fn act4(q8: *const i8, at: usize) -> __m512i {
+    _mm512_set1_epi32(std::ptr::read_unaligned(q8.add(at).cast::<i32>()))
+}
+
 /// Writes the sums of `H` groups of 16 rows (row `16 h + r` in lane `r` of
 /// `acc[h]`) to `out[row * rs]`.
 ///
@@ -734,9 +757,6 @@ pub(super) unsafe fn one_token_bands_q4k<const H: usize>(
     let (m4, m4_hi) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(0xF0_u8 as i8));
     let mut acc = [_mm512_setzero_ps(); H];
     for (b, by) in a.iter().enumerate().take(nb) {
-        prefetch_groups::<H>(w.wrapping_add(b * step), group, step, BANDS_AHEAD);
-        let q8 = by.qs.as_ptr();
-        let act = |at: usize| _mm512_set1_epi32(std::ptr::read_unaligned(q8.add(at).cast::<i32>()));
         // The activation's eight sub-block sums, as the i16 pairs the
         // mins' bytes (0, 2) and (1, 3) of each lane meet.
         let bs = |j: usize| i32::from(by.bsums[2 * j]) + i32::from(by.bsums[2 * j + 1]);
@@ -744,7 +764,12 @@ pub(super) unsafe fn one_token_bands_q4k<const H: usize>(
         let sums = [pair(0, 2), pair(1, 3), pair(4, 6), pair(5, 7)];
         let d8 = _mm512_set1_ps(by.d);
         for (h, acc) in acc.iter_mut().enumerate() {
+            let q8 = std::hint::black_box(by.qs.as_ptr());
+            let act = |at: usize| act4(q8, at);
             let p = w.add(h * group + b * step);
+            // Lines 0..4 here, 4..36 one per word of quants.
+            let pf = |line: usize| prefetch_line(p, BANDS_AHEAD, line);
+            (0..4).for_each(&pf);
             let word = |k: usize| _mm512_loadu_si512(p.add(4 * ROWS * (1 + k)).cast());
             let (sc, mn) = q4k_scales_mins(word(0), word(1), word(2));
             let mut t2 = _mm512_setzero_si512();
@@ -765,6 +790,7 @@ pub(super) unsafe fn one_token_bands_q4k<const H: usize>(
                 // mask instead of a shift and a mask.
                 let (mut lo, mut hi) = (_mm512_setzero_si512(), _mm512_setzero_si512());
                 for k in 0..8 {
+                    pf(4 + 8 * i + k);
                     let v = word(3 + 8 * i + k);
                     let vl = _mm512_and_si512(v, m4);
                     let vh = _mm512_and_si512(v, m4_hi);
@@ -825,9 +851,6 @@ pub(super) unsafe fn one_token_bands_iq4xs<const H: usize>(
     );
     let mut acc = [_mm512_setzero_ps(); H];
     for (b, by) in a.iter().enumerate().take(nb) {
-        prefetch_groups::<H>(w.wrapping_add(b * step), group, step, BANDS_AHEAD);
-        let q8 = by.qs.as_ptr();
-        let act = |at: usize| _mm512_set1_epi32(std::ptr::read_unaligned(q8.add(at).cast::<i32>()));
         // What the levels' +128 adds to sub-block `ib`'s sum.
         let bias = |ib: usize| {
             let sum = i32::from(by.bsums[2 * ib]) + i32::from(by.bsums[2 * ib + 1]);
@@ -835,7 +858,12 @@ pub(super) unsafe fn one_token_bands_iq4xs<const H: usize>(
         };
         let d8 = _mm512_set1_ps(by.d);
         for (h, acc) in acc.iter_mut().enumerate() {
+            let q8 = std::hint::black_box(by.qs.as_ptr());
+            let act = |at: usize| act4(q8, at);
             let p = w.add(h * group + b * step);
+            // Lines 0..2 here, 2..34 one per word of quants.
+            let pf = |line: usize| prefetch_line(p, BANDS_AHEAD, line);
+            (0..2).for_each(&pf);
             let word = |k: usize| _mm512_loadu_si512(p.add(4 * ROWS * (1 + k)).cast());
             let low_bits = word(0);
             let high_bits = _mm512_cvtepu16_epi32(_mm256_loadu_si256(p.add(2 * ROWS).cast()));
@@ -845,6 +873,7 @@ pub(super) unsafe fn one_token_bands_iq4xs<const H: usize>(
                 // the low nibbles, 16..32 in the high ones.
                 let (mut lo, mut hi) = (_mm512_setzero_si512(), _mm512_setzero_si512());
                 for k in 0..4 {
+                    pf(2 + 4 * ib + k);
                     let v = word(1 + 4 * ib + k);
                     let vl = _mm512_shuffle_epi8(table, _mm512_and_si512(v, m4));
                     let vh =
@@ -871,11 +900,12 @@ pub(super) unsafe fn one_token_bands_iq4xs<const H: usize>(
 }
 
 /// How far ahead [`one_token_bands_q6k`] prefetches. Its block step is
-/// 3360 bytes (Q4_K's 2304); from 2048 bytes ahead down to 1024-1536
-/// decoded 1B Q6_K 2-4% faster at one thread and 1-2% at two (alternating
-/// runs, `hearth bench -p 0 -n 64`). The other kernels keep
-/// [`BANDS_AHEAD`].
-const Q6K_AHEAD: usize = 1536;
+/// 3360 bytes (Q4_K's 2304). With the prefetches spread over the loads
+/// ([`prefetch_line`]), 2048x8192 from DRAM read 13.0 GB/s at 1024 bytes
+/// ahead, 13.9 at 2048, 14.5 at 3072 and 4096, 14.1 at 6144 (one thread);
+/// at two threads 2048 and 3072 alike (27.5), 4096 and more worse. The
+/// other kernels keep [`BANDS_AHEAD`].
+const Q6K_AHEAD: usize = 3072;
 
 /// `H` whole groups of 16 Q6_K rows in [`Layout::Bands`](crate::backend::cpu::kernels::Layout::Bands) (`w`, each of
 /// `nb` block steps; the 16 rows' `d`, then 52 words: 32 of `ql`, 16 of
@@ -907,14 +937,16 @@ pub(super) unsafe fn one_token_bands_q6k<const H: usize>(
     let (m4, m33) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(0x33));
     let mut acc = [_mm512_setzero_ps(); H];
     for (b, by) in a.iter().enumerate().take(nb) {
-        prefetch_groups::<H>(w.wrapping_add(b * step), group, step, Q6K_AHEAD);
-        let q8 = by.qs.as_ptr();
-        let act = |at: usize| _mm512_set1_epi32(std::ptr::read_unaligned(q8.add(at).cast::<i32>()));
         let bs = |j: usize| i32::from(by.bsums[j]);
         let pair = |lo: usize, hi: usize| _mm512_set1_epi32((bs(lo) & 0xFFFF) | (bs(hi) << 16));
         let d8 = _mm512_set1_ps(by.d);
         for (h, acc) in acc.iter_mut().enumerate() {
+            let q8 = std::hint::black_box(by.qs.as_ptr());
+            let act = |at: usize| act4(q8, at);
             let p = w.add(h * group + b * step);
+            // Lines 0..5 here, 5..53 three per step of `k` below.
+            let pf = |line: usize| prefetch_line(p, Q6K_AHEAD, line);
+            (0..5).for_each(&pf);
             let word = |k: usize| _mm512_loadu_si512(p.add(2 * ROWS + 4 * ROWS * k).cast());
             let scales: [__m512i; 4] = std::array::from_fn(|k| word(48 + k));
             // Sub-block j's scale, sign-extended, in every row's lane.
@@ -935,6 +967,7 @@ pub(super) unsafe fn one_token_bands_q6k<const H: usize>(
                 // of the half, in sub-blocks k / 4 + 0, 2, 4 and 6.
                 let mut s = [_mm512_setzero_si512(); 8];
                 for k in 0..8 {
+                    (0..3).for_each(|l| pf(5 + 24 * n + 3 * k + l));
                     let (lo, hi, qh) =
                         (word(16 * n + k), word(16 * n + 8 + k), word(32 + 8 * n + k));
                     // Each byte of `qh` holds four 2-bit fields. `a` keeps

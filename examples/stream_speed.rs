@@ -1,0 +1,99 @@
+//! One-token matmul speed from memory, not cache: decode's case. Each
+//! format's 2048x8192 weight is copied into enough weights to pass 384 MiB
+//! (far beyond the last-level cache), in large-page memory as the backend
+//! keeps weights, and one activation row runs through all of them in turn,
+//! as a decode step runs through a model's layers.
+//!
+//! `cargo run --release --example stream_speed [threads] [type,type...] [MiB]`
+//! prints each format's GB/s (best of several passes), then the machine's
+//! plain read bandwidth measured the same way.
+
+use std::time::Instant;
+
+use hearth::backend::cpu::kernels::KernelTable;
+use hearth::backend::cpu::matmul::{matmul, Weight};
+use hearth::backend::cpu::threads::Threads;
+use hearth::quant::{reference, GgmlType};
+
+/// `words` zeroed words, advised into 2 MiB pages before they are touched
+/// where the OS has them (as the backend's weights are).
+fn large_vec(words: usize) -> Vec<u32> {
+    let mut v: Vec<u32> = Vec::with_capacity(words);
+    #[cfg(target_os = "linux")]
+    unsafe {
+        // Whole 2 MiB pages inside the allocation only.
+        let start = (v.as_mut_ptr() as usize).next_multiple_of(1 << 21);
+        let end = (v.as_mut_ptr() as usize + words * 4) & !((1 << 21) - 1);
+        if end > start {
+            libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE);
+        }
+    }
+    v.resize(words, 0);
+    v
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().collect();
+    let nt: usize = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(1);
+    let types: Vec<GgmlType> = match args.get(2) {
+        Some(list) => list
+            .split(',')
+            .filter_map(|n| GgmlType::from_name(&n.to_uppercase()))
+            .collect(),
+        None => vec![
+            GgmlType::Q4_0,
+            GgmlType::Q8_0,
+            GgmlType::Q4_K,
+            GgmlType::Q6_K,
+            GgmlType::IQ4_XS,
+        ],
+    };
+    let total: usize = args.get(3).and_then(|a| a.parse().ok()).unwrap_or(384) << 20;
+    let table = KernelTable::detect();
+    let threads = Threads::new(nt);
+    println!(
+        "ISA {}, {nt} thread(s), {} MiB per pass",
+        table.isa(),
+        total >> 20
+    );
+    let rows: usize = args.get(4).and_then(|a| a.parse().ok()).unwrap_or(8192);
+    let cols = 2048;
+    let mut seed = 1u64;
+    let mut next = move || {
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        ((seed >> 40) as f32 / (1u64 << 24) as f32) - 0.5
+    };
+    let x: Vec<f32> = (0..cols).map(|_| next()).collect();
+    let mut y = vec![0.0f32; rows];
+    for ty in types {
+        let wf: Vec<f32> = (0..cols * rows).map(|_| next()).collect();
+        let mut wq = Vec::new();
+        reference::quantize(ty, &wf, &mut wq)?;
+        let copies = total.div_ceil(wq.len()).max(1);
+        let mut weights = Vec::with_capacity(copies);
+        for _ in 0..copies {
+            let mut words = large_vec(wq.len().div_ceil(4));
+            bytemuck::cast_slice_mut::<u32, u8>(&mut words)[..wq.len()].copy_from_slice(&wq);
+            weights.push(Weight::new(&table, "w", ty, cols, rows, words, wq.len())?);
+        }
+        let mut best = f64::INFINITY;
+        let passes = (8 * (384 << 20) / (copies * wq.len())).max(8);
+        for _ in 0..passes {
+            let t = Instant::now();
+            for w in &weights {
+                matmul(&threads, &table, w, 0..rows, &x, &mut y, false)?;
+            }
+            best = best.min(t.elapsed().as_secs_f64());
+        }
+        let bytes = (copies * wq.len()) as f64;
+        println!(
+            "{ty:>6} {:5.1} GB/s  ({copies} x {:.1} MiB, {:.2} ms per weight)",
+            bytes / best / 1e9,
+            wq.len() as f64 / (1 << 20) as f64,
+            best * 1e3 / copies as f64
+        );
+    }
+    Ok(())
+}
