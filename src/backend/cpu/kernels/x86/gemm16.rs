@@ -30,6 +30,7 @@ use super::avx2::{
 use super::band_decode::{self, BandDecoded};
 use super::decode512::{self, OneToken};
 use super::gemm::{gemm_shape, prefetch_share};
+use super::Lines;
 use crate::backend::cpu::kernels::{blocks, GemmFn, Layout, Out, BAND_ROWS};
 use crate::quant::blocks::{
     BlockIQ4XS, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K, QK_K,
@@ -49,12 +50,12 @@ pub(super) const WORDS: usize = 64;
 #[derive(Default)]
 pub(super) struct Packed {
     /// `[g][b][word][16 tokens]`: four quants of each token per u32.
-    pub(super) codes: Vec<u32>,
+    pub(super) codes: Lines<u32>,
     /// `[g][b][16 tokens]`: block scales (0 for padding tokens).
-    pub(super) d: Vec<f32>,
+    pub(super) d: Lines<f32>,
     /// `[g][b][p][16 tokens]`, `PAIRS` words `p` per block: the sums of
     /// values `2p` and `2p + 1` of [`Format::PAIR_ELEMS`] each, as i16 pairs.
-    pub(super) pairs: Vec<u32>,
+    pub(super) pairs: Lines<u32>,
 }
 
 /// Words of activation-sum pairs per block and token in [`Packed::pairs`].
@@ -554,12 +555,9 @@ pub(super) fn pack<W: Format, const G: usize>(
     p: &mut Packed,
 ) {
     let ng = tn.div_ceil(G);
-    p.codes.clear();
-    p.codes.resize(ng * nb * WORDS * G, 0);
-    p.d.clear();
-    p.d.resize(ng * nb * G, 0.0);
-    p.pairs.clear();
-    p.pairs.resize(ng * nb * PAIRS * G, 0);
+    p.codes.zeroed(ng * nb * WORDS * G);
+    p.d.zeroed(ng * nb * G);
+    p.pairs.zeroed(ng * nb * PAIRS * G);
     // bsums per sum of the correction term: 1 (16 values) or 2 (32).
     let per = W::PAIR_ELEMS / 16;
     for t in 0..tn {

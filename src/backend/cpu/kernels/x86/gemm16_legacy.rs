@@ -35,6 +35,7 @@ use super::avx2::{h2f, iq4_levels, nibbles, q5_quants};
 use super::decode512::{gather_f16_pairs, prefetch_groups, row_offsets8, row_sums8, store_groups};
 use super::gemm::{gemm_shape, prefetch_share};
 use super::gemm16;
+use super::Lines;
 use crate::backend::cpu::kernels::{blocks, GemmFn, Layout, Out, BAND_ROWS};
 use crate::quant::blocks::{
     BlockIQ4NL, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, BlockQ8_1, KVALUES_IQ4NL,
@@ -55,20 +56,20 @@ const WORDS: usize = 8;
 #[derive(Default)]
 pub(super) struct Packed {
     /// `[g][b][word][16 tokens]`: four quants of each token per u32.
-    pub(super) codes: Vec<u32>,
+    pub(super) codes: Lines<u32>,
     /// `[g][b][16 tokens]`: block scales (0 for padding tokens).
-    pub(super) d: Vec<f32>,
+    pub(super) d: Lines<f32>,
     /// `[g][b][16 tokens]`: Q8_1's `s` (0 for Q8_0).
-    pub(super) s: Vec<f32>,
+    pub(super) s: Lines<f32>,
     /// `[g][b][16 tokens]`: sums of the quants.
-    pub(super) sums: Vec<i32>,
+    pub(super) sums: Lines<i32>,
 }
 
 thread_local! {
     /// Transposed activations, reused across calls on each thread.
     static PACKED: Cell<Packed> = Cell::new(Packed::default());
     /// [`bias_init`]'s values for them.
-    static INIT: Cell<Vec<i32>> = const { Cell::new(Vec::new()) };
+    static INIT: Cell<Lines<i32>> = Cell::new(Lines::default());
     /// [`band16`]'s decoded chunk (5 KiB, off the stack).
     static CHUNK_BUF: Cell<Option<Box<Chunk>>> = const { Cell::new(None) };
 }
@@ -335,14 +336,10 @@ pub(super) fn pack<A: Act, const G: usize>(
     p: &mut Packed,
 ) {
     let ng = tn.div_ceil(G);
-    for v in [&mut p.d, &mut p.s] {
-        v.clear();
-        v.resize(ng * nb * G, 0.0);
-    }
-    p.sums.clear();
-    p.sums.resize(ng * nb * G, 0);
-    p.codes.clear();
-    p.codes.resize(ng * nb * WORDS * G, 0);
+    p.d.zeroed(ng * nb * G);
+    p.s.zeroed(ng * nb * G);
+    p.sums.zeroed(ng * nb * G);
+    p.codes.zeroed(ng * nb * WORDS * G);
     for t in 0..tn {
         let (g, j) = (t / G, t % G);
         let row = &a[(t0 + t) * nb..(t0 + t + 1) * nb];
@@ -855,9 +852,11 @@ unsafe fn decode_step<W: Format>(step: *const u8, ch: &mut Chunk, b: usize) {
 /// `-BIAS * sum(q8)` of each packed token and block (`[g][b][16 tokens]`,
 /// as [`Packed::sums`]): the value [`band16`]'s integer sums start from, so
 /// that `sum(u * q8)` ends as the exact `sum(q * q8)`.
-fn bias_init<W: Format>(p: &Packed, init: &mut Vec<i32>) {
-    init.clear();
-    init.extend(p.sums.iter().map(|&s| -W::BIAS * s));
+fn bias_init<W: Format>(p: &Packed, init: &mut Lines<i32>) {
+    init.zeroed(p.sums.len());
+    for (i, &s) in init.iter_mut().zip(p.sums.iter()) {
+        *i = -W::BIAS * s;
+    }
 }
 
 /// Rows `r0..r0 + 4` of the chunk's first `kb` blocks (block `b0 + b` of

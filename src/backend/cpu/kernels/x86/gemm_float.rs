@@ -32,12 +32,13 @@ use std::cell::Cell;
 use half::{bf16, f16};
 
 use super::gemm::{drive, Tiles};
+use super::Lines;
 use crate::backend::cpu::kernels::{blocks, dot, float, DotFn, GemmFn, Out};
 use crate::quant::GgmlType;
 
 thread_local! {
     /// Prefill's widened activations and weight rows, reused across calls.
-    static WIDE: Cell<(Vec<f32>, Vec<f32>)> = const { Cell::new((Vec::new(), Vec::new())) };
+    static WIDE: Cell<(Lines<f32>, Lines<f32>)> = Cell::new(Default::default());
 }
 
 /// Rows per tile (and per widened group in prefill).
@@ -190,8 +191,8 @@ macro_rules! ymm_prefill {
             };
             let (wb, ab) = (blocks::<E>(&w[..rows * row_bytes]), blocks::<E>(&a[..toks * act_bytes]));
             let (mut wa, mut ww) = WIDE.take();
-            wa.resize(toks * n, 0.0);
-            ww.resize(R * n, 0.0);
+            wa.zeroed(toks * n);
+            ww.zeroed(R * n);
             widen(&ab, &mut wa);
             let (rs, ts) = (out.row_stride, out.tok_stride);
             for (g, group) in wb.chunks(R * n).enumerate() {
@@ -474,9 +475,8 @@ pub(super) mod avx512 {
             blocks::<E>(&a[..toks * act_bytes]),
         );
         let (mut wa, mut ww) = WIDE.take();
-        wa.clear();
-        wa.resize(pairs * pld, 0.0);
-        ww.resize(R * n, 0.0);
+        wa.zeroed(pairs * pld);
+        ww.zeroed(R * n);
         for (t, src) in ab.chunks_exact(n).enumerate() {
             widen(src, &mut ww[..n]);
             let dst = &mut wa[t / 2 * pld..][..2 * L * chunks];

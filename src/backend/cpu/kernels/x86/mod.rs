@@ -31,8 +31,69 @@ mod gemm8_k;
 mod gemm_float;
 mod gemm_k;
 
+use std::marker::PhantomData;
+use std::ops::{Deref, DerefMut};
+
+use bytemuck::{Pod, Zeroable};
+
 use super::{DotFn, GemmFn, Isa, Layout, QuantizeFn};
 use crate::quant::GgmlType;
+
+/// One cache line of words.
+#[repr(C, align(64))]
+#[derive(Clone, Copy, Zeroable, Pod)]
+struct Line([u32; 16]);
+
+/// A run of 4-byte values (`u32`, `i32`, `f32`) that starts a cache line:
+/// the tiles' scratch (packed activations, their sums and scales), which
+/// they load 32 or 64 bytes at a time. In a plain `Vec` the start was
+/// wherever the allocator put it (4- or 16-byte aligned), every such load
+/// then straddled two lines, and the speed of a prompt depended on the
+/// heap: the 1B Q4_K_M prompt at one thread ran 126-128 tokens/s with
+/// the packed activations 4, 16 or 32 bytes past a line, 150-152 on one
+/// (`hearth bench -p 512 -n 0 -t 1`), and which of the two a run got
+/// changed with unrelated allocations (what looked like a cost of the
+/// fused row ops).
+pub(super) struct Lines<T> {
+    lines: Vec<Line>,
+    len: usize,
+    of: PhantomData<T>,
+}
+
+impl<T> Default for Lines<T> {
+    fn default() -> Self {
+        Lines {
+            lines: Vec::new(),
+            len: 0,
+            of: PhantomData,
+        }
+    }
+}
+
+impl<T: Pod> Lines<T> {
+    /// Makes these `n` zero values.
+    pub(super) fn zeroed(&mut self, n: usize) {
+        self.lines.clear();
+        self.lines.resize(
+            (n * size_of::<T>()).div_ceil(size_of::<Line>()),
+            Line([0; 16]),
+        );
+        self.len = n;
+    }
+}
+
+impl<T: Pod> Deref for Lines<T> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
+        &bytemuck::cast_slice(&self.lines)[..self.len]
+    }
+}
+
+impl<T: Pod> DerefMut for Lines<T> {
+    fn deref_mut(&mut self) -> &mut [T] {
+        &mut bytemuck::cast_slice_mut(&mut self.lines)[..self.len]
+    }
+}
 
 /// Whether this CPU runs `isa`'s kernels.
 pub(super) fn available(isa: Isa) -> bool {
