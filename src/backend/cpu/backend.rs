@@ -10,6 +10,7 @@
 use std::cell::{OnceCell, RefCell};
 use std::future::Future;
 use std::ops::Range;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use super::attn_kernels::AttnKernels;
 use super::fuse::SharedActs;
@@ -34,6 +35,27 @@ pub struct CpuBuffer {
     weight: OnceCell<Weight>,
     /// What the buffer was allocated for.
     pub kind: BufKind,
+    /// Where a step's activation buffer hands its memory back when dropped
+    /// ([`CpuBackend::step_buffers`]): the pool and its slot.
+    home: Option<(ActSlots, usize)>,
+}
+
+/// Activation memory kept from one step to the next: slot `i` holds plan
+/// buffer `i`'s memory while no step uses it. Allocated fresh each step,
+/// a prompt's buffers (tens of MB) were zeroed and faulted in again every
+/// step.
+type ActSlots = Arc<Mutex<Vec<Option<HostMem>>>>;
+
+impl Drop for CpuBuffer {
+    fn drop(&mut self) {
+        if let Some((slots, i)) = self.home.take() {
+            let mem = std::mem::take(self.data.get_mut());
+            let mut slots = slots.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Some(slot) = slots.get_mut(i) {
+                *slot = Some(mem);
+            }
+        }
+    }
 }
 
 /// The error of a buffer an op reads while another op's borrow is live
@@ -164,9 +186,11 @@ pub struct CpuBackend {
     /// An op already done with the op before it (a K/V write with the rope
     /// of K), skipped when it is recorded: the op and its buffers.
     done_ahead: Option<(Op, Vec<usize>)>,
-    /// Memory of the weights and the K/V cache (large pages where the OS
-    /// has them: decode streams both).
+    /// Memory of the weights, the K/V cache and the step buffers (large
+    /// pages where the OS has them: decode streams the first two).
     pages: LargePages,
+    /// The step buffers' memory between steps.
+    acts: ActSlots,
 }
 
 impl CpuBackend {
@@ -186,14 +210,21 @@ impl CpuBackend {
             attn: attn_kernels(&table),
             table,
             profile: Profile::from_env(),
-            // Off unless `HEARTH_FUSE=1`: on a 1B model's prompt at one
-            // thread the products of the fused path ran 15% slower (cause
-            // not found yet), though SmolLM2's prompts ran 10% faster.
+            // Off unless `HEARTH_FUSE=1`. A 1B model's prompt at one
+            // thread ran 15% slower fused: that was the tiles' packed
+            // activations falling on or off cache-line starts as other
+            // allocations moved the heap (`kernels::x86::Lines`), not the
+            // fusion. Aligned, the 1B prompt runs alike both ways, SmolLM2
+            // and Gemma-3 prompts 1-4% faster fused (one and two threads),
+            // and SmolLM2's decode at one thread still 3-5% slower with
+            // only the fused path's bookkeeping on (decode steps do not
+            // fuse): not yet a gain worth the default.
             fuse: cfg!(not(target_arch = "wasm32"))
                 && std::env::var("HEARTH_FUSE").is_ok_and(|v| v == "1"),
             shared: RefCell::default(),
             done_ahead: None,
             pages: LargePages::default(),
+            acts: ActSlots::default(),
         }
     }
 
@@ -205,6 +236,14 @@ impl CpuBackend {
         self.done_ahead = None;
         self.shared.get_mut().clear();
     }
+}
+
+/// The 4-byte words that hold `bytes`.
+fn words_of(bytes: u64) -> Result<usize, BackendError> {
+    usize::try_from(bytes.div_ceil(4)).map_err(|_| BackendError::OutOfBounds {
+        range: 0..bytes,
+        len: 0,
+    })
 }
 
 /// The addresses of an op's buffers, to know it again.
@@ -339,7 +378,7 @@ impl CpuBackend {
                 y.len()
             )));
         }
-        if self.fuse && !*exact {
+        if self.fuse && !*exact && rows > 1 {
             return self.shared_product(&w, xb, x, y);
         }
         matmul(&self.threads, &self.table, &w, 0..*n, x, y, *exact)
@@ -595,10 +634,7 @@ impl Backend for CpuBackend {
     }
 
     fn alloc(&self, bytes: u64, kind: BufKind) -> Result<CpuBuffer, BackendError> {
-        let words = usize::try_from(bytes.div_ceil(4)).map_err(|_| BackendError::OutOfBounds {
-            range: 0..bytes,
-            len: 0,
-        })?;
+        let words = words_of(bytes)?;
         let data = match kind {
             BufKind::Weights => self.pages.alloc(words, "weights")?,
             BufKind::KvCache => self.pages.alloc(words, "the K/V cache")?,
@@ -609,7 +645,41 @@ impl Backend for CpuBackend {
             len: bytes,
             weight: OnceCell::new(),
             kind,
+            home: None,
         })
+    }
+
+    /// The memory of the last step's buffer `i` where it is large enough
+    /// (its contents left as they were, as the trait allows; NaNs in debug
+    /// builds, so that a read before a write shows), else new memory in
+    /// large pages. Against memory allocated and zeroed each step, the 1B
+    /// Q4_K_M prompt at one thread ran 153 -> 155 tokens/s.
+    fn step_buffers(&mut self, sizes: &[u64]) -> Result<Vec<CpuBuffer>, BackendError> {
+        let mut slots = self.acts.lock().unwrap_or_else(PoisonError::into_inner);
+        if slots.len() < sizes.len() {
+            slots.resize_with(sizes.len(), || None);
+        }
+        let mut out = Vec::with_capacity(sizes.len());
+        for (i, &bytes) in sizes.iter().enumerate() {
+            let words = words_of(bytes)?;
+            let data = match slots[i].take() {
+                Some(mut mem) if mem.len() >= words => {
+                    if cfg!(debug_assertions) {
+                        mem[..words].fill(f32::NAN.to_bits());
+                    }
+                    mem
+                }
+                _ => self.pages.alloc(words, "activations")?,
+            };
+            out.push(CpuBuffer {
+                data: RefCell::new(data),
+                len: bytes,
+                weight: OnceCell::new(),
+                kind: BufKind::Activations,
+                home: Some((Arc::clone(&self.acts), i)),
+            });
+        }
+        Ok(out)
     }
 
     /// Builds the kernels' view of a weight buffer (its rows re-laid for
