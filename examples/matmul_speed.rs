@@ -10,6 +10,9 @@
 //! Gemma-3-270M (Q4_K, Q6_K, Q5_0, Q8_0 where rows are whole blocks; the
 //! 262144-row output matrix as a 16384-row slice) and a 1B-shaped 2048x8192 for every tiled format.
 
+#[path = "common/mod.rs"]
+mod common;
+
 use std::time::Instant;
 
 use hearth::backend::cpu::kernels::KernelTable;
@@ -93,13 +96,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .nth(4)
         .map(|s| s.split(',').filter_map(|n| n.parse().ok()).collect())
         .unwrap_or_else(|| vec![1, 64]);
-    let mut seed = 1u64;
-    let mut next = move || {
-        seed = seed
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        ((seed >> 40) as f32 / (1u64 << 24) as f32) - 0.5
-    };
+    let mut next = common::uniform();
     for (ty, cols, rows) in shapes {
         let wf: Vec<f32> = (0..cols * rows).map(|_| next()).collect();
         let mut wq = Vec::new();

@@ -4,9 +4,13 @@
 //! keeps weights, and one activation row runs through all of them in turn,
 //! as a decode step runs through a model's layers.
 //!
-//! `cargo run --release --example stream_speed [threads] [type,type...] [MiB]`
-//! prints each format's GB/s (best of several passes), then the machine's
-//! plain read bandwidth measured the same way.
+//! `cargo run --release --example stream_speed [threads] [type,type...] [MiB] [ROWS]`
+//! prints each format's GB/s, the best of several passes (`MiB` 0 and a
+//! few hundred `ROWS`: one small weight, read from cache, for the
+//! kernel's arithmetic alone). `--target wasm32-wasip1` runs it in Node.
+
+#[path = "common/mod.rs"]
+mod common;
 
 use std::time::Instant;
 
@@ -58,13 +62,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
     let rows: usize = args.get(4).and_then(|a| a.parse().ok()).unwrap_or(8192);
     let cols = 2048;
-    let mut seed = 1u64;
-    let mut next = move || {
-        seed = seed
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        ((seed >> 40) as f32 / (1u64 << 24) as f32) - 0.5
-    };
+    let mut next = common::uniform();
     let x: Vec<f32> = (0..cols).map(|_| next()).collect();
     let mut y = vec![0.0f32; rows];
     for ty in types {
