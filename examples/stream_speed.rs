@@ -14,27 +14,11 @@ mod common;
 
 use std::time::Instant;
 
+use hearth::backend::cpu::hostmem::LargePages;
 use hearth::backend::cpu::kernels::KernelTable;
 use hearth::backend::cpu::matmul::{matmul, Weight};
 use hearth::backend::cpu::threads::Threads;
 use hearth::quant::{reference, GgmlType};
-
-/// `words` zeroed words, advised into 2 MiB pages before they are touched
-/// where the OS has them (as the backend's weights are).
-fn large_vec(words: usize) -> Vec<u32> {
-    let mut v: Vec<u32> = Vec::with_capacity(words);
-    #[cfg(target_os = "linux")]
-    unsafe {
-        // Whole 2 MiB pages inside the allocation only.
-        let start = (v.as_mut_ptr() as usize).next_multiple_of(1 << 21);
-        let end = (v.as_mut_ptr() as usize + words * 4) & !((1 << 21) - 1);
-        if end > start {
-            libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE);
-        }
-    }
-    v.resize(words, 0);
-    v
-}
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
@@ -64,6 +48,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let cols = 2048;
     let mut next = common::uniform();
     let x: Vec<f32> = (0..cols).map(|_| next()).collect();
+    let pages = LargePages::default();
     let mut y = vec![0.0f32; rows];
     for ty in types {
         let wf: Vec<f32> = (0..cols * rows).map(|_| next()).collect();
@@ -72,9 +57,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let copies = total.div_ceil(wq.len()).max(1);
         let mut weights = Vec::with_capacity(copies);
         for _ in 0..copies {
-            let mut words = large_vec(wq.len().div_ceil(4));
+            let mut words = pages.alloc(wq.len().div_ceil(4), "weights")?;
             bytemuck::cast_slice_mut::<u32, u8>(&mut words)[..wq.len()].copy_from_slice(&wq);
-            weights.push(Weight::new(&table, "w", ty, cols, rows, words, wq.len())?);
+            weights.push(Weight::from_mem(
+                &table,
+                "w",
+                ty,
+                cols,
+                rows,
+                words,
+                wq.len(),
+            )?);
         }
         let mut best = f64::INFINITY;
         let passes = (8 * (384 << 20) / (copies * wq.len())).max(8);

@@ -60,7 +60,7 @@ impl Weight {
     }
 
     /// [`Weight::new`] over any host memory (the backend's large pages).
-    pub(super) fn from_mem(
+    pub fn from_mem(
         table: &KernelTable,
         name: &str,
         ty: GgmlType,

@@ -33,8 +33,9 @@ impl Model<CpuBackend> {
         }
     }
 
-    /// Turns the fusion of neighbouring ops on or off (the default; see
-    /// [`CpuBackend::set_fusion`]): the results are the same either way.
+    /// Turns the fusion of neighbouring ops on (natively the default) or
+    /// off (see [`CpuBackend::set_fusion`]): the results are the same
+    /// either way.
     pub fn set_fusion(&mut self, on: bool) {
         self.backend.set_fusion(on);
     }
