@@ -72,27 +72,62 @@ pub(super) fn gemm(ty: GgmlType) -> Option<GemmFn> {
     /// [`layout`] stores in bands) for block type `$W`.
     macro_rules! entry {
         ($W:ty) => {
-            entry!($W, run)
+            entry!($W, run::<$W>)
         };
-        ($W:ty, $run:ident) => {
+        ($W:ty, $($run:tt)+) => {
             |w: &[u8], rb: usize, a: &[u8], ab: usize, out: Out<'_>| {
                 // SAFETY: `x86::gemm` hands this entry out only after
                 // detecting AVX-512 F/BW/VL + VNNI (and AVX2, FMA, F16C);
                 // the weight is laid out as `layout` says for its type.
-                unsafe { $run::<$W>(w, rb, a, ab, out) }
+                unsafe { $($run)+(w, rb, a, ab, out) }
+            }
+        };
+    }
+    /// The [`run_bands`] entry of `$W` with this CPU's
+    /// [`one_token_groups`].
+    macro_rules! banded {
+        ($W:ty) => {
+            match one_token_groups(ty) {
+                1 => entry!($W, run_bands::<$W, 1>),
+                2 => entry!($W, run_bands::<$W, 2>),
+                _ => entry!($W, run_bands::<$W, 4>),
             }
         };
     }
     let f: GemmFn = match ty {
         GgmlType::Q2_K => entry!(BlockQ2K),
         GgmlType::Q3_K => entry!(BlockQ3K),
-        GgmlType::Q4_K => entry!(BlockQ4K, run_bands),
+        GgmlType::Q4_K => banded!(BlockQ4K),
         GgmlType::Q5_K => entry!(BlockQ5K),
-        GgmlType::Q6_K => entry!(BlockQ6K, run_bands),
-        GgmlType::IQ4_XS => entry!(BlockIQ4XS, run_bands),
+        GgmlType::Q6_K => banded!(BlockQ6K),
+        GgmlType::IQ4_XS => banded!(BlockIQ4XS),
         _ => return None,
     };
     Some(f)
+}
+
+/// The most groups of 16 rows a one-token pass of [`run_bands`] reads side
+/// by side for weight type `ty`: each group is one stream through memory,
+/// and how many streams keep the most reads in flight depends on the
+/// core's prefetchers.
+/// - Intel Ice Lake (where the kernels were first tuned), 2048x8192
+///   weights from DRAM at one thread: four groups against two, Q4_K 13.8
+///   -> 15.0-15.2 GB/s, Q6_K and IQ4_XS alike.
+/// - AMD Zen 5, whole 1B-shaped models (`hearth synth --shape
+///   llama-3.2-1b`), decode alternating with the build that read four
+///   (`hearth bench -p 0 -n 64 -r 3`, three rounds): the Q6_K model at
+///   two groups, 28.6-29.0 tokens/s against 25.9-26.0 at one thread; the
+///   IQ4_XS model (IQ4_XS at one group, its Q6_K embedding at two),
+///   42.5-43.7 against 37.8-38.1 at one thread and 66-78 against 51-61 at
+///   two. Q4_K read fastest at four (two: the Q4_K_M model 2-5% slower).
+///
+/// Other CPUs keep Ice Lake's four.
+fn one_token_groups(ty: GgmlType) -> usize {
+    match (ty, super::cpu_model()) {
+        (GgmlType::Q6_K, super::CpuModel::Zen5) => 2,
+        (GgmlType::IQ4_XS, super::CpuModel::Zen5) => 1,
+        _ => 4,
+    }
 }
 
 /// How [`gemm`]'s kernel of `ty` wants the weight stored: Q4_K, Q6_K and
@@ -1018,7 +1053,7 @@ unsafe fn tile<W: Format, T: TileRows + ?Sized, const G: usize, const R: usize>(
 /// # Safety
 /// The CPU must have AVX-512 F/BW/VL + VNNI, AVX2, FMA and F16C.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn run_bands<W: Banded>(
+unsafe fn run_bands<W: Banded, const GROUPS_MAX: usize>(
     w: &[u8],
     row_bytes: usize,
     a: &[u8],
@@ -1039,12 +1074,10 @@ unsafe fn run_bands<W: Banded>(
     let step = BAND_ROWS * size_of::<W>();
     let wp = w.as_ptr();
     if toks == 1 {
-        // Up to four groups per pass, as for the 32-element formats: four
-        // streams keep more reads in flight than two (2048x8192 from DRAM,
-        // one thread: Q4_K 13.8 -> 15.0-15.2 GB/s, Q6_K and IQ4_XS alike).
+        // Up to `GROUPS_MAX` groups per pass ([`one_token_groups`]).
         let mut r0 = 0;
         while r0 < grouped {
-            let h = ((grouped - r0) / BAND_ROWS).min(4);
+            let h = ((grouped - r0) / BAND_ROWS).min(GROUPS_MAX);
             let (g, o) = (wp.add(r0 * row_bytes), op.add(r0 * rs));
             // SAFETY: rows r0..r0 + 16 h are whole groups of `w`;
             // `out.fits(rows, 1)` (checked by `gemm_shape`) bounds every
@@ -1096,5 +1129,87 @@ unsafe fn run_bands<W: Banded>(
             act_bytes,
             tail,
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::cpu::kernels::x86::{available, layout};
+    use crate::backend::cpu::kernels::Isa;
+    use crate::quant::reference::testutil::Rng;
+
+    /// `rows` rows of `nb` random blocks of `W` (finite f16 scales at the
+    /// byte offsets `f16_at`), banded as the kernels store them, by one
+    /// random Q8_K activation row: [`run_bands`] gives the same results,
+    /// bit for bit, however many groups a one-token pass reads side by side
+    /// ([`one_token_groups`] picks per CPU).
+    fn passes_agree<W: Banded>(ty: GgmlType, f16_at: &[usize]) {
+        let (bb, nb, rows) = (size_of::<W>(), 3, 91);
+        for seed in [5u64, 77] {
+            let mut rng = Rng::new(seed);
+            let mut w: Vec<u8> = (0..rows * nb * bb).map(|_| rng.next_u32() as u8).collect();
+            for block in w.chunks_exact_mut(bb) {
+                for &at in f16_at {
+                    // Finite and small: exponent well below all ones.
+                    block[at + 1] &= 0x3B;
+                }
+            }
+            layout(Isa::Avx512, ty).apply(&mut w, nb * bb, bb);
+            let acts: Vec<BlockQ8K> = (0..nb)
+                .map(|_| {
+                    let mut a = <BlockQ8K as bytemuck::Zeroable>::zeroed();
+                    a.d = 0.01;
+                    for q in a.qs.iter_mut() {
+                        *q = ((rng.next_u32() % 255) as i32 - 127) as i8;
+                    }
+                    for (j, s) in a.bsums.iter_mut().enumerate() {
+                        *s = a.qs[16 * j..16 * (j + 1)]
+                            .iter()
+                            .map(|&q| i16::from(q))
+                            .sum();
+                    }
+                    a
+                })
+                .collect();
+            let a: &[u8] = bytemuck::cast_slice(&acts);
+            let run = |f: unsafe fn(&[u8], usize, &[u8], usize, Out<'_>)| {
+                let mut out = vec![f32::NAN; rows];
+                let o = Out {
+                    out: &mut out,
+                    row_stride: 1,
+                    tok_stride: rows,
+                };
+                // SAFETY: AVX-512 VNNI is available (checked by the
+                // caller); `w` is `rows` rows laid out as `layout` says.
+                unsafe { f(&w, nb * bb, a, a.len(), o) };
+                out
+            };
+            let four = run(run_bands::<W, 4>);
+            assert!(
+                four.iter().all(|x| x.is_finite()),
+                "{ty} seed {seed}: {four:?}"
+            );
+            for (g, other) in [(1, run(run_bands::<W, 1>)), (2, run(run_bands::<W, 2>))] {
+                for (r, (x, y)) in four.iter().zip(&other).enumerate() {
+                    assert_eq!(
+                        x.to_bits(),
+                        y.to_bits(),
+                        "{ty} seed {seed} row {r}: {x} by four groups, {y} by {g}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn one_token_passes_agree_for_any_number_of_groups() {
+        if !available(Isa::Avx512) {
+            eprintln!("skipped: this CPU lacks AVX-512 VNNI");
+            return;
+        }
+        passes_agree::<BlockQ4K>(GgmlType::Q4_K, &[0, 2]);
+        passes_agree::<BlockQ6K>(GgmlType::Q6_K, &[std::mem::offset_of!(BlockQ6K, d)]);
+        passes_agree::<BlockIQ4XS>(GgmlType::IQ4_XS, &[0]);
     }
 }

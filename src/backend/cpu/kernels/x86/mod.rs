@@ -39,6 +39,45 @@ use bytemuck::{Pod, Zeroable};
 use super::{DotFn, GemmFn, Isa, Layout, QuantizeFn};
 use crate::quant::GgmlType;
 
+/// The micro-architectures whose kernels are tuned apart from the rest
+/// (where a measured setting differs from the one measured elsewhere).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum CpuModel {
+    /// AMD Zen 5 (family 1Ah).
+    Zen5,
+    /// Any other x86-64 CPU: the settings measured on Intel Ice Lake.
+    Other,
+}
+
+/// This CPU's [`CpuModel`], from `cpuid`'s vendor and family (read once:
+/// in a virtual machine each `cpuid` traps to the hypervisor).
+pub(super) fn cpu_model() -> CpuModel {
+    static MODEL: std::sync::OnceLock<CpuModel> = std::sync::OnceLock::new();
+    *MODEL.get_or_init(read_cpu_model)
+}
+
+/// [`cpu_model`], read.
+fn read_cpu_model() -> CpuModel {
+    use std::arch::x86_64::__cpuid;
+    let leaf0 = __cpuid(0);
+    let word = |s: &[u8; 4]| u32::from_le_bytes(*s);
+    let amd = [leaf0.ebx, leaf0.edx, leaf0.ecx] == [word(b"Auth"), word(b"enti"), word(b"cAMD")];
+    if !amd || leaf0.eax < 1 {
+        return CpuModel::Other;
+    }
+    let eax = __cpuid(1).eax;
+    let base = (eax >> 8) & 0xF;
+    let family = if base == 0xF {
+        base + ((eax >> 20) & 0xFF)
+    } else {
+        base
+    };
+    match family {
+        0x1A => CpuModel::Zen5,
+        _ => CpuModel::Other,
+    }
+}
+
 /// One cache line of words.
 #[repr(C, align(64))]
 #[derive(Clone, Copy, Zeroable, Pod)]
