@@ -171,12 +171,45 @@ def geomean(xs):
     return statistics.geometric_mean(xs) if xs else None
 
 
+def anchor_gbps(row):
+    """The anchor's effective GB/s in a decode row: it reads the same weights
+    per token as Hearth does, so Hearth's GB/s scaled by the speed ratio."""
+    if not row.get("hearth_gbps") or not row["hearth_tps"]:
+        return None
+    return row["hearth_gbps"] * row["anchor_tps"] / row["hearth_tps"]
+
+
+def bandwidth_ceilings(rows, membw):
+    """{threads: GB/s}: the most any decode read at that thread count, the
+    bandwidth test's figure or a model's (either engine's), whichever is
+    higher. Decode cannot read faster than memory delivers, so no ratio to
+    the anchor can pass this over the anchor's GB/s."""
+    ceilings = dict(membw)
+    for r in rows:
+        for gbps in (r.get("hearth_gbps"), anchor_gbps(r)):
+            if gbps:
+                ceilings[r["threads"]] = max(ceilings.get(r["threads"], 0.0), gbps)
+    return ceilings
+
+
+def max_ratio(row, ceilings):
+    """The highest ratio to the anchor that memory bandwidth allows in a
+    decode row ([`bandwidth_ceilings`]), None where it cannot be told."""
+    a = anchor_gbps(row)
+    bw = ceilings.get(row["threads"])
+    return bw / a if a and bw else None
+
+
 def format_table(bench, rows, membw=None):
-    """A readable table of `rows`, then geometric means of the ratios per test kind."""
+    """A readable table of `rows`, then geometric means of the ratios per
+    test kind. Decode rows show Hearth's effective GB/s against the
+    measured read bandwidth, and the highest ratio that bandwidth allows
+    ("max": a target above it cannot be met on this machine)."""
     membw = membw or {}
+    ceilings = bandwidth_ceilings(rows, membw)
     anchor = rows[0]["anchor"] if rows else "anchor"
     width = max([len("model")] + [len(r["model"]) for r in rows])
-    head = f"| {'model':<{width}} | test  | thr | {'hearth t/s':>16} | {anchor + ' t/s':>16} | ratio | hearth GB/s"
+    head = f"| {'model':<{width}} | test  | thr | {'hearth t/s':>16} | {anchor + ' t/s':>16} | ratio |  max | hearth GB/s"
     lines = [head, "|" + "-" * (len(head) - 1)]
     for r in rows:
         gbps = ""
@@ -188,8 +221,10 @@ def format_table(bench, rows, membw=None):
         h = f"{r['hearth_tps']:.2f} ± {r.get('hearth_tps_stddev', 0):.2f}"
         a = f"{r['anchor_tps']:.2f} ± {r.get('anchor_tps_stddev', 0):.2f}"
         q = f"{r['ratio']:.2f}" if r["ratio"] is not None else "-"
+        m = max_ratio(r, ceilings)
+        m = f"{m:.2f}" if m else ""
         lines.append(
-            f"| {r['model']:<{width}} | {r['test']:<5} | {r['threads']:>3} | {h:>16} | {a:>16} | {q:>5} | {gbps}"
+            f"| {r['model']:<{width}} | {r['test']:<5} | {r['threads']:>3} | {h:>16} | {a:>16} | {q:>5} | {m:>4} | {gbps}"
         )
     for kind in ("pp", "tg"):
         for t in sorted({r["threads"] for r in rows}):

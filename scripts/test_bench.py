@@ -101,6 +101,19 @@ class Rows(unittest.TestCase):
         self.assertIn("4.25 (22% of 19.5)", lines[3])
         self.assertTrue(any(l.startswith("geometric mean ratio, tg at 1 thread:") for l in lines))
 
+    def test_decode_rows_show_the_ratio_bandwidth_allows(self):
+        rows = self.rows()
+        tg = rows[1]
+        # The anchor read 4.25 * 3474.67 / 50 GB/s; memory gives 19.5.
+        a = 4.25 * tg["anchor_tps"] / tg["hearth_tps"]
+        self.assertAlmostEqual(bench.anchor_gbps(tg), a, places=6)
+        self.assertAlmostEqual(bench.max_ratio(tg, bench.bandwidth_ceilings(rows, {1: 19.5})), max(19.5, a) / a)
+        # A decode faster than the bandwidth test raises the ceiling.
+        self.assertAlmostEqual(bench.bandwidth_ceilings(rows, {1: 1.0})[1], max(4.25, a))
+        self.assertIsNone(bench.max_ratio(rows[0], {1: 19.5}))  # a prefill row
+        table = bench.format_table("cpu", rows, {1: 19.5})
+        self.assertIn(f"| {max(19.5, a) / a:.2f} |", table.splitlines()[3])
+
 
 class ParseDecodeSpeed(unittest.TestCase):
     OUT = "\n".join([
