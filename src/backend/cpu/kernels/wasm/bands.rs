@@ -121,6 +121,18 @@ trait Band {
     type A: Pod;
     /// A block step of four rows.
     type Step: Pod;
+    /// How a one-token pass reads ahead ([`touch`]): `false`, each band's
+    /// step touches the next band's step; `true`, the first band's step
+    /// of each round (the [`PARTS`] bands at one block index) touches the
+    /// whole next round. A k-quant step is some 800 instructions, about
+    /// the out-of-order window: one step's misses at a time then leave
+    /// most of the latency exposed, a round's (eight steps', 100-110
+    /// lines) overlap. Node 20 on AMD Zen 5, 2048x8192 weights from DRAM
+    /// (`examples/stream_speed.rs`): Q4_K 4.7 -> 7.0-7.3 GB/s, Q6_K 4.0 ->
+    /// 7.0-7.3, IQ4_XS 3.8 -> 5.8-5.9, where Q4_0 and Q8_0 read alike
+    /// both ways (from cache: 13.8, 12.8, 9.2). Touching half a round at
+    /// a time, or two rounds ahead, read slower.
+    const TOUCH_ROUND: bool = false;
     /// An activation block laid out for [`Band::step`], once per call.
     type Prep: Copy;
     /// Lays out one activation block.
@@ -252,8 +264,9 @@ fn run<K: Band, const T: usize, const B: usize, const SUBNORMAL: bool>(
     let preps = preps.map(|p| &p[..n]);
     if B == PARTS {
         // The one-token pass. Before each step, the next band's step (the
-        // first band's next one after the last): its misses start now,
-        // beside this step's arithmetic.
+        // first band's next one after the last), or before each round the
+        // next round ([`Band::TOUCH_ROUND`]): its misses start now, beside
+        // this step's arithmetic.
         let next = |j: usize, b: usize| match steps.get(j + 1) {
             Some(t) => t.get(b),
             None => steps.first().and_then(|t| t.get(b + 1)),
@@ -264,7 +277,13 @@ fn run<K: Band, const T: usize, const B: usize, const SUBNORMAL: bool>(
         let mut fences = [[f32x4_splat(0.0); T]; B];
         for b in 0..n {
             bands_unrolled!(J => {
-                if let Some(t) = next(J, b) {
+                if K::TOUCH_ROUND {
+                    if J == 0 {
+                        for t in steps.iter().filter_map(|s| s.get(b + 1)) {
+                            touch(t);
+                        }
+                    }
+                } else if let Some(t) = next(J, b) {
                     touch(t);
                 }
                 K::step::<T, SUBNORMAL>(&steps[J][b], preps.map(|p| &p[b]), &mut acc[J]);
@@ -580,6 +599,7 @@ macro_rules! kquant {
             type A = BlockQ8K;
             type Step = $step;
             type Prep = WideK;
+            const TOUCH_ROUND: bool = true;
             fn prep(a: &BlockQ8K) -> WideK {
                 WideK::new(a)
             }
