@@ -31,6 +31,7 @@ run: setup
 	$(HEARTH) run -m $(SMOLLM2) --chat -p "Name three colours of the rainbow." --temp 0 -n 48
 
 test: setup lint check-wasm test-wasm-kernels test-wasm-relaxed test-neon
+	python3 scripts/test_bench.py
 	HEARTH_REQUIRE_GPU=1 $(CARGO) test --workspace --all-targets
 	$(CARGO) test --workspace --doc
 	$(MAKE) --no-print-directory test-browser
