@@ -84,10 +84,10 @@ pub(super) fn gemm(ty: GgmlType) -> Option<GemmFn> {
         };
     }
     /// The [`run_bands`] entry of `$W` with this CPU's
-    /// [`one_token_groups`].
+    /// [`super::one_token_groups`].
     macro_rules! banded {
         ($W:ty) => {
-            match one_token_groups(ty) {
+            match super::one_token_groups(ty) {
                 1 => entry!($W, run_bands::<$W, 1>),
                 2 => entry!($W, run_bands::<$W, 2>),
                 _ => entry!($W, run_bands::<$W, 4>),
@@ -104,30 +104,6 @@ pub(super) fn gemm(ty: GgmlType) -> Option<GemmFn> {
         _ => return None,
     };
     Some(f)
-}
-
-/// The most groups of 16 rows a one-token pass of [`run_bands`] reads side
-/// by side for weight type `ty`: each group is one stream through memory,
-/// and how many streams keep the most reads in flight depends on the
-/// core's prefetchers.
-/// - Intel Ice Lake (where the kernels were first tuned), 2048x8192
-///   weights from DRAM at one thread: four groups against two, Q4_K 13.8
-///   -> 15.0-15.2 GB/s, Q6_K and IQ4_XS alike.
-/// - AMD Zen 5, whole 1B-shaped models (`hearth synth --shape
-///   llama-3.2-1b`), decode alternating with the build that read four
-///   (`hearth bench -p 0 -n 64 -r 3`, three rounds): the Q6_K model at
-///   two groups, 28.6-29.0 tokens/s against 25.9-26.0 at one thread; the
-///   IQ4_XS model (IQ4_XS at one group, its Q6_K embedding at two),
-///   42.5-43.7 against 37.8-38.1 at one thread and 66-78 against 51-61 at
-///   two. Q4_K read fastest at four (two: the Q4_K_M model 2-5% slower).
-///
-/// Other CPUs keep Ice Lake's four.
-fn one_token_groups(ty: GgmlType) -> usize {
-    match (ty, super::cpu_model()) {
-        (GgmlType::Q6_K, super::CpuModel::Zen5) => 2,
-        (GgmlType::IQ4_XS, super::CpuModel::Zen5) => 1,
-        _ => 4,
-    }
 }
 
 /// How [`gemm`]'s kernel of `ty` wants the weight stored: Q4_K, Q6_K and
@@ -1074,7 +1050,7 @@ unsafe fn run_bands<W: Banded, const GROUPS_MAX: usize>(
     let step = BAND_ROWS * size_of::<W>();
     let wp = w.as_ptr();
     if toks == 1 {
-        // Up to `GROUPS_MAX` groups per pass ([`one_token_groups`]).
+        // Up to `GROUPS_MAX` groups per pass ([`super::one_token_groups`]).
         let mut r0 = 0;
         while r0 < grouped {
             let h = ((grouped - r0) / BAND_ROWS).min(GROUPS_MAX);
@@ -1143,7 +1119,7 @@ mod tests {
     /// byte offsets `f16_at`), banded as the kernels store them, by one
     /// random Q8_K activation row: [`run_bands`] gives the same results,
     /// bit for bit, however many groups a one-token pass reads side by side
-    /// ([`one_token_groups`] picks per CPU).
+    /// ([`super::one_token_groups`] picks per CPU).
     fn passes_agree<W: Banded>(ty: GgmlType, f16_at: &[usize]) {
         let (bb, nb, rows) = (size_of::<W>(), 3, 91);
         for seed in [5u64, 77] {

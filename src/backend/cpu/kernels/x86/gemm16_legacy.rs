@@ -282,13 +282,21 @@ format!(
 /// The 16-token kernel of weight type `ty`, `None` where there is none:
 /// [`run_bands`] over the weight stored in [`layout`]'s bands.
 pub(super) fn gemm(ty: GgmlType) -> Option<GemmFn> {
-    /// An entry running [`run_bands`] for block type `$W`.
+    /// An entry running [`run_bands`] for block type `$W`, with this
+    /// CPU's [`super::one_token_groups`].
     macro_rules! bands {
         ($W:ty) => {
+            match super::one_token_groups(ty) {
+                1 => bands!($W, 1),
+                2 => bands!($W, 2),
+                _ => bands!($W, 4),
+            }
+        };
+        ($W:ty, $groups:literal) => {
             |w: &[u8], rb: usize, a: &[u8], ab: usize, out: Out<'_>| {
                 // SAFETY: `x86::gemm` hands this entry out only after
                 // detecting AVX-512 F/BW/VL + VNNI (and AVX2, FMA, F16C).
-                unsafe { run_bands::<$W>(w, rb, a, ab, out) }
+                unsafe { run_bands::<$W, $groups>(w, rb, a, ab, out) }
             }
         };
     }
@@ -978,7 +986,7 @@ unsafe fn band16<W: Format>(
 /// # Safety
 /// The CPU must have AVX-512 F/BW/VL + VNNI, AVX2, FMA and F16C.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn run_bands<W: Format>(
+unsafe fn run_bands<W: Format, const GROUPS_MAX: usize>(
     w: &[u8],
     row_bytes: usize,
     a: &[u8],
@@ -998,13 +1006,10 @@ unsafe fn run_bands<W: Format>(
     let grouped = rows / BAND_ROWS * BAND_ROWS;
     let wp = w.as_ptr();
     if toks == 1 {
-        // Up to four groups per pass: the activation's words then serve 64
-        // rows, and four streams run ahead of the arithmetic (measured on
-        // 2048x8192 from DRAM, against one or two groups per pass: 10-11
-        // -> 12-14 GB/s at one thread, 17-19 -> 22-25 at two).
+        // Up to `GROUPS_MAX` groups per pass ([`super::one_token_groups`]).
         let mut r0 = 0;
         while r0 < grouped {
-            let h = ((grouped - r0) / BAND_ROWS).min(4);
+            let h = ((grouped - r0) / BAND_ROWS).min(GROUPS_MAX);
             let (g, o) = (wp.add(r0 * row_bytes), op.add(r0 * rs));
             // SAFETY: rows r0..r0 + 16 h are whole groups of `w`;
             // `out.fits(rows, 1)` (checked by `gemm_shape`) bounds every
@@ -1151,4 +1156,73 @@ unsafe fn one_token_bands<W: Format, const H: usize>(
         }
     }
     store_groups(&acc, out, rs);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::cpu::kernels::x86::{available, layout};
+    use crate::backend::cpu::kernels::Isa;
+    use crate::quant::reference::testutil::Rng;
+
+    /// 91 rows of 5 random blocks of `W` (finite f16 scale `d` first), in
+    /// [`layout`]'s bands, by one random Q8_0 activation row: [`run_bands`]
+    /// gives the same results, bit for bit, however many groups a one-token
+    /// pass reads side by side ([`super::super::one_token_groups`] picks
+    /// per CPU).
+    fn passes_agree<W: Format<A = BlockQ8_0>>(ty: GgmlType) {
+        let (bb, nb, rows) = (size_of::<W>(), 5, 91);
+        for seed in [7u64, 99] {
+            let mut rng = Rng::new(seed);
+            let mut w: Vec<u8> = (0..rows * nb * bb).map(|_| rng.next_u32() as u8).collect();
+            for block in w.chunks_exact_mut(bb) {
+                // Finite and small: exponent well below all ones.
+                block[1] &= 0x3B;
+            }
+            layout(Isa::Avx512, ty).apply(&mut w, nb * bb, bb);
+            let acts: Vec<BlockQ8_0> = (0..nb)
+                .map(|_| BlockQ8_0 {
+                    d: f16::from_f32(0.01),
+                    qs: std::array::from_fn(|_| ((rng.next_u32() % 255) as i32 - 127) as i8),
+                })
+                .collect();
+            let a: &[u8] = bytemuck::cast_slice(&acts);
+            let run = |f: unsafe fn(&[u8], usize, &[u8], usize, Out<'_>)| {
+                let mut out = vec![f32::NAN; rows];
+                let o = Out {
+                    out: &mut out,
+                    row_stride: 1,
+                    tok_stride: rows,
+                };
+                // SAFETY: AVX-512 VNNI is available (checked by the
+                // caller); `w` is `rows` rows laid out as `layout` says.
+                unsafe { f(&w, nb * bb, a, a.len(), o) };
+                out
+            };
+            let four = run(run_bands::<W, 4>);
+            assert!(
+                four.iter().all(|x| x.is_finite()),
+                "{ty} seed {seed}: {four:?}"
+            );
+            for (g, other) in [(1, run(run_bands::<W, 1>)), (2, run(run_bands::<W, 2>))] {
+                for (r, (x, y)) in four.iter().zip(&other).enumerate() {
+                    assert_eq!(
+                        x.to_bits(),
+                        y.to_bits(),
+                        "{ty} seed {seed} row {r}: {x} by four groups, {y} by {g}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn one_token_passes_agree_for_any_number_of_groups() {
+        if !available(Isa::Avx512) {
+            eprintln!("skipped: this CPU lacks AVX-512 VNNI");
+            return;
+        }
+        passes_agree::<BlockQ4_0>(GgmlType::Q4_0);
+        passes_agree::<BlockQ8_0>(GgmlType::Q8_0);
+    }
 }

@@ -78,6 +78,38 @@ fn read_cpu_model() -> CpuModel {
     }
 }
 
+/// The most groups of 16 rows the AVX-512 one-token passes
+/// (`gemm16::run_bands`, `gemm16_legacy::run_bands`) read side by side for
+/// weight type `ty`: each group is one stream through memory, and how many
+/// streams keep the most reads in flight depends on the core's
+/// prefetchers.
+/// - Intel Ice Lake (where the kernels were first tuned), 2048x8192
+///   weights from DRAM, four groups against one or two: the 32-element
+///   formats 10-11 -> 12-14 GB/s at one thread, 17-19 -> 22-25 at two;
+///   Q4_K 13.8 -> 15.0-15.2 at one thread, Q6_K and IQ4_XS alike.
+/// - AMD Zen 5, whole models decoding, alternating with the build that read
+///   four (`hearth bench -p 0 -n 64 -r 3`, three rounds; 1B: `hearth synth
+///   --shape llama-3.2-1b`), tokens/s at one thread / two:
+///   - Q6_K at two groups: the 1B Q6_K model 28.6-29.0 against 25.9-26.0;
+///   - IQ4_XS at one (its Q6_K embedding at two): the 1B IQ4_XS model
+///     42.5-43.7 against 37.8-38.1 / 66-78 against 51-61;
+///   - the 32-element formats at one, against the build with Q6_K and
+///     IQ4_XS already as above: SmolLM2 (Q4_1) 320-327 against 255-268 /
+///     397-439 against 373-381; Gemma-3 (Q5_0, Q8_0 and Q4_K, Q6_K)
+///     131-136 against 102-107 / 204-217 against 177-181; 1B Q4_0
+///     40.9-42.0 against 37.0-37.9 / 53-54 against 47-48; 1B Q8_0
+///     27.7-28.1 against 24.7-25.4 / 36-39 against 34-35;
+///   - Q4_K at four (two: the 1B Q4_K_M model 2-5% slower).
+///
+/// Other CPUs keep Ice Lake's four.
+pub(super) fn one_token_groups(ty: GgmlType) -> usize {
+    match (ty, cpu_model()) {
+        (GgmlType::Q6_K, CpuModel::Zen5) => 2,
+        (GgmlType::Q4_K, _) | (_, CpuModel::Other) => 4,
+        (_, CpuModel::Zen5) => 1,
+    }
+}
+
 /// One cache line of words.
 #[repr(C, align(64))]
 #[derive(Clone, Copy, Zeroable, Pod)]
