@@ -20,40 +20,39 @@ mod ceiling {
     /// Independent accumulator chains (enough to hide the dot's latency).
     const CHAINS: usize = 8;
 
-    /// The sum over `reps` passes of `w` · `a` (16 int8 pairs per vector)
-    /// with the i16 widening every SIMD128 kernel uses.
-    #[inline(never)]
-    fn widened(w: &[v128], a: &[v128], reps: usize) -> v128 {
+    /// The sum over `reps` passes of `dot(w, a, acc)` over the vectors of
+    /// `w` and `a`, on [`CHAINS`] accumulators.
+    #[inline(always)]
+    fn chains(w: &[v128], a: &[v128], reps: usize, dot: impl Fn(v128, v128, v128) -> v128) -> v128 {
         let mut acc = [i32x4_splat(0); CHAINS];
         for _ in 0..reps {
             for (w, a) in w.chunks_exact(CHAINS).zip(a.chunks_exact(CHAINS)) {
                 for k in 0..CHAINS {
-                    let lo =
-                        i32x4_dot_i16x8(i16x8_extend_low_i8x16(w[k]), i16x8_extend_low_i8x16(a[k]));
-                    let hi = i32x4_dot_i16x8(
-                        i16x8_extend_high_i8x16(w[k]),
-                        i16x8_extend_high_i8x16(a[k]),
-                    );
-                    acc[k] = i32x4_add(acc[k], i32x4_add(lo, hi));
+                    acc[k] = dot(w[k], a[k], acc[k]);
                 }
             }
         }
         acc.into_iter().fold(i32x4_splat(0), |s, x| i32x4_add(s, x))
     }
 
-    /// [`widened`] with `i32x4.relaxed_dot_i8x16_i7x16_add` (weights 0..=127).
+    /// [`chains`] of 16 int8 pairs per vector with the i16 widening every
+    /// SIMD128 kernel uses.
+    #[inline(never)]
+    fn widened(w: &[v128], a: &[v128], reps: usize) -> v128 {
+        chains(w, a, reps, |w, a, acc| {
+            let lo = i32x4_dot_i16x8(i16x8_extend_low_i8x16(w), i16x8_extend_low_i8x16(a));
+            let hi = i32x4_dot_i16x8(i16x8_extend_high_i8x16(w), i16x8_extend_high_i8x16(a));
+            i32x4_add(acc, i32x4_add(lo, hi))
+        })
+    }
+
+    /// [`chains`] of `i32x4.relaxed_dot_i8x16_i7x16_add` (weights 0..=127).
     #[cfg(target_feature = "relaxed-simd")]
     #[inline(never)]
     fn relaxed(w: &[v128], a: &[v128], reps: usize) -> v128 {
-        let mut acc = [i32x4_splat(0); CHAINS];
-        for _ in 0..reps {
-            for (w, a) in w.chunks_exact(CHAINS).zip(a.chunks_exact(CHAINS)) {
-                for k in 0..CHAINS {
-                    acc[k] = i32x4_relaxed_dot_i8x16_i7x16_add(a[k], w[k], acc[k]);
-                }
-            }
-        }
-        acc.into_iter().fold(i32x4_splat(0), |s, x| i32x4_add(s, x))
+        chains(w, a, reps, |w, a, acc| {
+            i32x4_relaxed_dot_i8x16_i7x16_add(a, w, acc)
+        })
     }
 
     /// G multiply-adds/s of `f` over `vectors` of each operand, best of five.

@@ -1111,81 +1111,47 @@ unsafe fn run_bands<W: Banded, const GROUPS_MAX: usize>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::cpu::kernels::x86::{available, layout};
-    use crate::backend::cpu::kernels::Isa;
     use crate::quant::reference::testutil::Rng;
 
-    /// `rows` rows of `nb` random blocks of `W` (finite f16 scales at the
-    /// byte offsets `f16_at`), banded as the kernels store them, by one
-    /// random Q8_K activation row: [`run_bands`] gives the same results,
-    /// bit for bit, however many groups a one-token pass reads side by side
-    /// ([`super::one_token_groups`] picks per CPU).
-    fn passes_agree<W: Banded>(ty: GgmlType, f16_at: &[usize]) {
-        let (bb, nb, rows) = (size_of::<W>(), 3, 91);
-        for seed in [5u64, 77] {
-            let mut rng = Rng::new(seed);
-            let mut w: Vec<u8> = (0..rows * nb * bb).map(|_| rng.next_u32() as u8).collect();
-            for block in w.chunks_exact_mut(bb) {
-                for &at in f16_at {
-                    // Finite and small: exponent well below all ones.
-                    block[at + 1] &= 0x3B;
+    /// `nb` random Q8_K activation blocks (quants in -127..=127, their
+    /// sums), as bytes.
+    fn q8k_acts(rng: &mut Rng, nb: usize) -> Vec<u8> {
+        let acts: Vec<BlockQ8K> = (0..nb)
+            .map(|_| {
+                let mut a = <BlockQ8K as bytemuck::Zeroable>::zeroed();
+                a.d = 0.01;
+                for q in a.qs.iter_mut() {
+                    *q = ((rng.next_u32() % 255) as i32 - 127) as i8;
                 }
-            }
-            layout(Isa::Avx512, ty).apply(&mut w, nb * bb, bb);
-            let acts: Vec<BlockQ8K> = (0..nb)
-                .map(|_| {
-                    let mut a = <BlockQ8K as bytemuck::Zeroable>::zeroed();
-                    a.d = 0.01;
-                    for q in a.qs.iter_mut() {
-                        *q = ((rng.next_u32() % 255) as i32 - 127) as i8;
-                    }
-                    for (j, s) in a.bsums.iter_mut().enumerate() {
-                        *s = a.qs[16 * j..16 * (j + 1)]
-                            .iter()
-                            .map(|&q| i16::from(q))
-                            .sum();
-                    }
-                    a
-                })
-                .collect();
-            let a: &[u8] = bytemuck::cast_slice(&acts);
-            let run = |f: unsafe fn(&[u8], usize, &[u8], usize, Out<'_>)| {
-                let mut out = vec![f32::NAN; rows];
-                let o = Out {
-                    out: &mut out,
-                    row_stride: 1,
-                    tok_stride: rows,
-                };
-                // SAFETY: AVX-512 VNNI is available (checked by the
-                // caller); `w` is `rows` rows laid out as `layout` says.
-                unsafe { f(&w, nb * bb, a, a.len(), o) };
-                out
-            };
-            let four = run(run_bands::<W, 4>);
-            assert!(
-                four.iter().all(|x| x.is_finite()),
-                "{ty} seed {seed}: {four:?}"
-            );
-            for (g, other) in [(1, run(run_bands::<W, 1>)), (2, run(run_bands::<W, 2>))] {
-                for (r, (x, y)) in four.iter().zip(&other).enumerate() {
-                    assert_eq!(
-                        x.to_bits(),
-                        y.to_bits(),
-                        "{ty} seed {seed} row {r}: {x} by four groups, {y} by {g}"
-                    );
+                for (j, s) in a.bsums.iter_mut().enumerate() {
+                    *s = a.qs[16 * j..16 * (j + 1)]
+                        .iter()
+                        .map(|&q| i16::from(q))
+                        .sum();
                 }
-            }
-        }
+                a
+            })
+            .collect();
+        bytemuck::cast_slice(&acts).to_vec()
+    }
+
+    /// [`run_bands`] of `W` at every width [`super::super::one_token_groups`]
+    /// may pick gives the same results.
+    fn widths_agree<W: Banded>(ty: GgmlType, f16_at: &[usize], seed: u64) {
+        let widths: [(usize, super::super::PassFn); 3] = [
+            (4, run_bands::<W, 4>),
+            (1, run_bands::<W, 1>),
+            (2, run_bands::<W, 2>),
+        ];
+        super::super::assert_passes_agree(ty, f16_at, seed, q8k_acts, &widths);
     }
 
     #[test]
     fn one_token_passes_agree_for_any_number_of_groups() {
-        if !available(Isa::Avx512) {
-            eprintln!("skipped: this CPU lacks AVX-512 VNNI");
-            return;
+        for seed in [5, 77] {
+            widths_agree::<BlockQ4K>(GgmlType::Q4_K, &[0, 2], seed);
+            widths_agree::<BlockQ6K>(GgmlType::Q6_K, &[std::mem::offset_of!(BlockQ6K, d)], seed);
+            widths_agree::<BlockIQ4XS>(GgmlType::IQ4_XS, &[0], seed);
         }
-        passes_agree::<BlockQ4K>(GgmlType::Q4_K, &[0, 2]);
-        passes_agree::<BlockQ6K>(GgmlType::Q6_K, &[std::mem::offset_of!(BlockQ6K, d)]);
-        passes_agree::<BlockIQ4XS>(GgmlType::IQ4_XS, &[0]);
     }
 }

@@ -1161,68 +1161,36 @@ unsafe fn one_token_bands<W: Format, const H: usize>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::cpu::kernels::x86::{available, layout};
-    use crate::backend::cpu::kernels::Isa;
     use crate::quant::reference::testutil::Rng;
 
-    /// 91 rows of 5 random blocks of `W` (finite f16 scale `d` first), in
-    /// [`layout`]'s bands, by one random Q8_0 activation row: [`run_bands`]
-    /// gives the same results, bit for bit, however many groups a one-token
-    /// pass reads side by side ([`super::super::one_token_groups`] picks
-    /// per CPU).
-    fn passes_agree<W: Format<A = BlockQ8_0>>(ty: GgmlType) {
-        let (bb, nb, rows) = (size_of::<W>(), 5, 91);
-        for seed in [7u64, 99] {
-            let mut rng = Rng::new(seed);
-            let mut w: Vec<u8> = (0..rows * nb * bb).map(|_| rng.next_u32() as u8).collect();
-            for block in w.chunks_exact_mut(bb) {
-                // Finite and small: exponent well below all ones.
-                block[1] &= 0x3B;
-            }
-            layout(Isa::Avx512, ty).apply(&mut w, nb * bb, bb);
-            let acts: Vec<BlockQ8_0> = (0..nb)
-                .map(|_| BlockQ8_0 {
-                    d: f16::from_f32(0.01),
-                    qs: std::array::from_fn(|_| ((rng.next_u32() % 255) as i32 - 127) as i8),
-                })
-                .collect();
-            let a: &[u8] = bytemuck::cast_slice(&acts);
-            let run = |f: unsafe fn(&[u8], usize, &[u8], usize, Out<'_>)| {
-                let mut out = vec![f32::NAN; rows];
-                let o = Out {
-                    out: &mut out,
-                    row_stride: 1,
-                    tok_stride: rows,
-                };
-                // SAFETY: AVX-512 VNNI is available (checked by the
-                // caller); `w` is `rows` rows laid out as `layout` says.
-                unsafe { f(&w, nb * bb, a, a.len(), o) };
-                out
-            };
-            let four = run(run_bands::<W, 4>);
-            assert!(
-                four.iter().all(|x| x.is_finite()),
-                "{ty} seed {seed}: {four:?}"
-            );
-            for (g, other) in [(1, run(run_bands::<W, 1>)), (2, run(run_bands::<W, 2>))] {
-                for (r, (x, y)) in four.iter().zip(&other).enumerate() {
-                    assert_eq!(
-                        x.to_bits(),
-                        y.to_bits(),
-                        "{ty} seed {seed} row {r}: {x} by four groups, {y} by {g}"
-                    );
-                }
-            }
-        }
+    /// `nb` random Q8_0 activation blocks (quants in -127..=127), as bytes.
+    fn q8_0_acts(rng: &mut Rng, nb: usize) -> Vec<u8> {
+        let acts: Vec<BlockQ8_0> = (0..nb)
+            .map(|_| BlockQ8_0 {
+                d: f16::from_f32(0.01),
+                qs: std::array::from_fn(|_| ((rng.next_u32() % 255) as i32 - 127) as i8),
+            })
+            .collect();
+        bytemuck::cast_slice(&acts).to_vec()
     }
 
     #[test]
     fn one_token_passes_agree_for_any_number_of_groups() {
-        if !available(Isa::Avx512) {
-            eprintln!("skipped: this CPU lacks AVX-512 VNNI");
-            return;
+        // Q4_0 and Q8_0: `d` first in the block, activations Q8_0; every
+        // width `super::super::one_token_groups` may pick.
+        for seed in [7, 99] {
+            let q4: [(usize, super::super::PassFn); 3] = [
+                (4, run_bands::<BlockQ4_0, 4>),
+                (1, run_bands::<BlockQ4_0, 1>),
+                (2, run_bands::<BlockQ4_0, 2>),
+            ];
+            super::super::assert_passes_agree(GgmlType::Q4_0, &[0], seed, q8_0_acts, &q4);
+            let q8: [(usize, super::super::PassFn); 3] = [
+                (4, run_bands::<BlockQ8_0, 4>),
+                (1, run_bands::<BlockQ8_0, 1>),
+                (2, run_bands::<BlockQ8_0, 2>),
+            ];
+            super::super::assert_passes_agree(GgmlType::Q8_0, &[0], seed, q8_0_acts, &q8);
         }
-        passes_agree::<BlockQ4_0>(GgmlType::Q4_0);
-        passes_agree::<BlockQ8_0>(GgmlType::Q8_0);
     }
 }

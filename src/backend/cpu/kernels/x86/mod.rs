@@ -110,6 +110,73 @@ pub(super) fn one_token_groups(ty: GgmlType) -> usize {
     }
 }
 
+/// A one-token pass of the AVX-512 kernels over whole rows of a weight
+/// (`gemm16::run_bands`, `gemm16_legacy::run_bands` at some width).
+#[cfg(test)]
+type PassFn = unsafe fn(&[u8], usize, &[u8], usize, super::Out<'_>);
+
+/// Asserts that each of `passes` (`(groups per pass, pass)`) gives the
+/// first one's results bit for bit, and that those are finite: 91 rows of
+/// 3 random blocks of `ty` (seeded by `seed`; the f16 scales at the byte
+/// offsets `f16_at` of each block kept finite and small), laid out as
+/// [`layout`] says, by the one activation row `acts` makes from the same
+/// generator (3 blocks). Prints a reason and checks nothing where the CPU
+/// lacks AVX-512 VNNI.
+#[cfg(test)]
+pub(super) fn assert_passes_agree(
+    ty: GgmlType,
+    f16_at: &[usize],
+    seed: u64,
+    acts: impl FnOnce(&mut crate::quant::reference::testutil::Rng, usize) -> Vec<u8>,
+    passes: &[(usize, PassFn)],
+) {
+    if !available(Isa::Avx512) {
+        eprintln!("skipped: this CPU lacks AVX-512 VNNI");
+        return;
+    }
+    let (bb, nb, rows) = (ty.block_bytes(), 3, 91);
+    let mut rng = crate::quant::reference::testutil::Rng::new(seed);
+    let mut w: Vec<u8> = (0..rows * nb * bb).map(|_| rng.next_u32() as u8).collect();
+    for block in w.chunks_exact_mut(bb) {
+        for &at in f16_at {
+            // Finite and small: exponent well below all ones.
+            block[at + 1] &= 0x3B;
+        }
+    }
+    layout(Isa::Avx512, ty).apply(&mut w, nb * bb, bb);
+    let a = acts(&mut rng, nb);
+    let run = |f: PassFn| {
+        let mut out = vec![f32::NAN; rows];
+        let o = super::Out {
+            out: &mut out,
+            row_stride: 1,
+            tok_stride: rows,
+        };
+        // SAFETY: AVX-512 VNNI is available (checked above); `w` is `rows`
+        // rows laid out as the passes read them.
+        unsafe { f(&w, nb * bb, &a, a.len(), o) };
+        out
+    };
+    let Some(&(g0, first)) = passes.first() else {
+        return;
+    };
+    let want = run(first);
+    assert!(
+        want.iter().all(|x| x.is_finite()),
+        "{ty} seed {seed}: {want:?}"
+    );
+    for &(g, pass) in &passes[1..] {
+        let got = run(pass);
+        for (r, (x, y)) in want.iter().zip(&got).enumerate() {
+            assert_eq!(
+                x.to_bits(),
+                y.to_bits(),
+                "{ty} seed {seed} row {r}: {x} by {g0} groups per pass, {y} by {g}"
+            );
+        }
+    }
+}
+
 /// One cache line of words.
 #[repr(C, align(64))]
 #[derive(Clone, Copy, Zeroable, Pod)]
