@@ -126,12 +126,12 @@ impl CpuBuffer {
             let w = Weight::from_mem(table, "buffer", ty, cols, rows, data, len)?;
             return Ok(WeightRef::Owned(Box::new(w)));
         }
-        table
-            .weight(ty)
-            .ok_or_else(|| BackendError::UnsupportedType {
+        if !table.supports(ty) {
+            return Err(BackendError::UnsupportedType {
                 tensor: "weight buffer".into(),
                 ty,
-            })?;
+            });
+        }
         let data = std::mem::take(&mut *self.data.try_borrow_mut().map_err(|_| busy())?);
         let w = Weight::from_mem(table, "weight buffer", ty, cols, rows, data, len)?;
         Ok(WeightRef::Cached(self.weight.get_or_init(|| w)))
@@ -720,8 +720,8 @@ impl Backend for CpuBackend {
 
     fn supports(&self, op: &Op) -> bool {
         match op {
-            Op::GetRows { ty, .. } | Op::MatMul { ty, .. } => self.table.weight(*ty).is_some(),
-            Op::MoeExperts { tys, .. } => tys.iter().all(|t| self.table.weight(*t).is_some()),
+            Op::GetRows { ty, .. } | Op::MatMul { ty, .. } => self.table.supports(*ty),
+            Op::MoeExperts { tys, .. } => tys.iter().all(|t| self.table.supports(*t)),
             _ => true,
         }
     }

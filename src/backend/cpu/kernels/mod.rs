@@ -703,7 +703,16 @@ impl KernelTable {
         self.isa
     }
 
-    /// The kernels for weights of type `ty`, `None` when the backend cannot run it.
+    /// Whether the backend runs weights of type `ty`: whether
+    /// [`KernelTable::weight`] has kernels for it (every ISA runs the types
+    /// the scalar kernels do), without choosing them. The graph checks
+    /// this for every op of every step.
+    pub fn supports(&self, ty: GgmlType) -> bool {
+        scalar_weight_kernels(ty).is_some()
+    }
+
+    /// The kernels for weights of type `ty`, `None` when the backend cannot
+    /// run it ([`KernelTable::supports`]).
     pub fn weight(&self, ty: GgmlType) -> Option<WeightKernels> {
         #[allow(unused_mut)] // only the SIMD architectures replace slots
         let mut k = scalar_weight_kernels(ty)?;
