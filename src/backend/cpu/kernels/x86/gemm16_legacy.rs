@@ -1174,22 +1174,23 @@ mod tests {
         bytemuck::cast_slice(&acts).to_vec()
     }
 
+    /// [`run_bands`] of `W` at every width [`super::super::one_token_groups`]
+    /// may pick.
+    fn widths<W: Format>() -> [(usize, super::super::PassFn); 3] {
+        [
+            (4, run_bands::<W, 4>),
+            (1, run_bands::<W, 1>),
+            (2, run_bands::<W, 2>),
+        ]
+    }
+
     #[test]
     fn one_token_passes_agree_for_any_number_of_groups() {
-        // Q4_0 and Q8_0: `d` first in the block, activations Q8_0; every
-        // width `super::super::one_token_groups` may pick.
+        // Q4_0 and Q8_0: `d` first in the block, activations Q8_0.
         for seed in [7, 99] {
-            let q4: [(usize, super::super::PassFn); 3] = [
-                (4, run_bands::<BlockQ4_0, 4>),
-                (1, run_bands::<BlockQ4_0, 1>),
-                (2, run_bands::<BlockQ4_0, 2>),
-            ];
+            let q4 = widths::<BlockQ4_0>();
             super::super::assert_passes_agree(GgmlType::Q4_0, &[0], seed, q8_0_acts, &q4);
-            let q8: [(usize, super::super::PassFn); 3] = [
-                (4, run_bands::<BlockQ8_0, 4>),
-                (1, run_bands::<BlockQ8_0, 1>),
-                (2, run_bands::<BlockQ8_0, 2>),
-            ];
+            let q8 = widths::<BlockQ8_0>();
             super::super::assert_passes_agree(GgmlType::Q8_0, &[0], seed, q8_0_acts, &q8);
         }
     }
