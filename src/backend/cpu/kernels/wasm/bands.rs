@@ -65,6 +65,23 @@ const ROWS: usize = 4;
 /// faster; no slower from cache.
 const PARTS: usize = 8;
 
+/// Bytes of weights the k-quants' one-token pass touches at once, whole
+/// rounds of [`PARTS`] block steps ([`Band::TOUCH_ROUND`]). A touch is a
+/// load, which retires only when its line arrives: each batch of touches
+/// holds the out-of-order window up for about one memory latency however
+/// many lines it asks for (as many as the core can have in flight), so
+/// fewer, larger batches read faster. Node 20 on AMD Zen 5, 2048x8192
+/// weights from DRAM (`examples/stream_speed.rs`), Q4_K / IQ4_XS in GB/s:
+/// one round (4.5 / 4.3 KiB) 5.7-7.5 / 5.0-5.9; 16 KiB 8.5-9.1 /
+/// 6.0-6.9; 32 KiB 8.3-9.7 / 7.0-7.3; 48 KiB 9.1-9.3 / 7.0-7.1; 64 and
+/// 96 KiB 7.7-9.4 / 6.2-7.1. Q6_K (6.6 KiB a round) 6.2-6.4 -> 7.7-7.9
+/// at 32 KiB. The 1B models' decode (`examples/decode_speed.rs`, the same
+/// machine, tokens/s): Q4_K_M 7.9-9.0 -> 9.4-10.7, Q6_K 6.0-6.8 ->
+/// 6.8-7.1, IQ4_XS 7.4-8.0 -> 8.2-9.6. Q4_0, Q8_0 and Q4_1, whose steps
+/// are small and quick, read 5-15% slower so than by touching one band
+/// ahead.
+const TOUCH_BYTES: usize = 32 << 10;
+
 /// The banded kernel of weight type `ty`, `None` where the matmul keeps
 /// another one. With `SUBNORMAL`, it takes f16 block scales of every
 /// finite value; without, normal ones and zeros only (see [`h2f_high`]),
@@ -123,15 +140,17 @@ trait Band {
     type Step: Pod;
     /// How a one-token pass reads ahead ([`touch`]): `false`, each band's
     /// step touches the next band's step; `true`, the first band's step
-    /// of each round (the [`PARTS`] bands at one block index) touches the
-    /// whole next round. A k-quant step is some 800 instructions, about
-    /// the out-of-order window: one step's misses at a time then leave
-    /// most of the latency exposed, a round's (eight steps', 100-110
-    /// lines) overlap. Node 20 on AMD Zen 5, 2048x8192 weights from DRAM
+    /// of every few rounds (a round: the [`PARTS`] bands at one block
+    /// index) touches the next rounds, [`TOUCH_BYTES`] of them. A k-quant
+    /// step is some 800 instructions, about the out-of-order window: one
+    /// step's misses at a time leave most of the latency exposed, a
+    /// round's (eight steps', 100-110 lines) overlap, and more rounds'
+    /// more. Node 20 on AMD Zen 5, 2048x8192 weights from DRAM
     /// (`examples/stream_speed.rs`): Q4_K 4.7 -> 7.0-7.3 GB/s, Q6_K 4.0 ->
-    /// 7.0-7.3, IQ4_XS 3.8 -> 5.8-5.9, where Q4_0 and Q8_0 read alike
-    /// both ways (from cache: 13.8, 12.8, 9.2). Touching half a round at
-    /// a time, or two rounds ahead, read slower.
+    /// 7.0-7.3, IQ4_XS 3.8 -> 5.8-5.9 with one round; Q4_0 and Q8_0 read
+    /// alike both ways (from cache: 13.8, 12.8, 9.2). Touching half a
+    /// round at a time, a round two ahead, or each band's own next step
+    /// (one round ahead, spread out) read slower.
     const TOUCH_ROUND: bool = false;
     /// An activation block laid out for [`Band::step`], once per call.
     type Prep: Copy;
@@ -264,9 +283,10 @@ fn run<K: Band, const T: usize, const B: usize, const SUBNORMAL: bool>(
     let preps = preps.map(|p| &p[..n]);
     if B == PARTS {
         // The one-token pass. Before each step, the next band's step (the
-        // first band's next one after the last), or before each round the
-        // next round ([`Band::TOUCH_ROUND`]): its misses start now, beside
-        // this step's arithmetic.
+        // first band's next one after the last), or before every
+        // `rounds` rounds the next `rounds` ([`Band::TOUCH_ROUND`]): their
+        // misses start now, beside this step's arithmetic.
+        let rounds = TOUCH_BYTES.div_ceil(B * size_of::<K::Step>()).max(1);
         let next = |j: usize, b: usize| match steps.get(j + 1) {
             Some(t) => t.get(b),
             None => steps.first().and_then(|t| t.get(b + 1)),
@@ -278,9 +298,11 @@ fn run<K: Band, const T: usize, const B: usize, const SUBNORMAL: bool>(
         for b in 0..n {
             bands_unrolled!(J => {
                 if K::TOUCH_ROUND {
-                    if J == 0 {
-                        for t in steps.iter().filter_map(|s| s.get(b + 1)) {
-                            touch(t);
+                    if J == 0 && b % rounds == 0 {
+                        for r in b + 1..=b + rounds {
+                            for t in steps.iter().filter_map(|s| s.get(r)) {
+                                touch(t);
+                            }
                         }
                     }
                 } else if let Some(t) = next(J, b) {
