@@ -13,7 +13,9 @@ use std::borrow::Cow;
 use std::ops::Range;
 
 use super::hostmem::HostMem;
-use super::kernels::{KernelTable, Layout, Out, QuantizeFn, ScaleKinds, WeightKernels, Widen};
+use super::kernels::{
+    GemmFn, KernelTable, Layout, Out, QuantizeFn, ScaleKinds, WeightKernels, Widen,
+};
 use super::threads::Threads;
 use crate::backend::BackendError;
 use crate::quant::GgmlType;
@@ -350,6 +352,11 @@ pub(super) fn product(
     let whole = |r: usize| r.is_multiple_of(group) || r == w.rows;
     let cuts_group = !(whole(rows.start) && whole(rows.end));
     let wr = &w.bytes()[rows.start * w.row_bytes..rows.end * w.row_bytes];
+    let k = &w.kernels;
+    let gemm = match k.gemm_one_token_parallel {
+        Some(g) if n == 1 && threads.count() > 1 => Some(g),
+        _ => k.gemm,
+    };
     let p = Product {
         w,
         wr,
@@ -358,7 +365,7 @@ pub(super) fn product(
         n,
         m,
         first: rows.start,
-        tiles: !cuts_group,
+        gemm: gemm.filter(|_| !cuts_group),
         one_token_tiles: w.one_token_runs_tiles(),
     };
     p.run(threads, y);
@@ -375,8 +382,10 @@ struct Product<'a> {
     m: usize,
     /// The weight row `wr` starts at.
     first: usize,
-    /// Whether the tiles may run (not where the rows cut an interleaved group).
-    tiles: bool,
+    /// The tiles, where they may run (not where the rows cut an
+    /// interleaved group): one token on several threads may take other
+    /// ones ([`WeightKernels::gemm_one_token_parallel`]).
+    gemm: Option<GemmFn>,
     /// [`Weight::one_token_runs_tiles`] for the rows in use.
     one_token_tiles: bool,
 }
@@ -459,10 +468,10 @@ impl Product<'_> {
         // every tile shape, so then a token's results do not depend on the
         // batch it is in. Elsewhere one token dots row by row (the same
         // products, summed in another order: equal within f32 rounding).
-        let tiles = if !self.tiles || (self.n == 1 && !self.one_token_tiles) {
+        let tiles = if self.n == 1 && !self.one_token_tiles {
             None
         } else {
-            self.w.kernels.gemm
+            self.gemm
         };
         match tiles {
             Some(gemm) => {

@@ -99,11 +99,21 @@ fn read_cpu_model() -> CpuModel {
 ///     131-136 against 102-107 / 204-217 against 177-181; 1B Q4_0
 ///     40.9-42.0 against 37.0-37.9 / 53-54 against 47-48; 1B Q8_0
 ///     27.7-28.1 against 24.7-25.4 / 36-39 against 34-35;
-///   - Q4_K at four (two: the 1B Q4_K_M model 2-5% slower).
+///   - Q4_K at four (two: the 1B Q4_K_M model 2-5% slower), but at one
+///     where several threads stream weights at once (`parallel`): the
+///     1B Q4_K_M model, alternating four and one, three rounds, one
+///     thread 36.5-37.2 (four) against 34.9-36.3 (one); two threads
+///     52.3-64.0 (four) against 56.8-65.0 (one), each round's one the
+///     faster; 2048x8192 Q4_K from DRAM at two threads 39.8-40.3 GB/s
+///     (four) against 43.0-44.6 (one). Against the build before, three
+///     rounds at two threads: Q4_K_M 50.5-62.8 -> 60.8-66.2 tokens/s,
+///     Gemma-3 (Q4_K beside Q8_0, Q5_0, Q6_K) 192-236 -> 192-248. Q6_K at
+///     two threads read alike at one and two.
 ///
 /// Other CPUs keep Ice Lake's four.
-pub(super) fn one_token_groups(ty: GgmlType) -> usize {
+pub(super) fn one_token_groups(ty: GgmlType, parallel: bool) -> usize {
     match (ty, cpu_model()) {
+        (GgmlType::Q4_K, CpuModel::Zen5) if parallel => 1,
         (GgmlType::Q6_K, CpuModel::Zen5) => 2,
         (GgmlType::Q4_K, _) | (_, CpuModel::Other) => 4,
         (_, CpuModel::Zen5) => 1,
@@ -294,6 +304,17 @@ pub(super) fn gemm(isa: Isa, ty: GgmlType) -> Option<GemmFn> {
             .or_else(|| gemm_float::avx512::gemm(ty)),
         _ => None,
     }
+}
+
+/// The tiles a one-token matmul of `ty` under `isa` runs while several
+/// threads stream weights at once, where they differ from [`gemm()`]'s
+/// ([`one_token_groups`]); the same results bit for bit.
+pub(super) fn gemm_one_token_parallel(isa: Isa, ty: GgmlType) -> Option<GemmFn> {
+    let groups = one_token_groups(ty, true);
+    if isa != Isa::Avx512 || groups == one_token_groups(ty, false) {
+        return None;
+    }
+    gemm16::gemm_groups(ty, groups).or_else(|| gemm16_legacy::gemm_groups(ty, groups))
 }
 
 /// How [`gemm()`]'s kernel of `ty` under `isa` wants the weight stored:
