@@ -41,7 +41,7 @@ use std::cell::Cell;
 
 use super::avx2::{k4_scales_mins_v, q3_scales};
 use super::gemm::prefetch_share;
-use super::gemm16_legacy::BANDS_AHEAD;
+use super::gemm16_legacy::bands_ahead;
 use crate::backend::cpu::kernels::BAND_ROWS;
 use crate::quant::blocks::{
     BlockIQ4XS, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K, KVALUES_IQ4NL,
@@ -729,7 +729,7 @@ pub(super) unsafe fn byte_lane(v: __m512i, j: usize) -> __m512i {
 /// `nb` block steps; two f16 scales, `d` and `dmin`, then 35 words: the
 /// three of the packed scales, the 32 of quants) by one activation row `a`,
 /// results at `out[r * rs]`, row `16 h + r` in lane `r` of `acc[h]`, each
-/// group's stream prefetched [`BANDS_AHEAD`] bytes ahead.
+/// group's stream prefetched [`bands_ahead`] bytes ahead.
 ///
 /// Per block step and group, in lanes: the 16 rows' eight 6-bit scales and
 /// mins are unpacked from their three scale words by shifts and masks
@@ -768,7 +768,7 @@ pub(super) unsafe fn one_token_bands_q4k<const H: usize>(
             let act = |at: usize| act4(q8, at);
             let p = w.add(h * group + b * step);
             // Lines 0..4 here, 4..36 one per word of quants.
-            let pf = |line: usize| prefetch_line(p, BANDS_AHEAD, line);
+            let pf = |line: usize| prefetch_line(p, bands_ahead(H), line);
             (0..4).for_each(&pf);
             let word = |k: usize| _mm512_loadu_si512(p.add(4 * ROWS * (1 + k)).cast());
             let (sc, mn) = q4k_scales_mins(word(0), word(1), word(2));
@@ -818,7 +818,7 @@ pub(super) unsafe fn one_token_bands_q4k<const H: usize>(
 /// `nb` block steps; the 16 rows' `d`, then their `scales_h`, then 33
 /// words: `scales_l`, the 32 of quants) by one activation row `a`, results
 /// at `out[r * rs]`, row `16 h + r` in lane `r` of `acc[h]`, each group's
-/// stream prefetched [`BANDS_AHEAD`] bytes ahead.
+/// stream prefetched [`bands_ahead`] bytes ahead.
 ///
 /// Per block step and group: each word of quants is one load whose low and
 /// high nibbles index IQ4_NL's levels plus 128 (one `vpshufb` each) for
@@ -862,7 +862,7 @@ pub(super) unsafe fn one_token_bands_iq4xs<const H: usize>(
             let act = |at: usize| act4(q8, at);
             let p = w.add(h * group + b * step);
             // Lines 0..2 here, 2..34 one per word of quants.
-            let pf = |line: usize| prefetch_line(p, BANDS_AHEAD, line);
+            let pf = |line: usize| prefetch_line(p, bands_ahead(H), line);
             (0..2).for_each(&pf);
             let word = |k: usize| _mm512_loadu_si512(p.add(4 * ROWS * (1 + k)).cast());
             let low_bits = word(0);
@@ -904,7 +904,7 @@ pub(super) unsafe fn one_token_bands_iq4xs<const H: usize>(
 /// ([`prefetch_line`]), 2048x8192 from DRAM read 13.0 GB/s at 1024 bytes
 /// ahead, 13.9 at 2048, 14.5 at 3072 and 4096, 14.1 at 6144 (one thread);
 /// at two threads 2048 and 3072 alike (27.5), 4096 and more worse. The
-/// other kernels keep [`BANDS_AHEAD`].
+/// other kernels prefetch [`bands_ahead`].
 const Q6K_AHEAD: usize = 3072;
 
 /// `H` whole groups of 16 Q6_K rows in [`Layout::Bands`](crate::backend::cpu::kernels::Layout::Bands) (`w`, each of
