@@ -724,7 +724,7 @@ pub(super) const fn bands_ahead(groups: usize) -> usize {
 /// twice as fast and its passes read one stream for most formats
 /// (`super::one_token_groups`), where 2048 bytes came too late: one
 /// thread, 2048x8192 from DRAM, 2048 -> 8192 bytes ahead, GB/s, two
-/// rounds: Q4_0 37.4-38.5 -> 40.1-40.4, Q4_1 37.8-38.2 -> 41.8-43.7,
+/// rounds: Q4_0 37.6-38.5 -> 40.1-40.4, Q4_1 37.8-38.2 -> 41.8-43.7,
 /// IQ4_XS 37.5-37.8 -> 43.2-43.3, Q8_0 40.5-41.1 -> 40.6-43.2, Q4_K (four
 /// streams, 2048 each either way) alike; 16384 read slower than 8192.
 /// Whole models, alternating with the build that read 2048 bytes ahead
