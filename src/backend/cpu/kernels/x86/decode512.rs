@@ -40,8 +40,8 @@ use std::arch::x86_64::*;
 use std::cell::Cell;
 
 use super::avx2::{k4_scales_mins_v, q3_scales};
+use super::bands_ahead;
 use super::gemm::prefetch_share;
-use super::gemm16_legacy::bands_ahead;
 use crate::backend::cpu::kernels::BAND_ROWS;
 use crate::quant::blocks::{
     BlockIQ4XS, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K, KVALUES_IQ4NL,

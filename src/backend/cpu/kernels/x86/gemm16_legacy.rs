@@ -708,33 +708,6 @@ unsafe fn band<W: Format>(
     gemm16::store(&acc, tn, out, rs, ts);
 }
 
-/// How far ahead of its reads each of the `groups` streams of a one-token
-/// pass prefetches ([`one_token_bands`], and `decode512.rs`'s Q4_K and
-/// IQ4_XS kernels): [`PASS_AHEAD`] bytes over them all.
-pub(super) const fn bands_ahead(groups: usize) -> usize {
-    PASS_AHEAD / groups
-}
-
-/// Bytes a one-token pass prefetches ahead of its reads, over all its
-/// streams ([`bands_ahead`]). On Intel Ice Lake, four streams, the
-/// hardware prefetchers alone left decode from DRAM at 8-9 GB/s of one
-/// core's ~15, prefetching the next pass's rows (as [`one_token`] does)
-/// 9-11, 2048 bytes ahead of each stream 12-14 (2048x8192 Q4_0 / Q8_0;
-/// 1024 to 8192 bytes alike within the noise). AMD Zen 5 reads more than
-/// twice as fast and its passes read one stream for most formats
-/// (`super::one_token_groups`), where 2048 bytes came too late: one
-/// thread, 2048x8192 from DRAM, 2048 -> 8192 bytes ahead, GB/s, two
-/// rounds: Q4_0 37.6-38.5 -> 40.1-40.4, Q4_1 37.8-38.2 -> 41.8-43.7,
-/// IQ4_XS 37.5-37.8 -> 43.2-43.3, Q8_0 40.5-41.1 -> 40.6-43.2, Q4_K (four
-/// streams, 2048 each either way) alike; 16384 read slower than 8192.
-/// Whole models, alternating with the build that read 2048 bytes ahead
-/// of each stream, three rounds, one thread / two, tokens/s: SmolLM2
-/// 341-358 -> 381-419 / 455-481 -> 559-571; Gemma-3 144-148 -> 155-158 /
-/// 182-194 -> 194-196; 1B Q4_0 43.6-44.0 -> 45.5-46.6 / alike; IQ4_XS
-/// 43.9-44.4 -> 47.4-47.6 / alike; Q4_K_M and Q6_K alike or 1-3% faster;
-/// Q8_0 29.9-30.9 -> 29.5-30.2 / 38.6-39.0 -> 37.7-38.1.
-const PASS_AHEAD: usize = 8192;
-
 /// The f16 scales at the head of a block of `W` in [`Layout::Bands`].
 const fn halves<W: Format>() -> usize {
     if W::MIN {
@@ -1092,7 +1065,7 @@ unsafe fn run_bands<W: Format, const GROUPS_MAX: usize>(
 
 /// `H` whole groups of 16 weight rows in [`Layout::Bands`] (`w`, each of
 /// `nb` block steps) by one activation row `a` (decode), results at
-/// `out[r * rs]`, each group's stream prefetched [`bands_ahead`] bytes
+/// `out[r * rs]`, each group's stream prefetched [`super::bands_ahead`] bytes
 /// ahead: [`row_dot`]'s float operations lane by lane, row `16 h + r` in
 /// lane `r` of `acc[h]`.
 ///
@@ -1124,7 +1097,7 @@ unsafe fn one_token_bands<W: Format, const H: usize>(
     let mut acc = [_mm512_setzero_ps(); H];
     for (b, by) in a.iter().enumerate().take(nb) {
         let q8 = by.qs();
-        prefetch_groups::<H>(w.wrapping_add(b * step), group, step, bands_ahead(H));
+        prefetch_groups::<H>(w.wrapping_add(b * step), group, step, super::bands_ahead(H));
         let x: [__m512i; WORDS] = std::array::from_fn(|k| {
             _mm512_set1_epi32(i32::from_le_bytes([
                 q8[4 * k] as u8,
