@@ -352,11 +352,6 @@ pub(super) fn product(
     let whole = |r: usize| r.is_multiple_of(group) || r == w.rows;
     let cuts_group = !(whole(rows.start) && whole(rows.end));
     let wr = &w.bytes()[rows.start * w.row_bytes..rows.end * w.row_bytes];
-    let k = &w.kernels;
-    let gemm = match k.gemm_one_token_parallel {
-        Some(g) if n == 1 && threads.count() > 1 => Some(g),
-        _ => k.gemm,
-    };
     let p = Product {
         w,
         wr,
@@ -365,7 +360,7 @@ pub(super) fn product(
         n,
         m,
         first: rows.start,
-        gemm: gemm.filter(|_| !cuts_group),
+        gemm: w.kernels.gemm.filter(|_| !cuts_group),
         one_token_tiles: w.one_token_runs_tiles(),
     };
     p.run(threads, y);
@@ -383,8 +378,7 @@ struct Product<'a> {
     /// The weight row `wr` starts at.
     first: usize,
     /// The tiles, where they may run (not where the rows cut an
-    /// interleaved group): one token on several threads may take other
-    /// ones ([`WeightKernels::gemm_one_token_parallel`]).
+    /// interleaved group).
     gemm: Option<GemmFn>,
     /// [`Weight::one_token_runs_tiles`] for the rows in use.
     one_token_tiles: bool,

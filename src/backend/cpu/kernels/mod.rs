@@ -193,11 +193,6 @@ pub struct WeightKernels {
     /// measured faster for this format). With `false`, a token alone and the
     /// same token in a batch agree within f32 rounding, not bit for bit.
     pub gemm_one_token: bool,
-    /// The tiles a one-token matmul runs instead of
-    /// [`WeightKernels::gemm`] while several threads stream weights at
-    /// once, where another pass width reads memory faster then (AVX-512
-    /// on AMD Zen 5: Q4_K); the same results bit for bit.
-    pub gemm_one_token_parallel: Option<GemmFn>,
     /// How [`WeightKernels::gemm`] wants the weight's whole groups of rows
     /// stored ([`Layout`]); rows past the last whole group stay plain.
     pub layout: Layout,
@@ -272,7 +267,6 @@ impl WeightKernels {
             // The tiles skip the conversion's infinity / NaN case; such a
             // weight dots pair by pair, as the scalar kernels do.
             self.gemm = None;
-            self.gemm_one_token_parallel = None;
             self.layout = Layout::Plain;
         } else if !kinds.subnormal && self.gemm.is_some() {
             self.gemm = self.gemm_normal_scales.or(self.gemm);
@@ -581,7 +575,6 @@ fn scalar_weight_kernels(ty: GgmlType) -> Option<WeightKernels> {
         dequantize_row,
         gemm: None,
         gemm_one_token: false,
-        gemm_one_token_parallel: None,
         layout: Layout::Plain,
         widen: None,
         gemm_finite_scales: false,
@@ -631,7 +624,6 @@ fn scalar_kquant_kernels(ty: GgmlType) -> Option<WeightKernels> {
         dequantize_row,
         gemm: None,
         gemm_one_token: false,
-        gemm_one_token_parallel: None,
         layout: Layout::Plain,
         widen: None,
         gemm_finite_scales: false,
@@ -741,7 +733,6 @@ impl KernelTable {
         if let Some(gemm) = x86::gemm(self.isa, ty) {
             k.gemm = Some(gemm);
             k.gemm_one_token = x86::gemm_one_token(self.isa, ty);
-            k.gemm_one_token_parallel = x86::gemm_one_token_parallel(self.isa, ty);
             k.gemm_finite_scales = x86::gemm_finite_scales(self.isa, ty);
             k.layout = x86::layout(self.isa, ty);
         }

@@ -899,19 +899,33 @@ pub(super) unsafe fn one_token_bands_iq4xs<const H: usize>(
     store_groups(&acc, out, rs);
 }
 
-/// How far ahead [`one_token_bands_q6k`] prefetches. Its block step is
-/// 3360 bytes (Q4_K's 2304). With the prefetches spread over the loads
-/// ([`prefetch_line`]), 2048x8192 from DRAM read 13.0 GB/s at 1024 bytes
-/// ahead, 13.9 at 2048, 14.5 at 3072 and 4096, 14.1 at 6144 (one thread);
-/// at two threads 2048 and 3072 alike (27.5), 4096 and more worse. The
-/// other kernels prefetch [`bands_ahead`].
+/// How far ahead each of the `groups` streams of [`one_token_bands_q6k`]
+/// prefetches: [`bands_ahead`], but never less than [`Q6K_AHEAD`].
+const fn q6k_ahead(groups: usize) -> usize {
+    let ahead = bands_ahead(groups);
+    if ahead > Q6K_AHEAD {
+        ahead
+    } else {
+        Q6K_AHEAD
+    }
+}
+
+/// The least [`q6k_ahead`]. Its block step is 3360 bytes (Q4_K's 2304).
+/// On Intel Ice Lake, four streams, with the prefetches spread over the
+/// loads ([`prefetch_line`]), 2048x8192 from DRAM read 13.0 GB/s at 1024
+/// bytes ahead, 13.9 at 2048, 14.5 at 3072 and 4096, 14.1 at 6144 (one
+/// thread); at two threads 2048 and 3072 alike (27.5), 4096 and more
+/// worse. On AMD Zen 5, one stream, one thread, whole 1B Q6_K model
+/// decoding (`hearth bench -p 0 -n 64 -r 3`, two rounds, tokens/s): 3072
+/// bytes ahead 24.8-24.9, 6144 32.8-33.6, 8192 32.7-33.4, 12288
+/// 30.9-31.3 (two streams of 3072: 28.9-29.2).
 const Q6K_AHEAD: usize = 3072;
 
 /// `H` whole groups of 16 Q6_K rows in [`Layout::Bands`](crate::backend::cpu::kernels::Layout::Bands) (`w`, each of
 /// `nb` block steps; the 16 rows' `d`, then 52 words: 32 of `ql`, 16 of
 /// `qh`, 4 of the i8 sub-block scales) by one activation row `a`, results
 /// at `out[r * rs]`, row `16 h + r` in lane `r` of `acc[h]`, each group's
-/// stream prefetched [`Q6K_AHEAD`] bytes ahead.
+/// stream prefetched [`q6k_ahead`] bytes ahead.
 ///
 /// Per block step and group: each word of `ql` and its word of `qh` give
 /// four registers of 6-bit quants plus 32 (a shift and two masks each),
@@ -945,7 +959,7 @@ pub(super) unsafe fn one_token_bands_q6k<const H: usize>(
             let act = |at: usize| act4(q8, at);
             let p = w.add(h * group + b * step);
             // Lines 0..5 here, 5..53 three per step of `k` below.
-            let pf = |line: usize| prefetch_line(p, Q6K_AHEAD, line);
+            let pf = |line: usize| prefetch_line(p, q6k_ahead(H), line);
             (0..5).for_each(&pf);
             let word = |k: usize| _mm512_loadu_si512(p.add(2 * ROWS + 4 * ROWS * k).cast());
             let scales: [__m512i; 4] = std::array::from_fn(|k| word(48 + k));

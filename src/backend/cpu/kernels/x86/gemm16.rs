@@ -68,12 +68,6 @@ thread_local! {
 
 /// The 16-token kernel of weight type `ty`, `None` where there is none.
 pub(super) fn gemm(ty: GgmlType) -> Option<GemmFn> {
-    gemm_groups(ty, super::one_token_groups(ty, false))
-}
-
-/// [`gemm`] with one-token passes of up to `groups` groups of 16 rows
-/// (1, 2 or 4; [`super::one_token_groups`]).
-pub(super) fn gemm_groups(ty: GgmlType, groups: usize) -> Option<GemmFn> {
     /// An entry running `$run` ([`run`], or [`run_bands`] for the formats
     /// [`layout`] stores in bands) for block type `$W`.
     macro_rules! entry {
@@ -89,12 +83,12 @@ pub(super) fn gemm_groups(ty: GgmlType, groups: usize) -> Option<GemmFn> {
             }
         };
     }
-    /// The [`run_bands`] entry of `$W` with passes of `groups`.
+    /// The [`run_bands`] entry of `$W` with this CPU's
+    /// [`super::one_token_groups`].
     macro_rules! banded {
         ($W:ty) => {
-            match groups {
+            match super::one_token_groups() {
                 1 => entry!($W, run_bands::<$W, 1>),
-                2 => entry!($W, run_bands::<$W, 2>),
                 _ => entry!($W, run_bands::<$W, 4>),
             }
         };

@@ -282,19 +282,12 @@ format!(
 /// The 16-token kernel of weight type `ty`, `None` where there is none:
 /// [`run_bands`] over the weight stored in [`layout`]'s bands.
 pub(super) fn gemm(ty: GgmlType) -> Option<GemmFn> {
-    gemm_groups(ty, super::one_token_groups(ty, false))
-}
-
-/// [`gemm`] with one-token passes of up to `groups` groups of 16 rows
-/// (1, 2 or 4; [`super::one_token_groups`]).
-pub(super) fn gemm_groups(ty: GgmlType, groups: usize) -> Option<GemmFn> {
-    /// An entry running [`run_bands`] for block type `$W`, with passes
-    /// of `groups`.
+    /// An entry running [`run_bands`] for block type `$W`, with this
+    /// CPU's [`super::one_token_groups`].
     macro_rules! bands {
         ($W:ty) => {
-            match groups {
+            match super::one_token_groups() {
                 1 => bands!($W, 1),
-                2 => bands!($W, 2),
                 _ => bands!($W, 4),
             }
         };

@@ -79,44 +79,39 @@ fn read_cpu_model() -> CpuModel {
 }
 
 /// The most groups of 16 rows the AVX-512 one-token passes
-/// (`gemm16::run_bands`, `gemm16_legacy::run_bands`) read side by side for
-/// weight type `ty`: each group is one stream through memory, and how many
-/// streams keep the most reads in flight depends on the core's
-/// prefetchers.
+/// (`gemm16::run_bands`, `gemm16_legacy::run_bands`) read side by side:
+/// each group is one stream through memory, and how many streams keep the
+/// most reads in flight depends on the core's prefetchers.
 /// - Intel Ice Lake (where the kernels were first tuned), 2048x8192
 ///   weights from DRAM, four groups against one or two: the 32-element
 ///   formats 10-11 -> 12-14 GB/s at one thread, 17-19 -> 22-25 at two;
 ///   Q4_K 13.8 -> 15.0-15.2 at one thread, Q6_K and IQ4_XS alike.
-/// - AMD Zen 5, whole models decoding, alternating with the build that read
-///   four (`hearth bench -p 0 -n 64 -r 3`, three rounds; 1B: `hearth synth
-///   --shape llama-3.2-1b`), tokens/s at one thread / two:
-///   - Q6_K at two groups: the 1B Q6_K model 28.6-29.0 against 25.9-26.0;
-///   - IQ4_XS at one (its Q6_K embedding at two): the 1B IQ4_XS model
-///     42.5-43.7 against 37.8-38.1 / 66-78 against 51-61;
-///   - the 32-element formats at one, against the build with Q6_K and
-///     IQ4_XS already as above: SmolLM2 (Q4_1) 320-327 against 255-268 /
+/// - AMD Zen 5: one, for every format, once each stream prefetches far
+///   enough ahead ([`bands_ahead`]). Whole models decoding, alternating
+///   with the build that read four groups (`hearth bench -p 0 -n 64 -r 3`,
+///   three rounds; 1B: `hearth synth --shape llama-3.2-1b`), tokens/s at
+///   one thread / two:
+///   - the 32-element formats: SmolLM2 (Q4_1) 320-327 against 255-268 /
 ///     397-439 against 373-381; Gemma-3 (Q5_0, Q8_0 and Q4_K, Q6_K)
 ///     131-136 against 102-107 / 204-217 against 177-181; 1B Q4_0
 ///     40.9-42.0 against 37.0-37.9 / 53-54 against 47-48; 1B Q8_0
 ///     27.7-28.1 against 24.7-25.4 / 36-39 against 34-35;
-///   - Q4_K at four (two: the 1B Q4_K_M model 2-5% slower), but at one
-///     where several threads stream weights at once (`parallel`): the
-///     1B Q4_K_M model, alternating four and one, three rounds, one
-///     thread 36.5-37.2 (four) against 34.9-36.3 (one); two threads
-///     52.3-64.0 (four) against 56.8-65.0 (one), each round's one the
-///     faster; 2048x8192 Q4_K from DRAM at two threads 39.8-40.3 GB/s
-///     (four) against 43.0-44.6 (one). Against the build before, three
-///     rounds at two threads: Q4_K_M 50.5-62.8 -> 60.8-66.2 tokens/s,
-///     Gemma-3 (Q4_K beside Q8_0, Q5_0, Q6_K) 192-236 -> 192-248. Q6_K at
-///     two threads read alike at one and two.
+///   - IQ4_XS (its Q6_K embedding at two): 42.5-43.7 against 37.8-38.1 /
+///     66-78 against 51-61;
+///   - Q4_K and Q6_K, against the build that read four and two groups of
+///     them (Q6_K 3072 bytes ahead, `decode512::q6k_ahead`): 1B Q4_K_M 34.8-35.0 ->
+///     44.9-45.1 / 62.8-75.2 -> 66.5-80.1; 1B Q6_K 28.3-28.8 -> 32.8-33.0 /
+///     52.3-53.1 -> 58.5-60.5; 1B IQ4_XS 46.6-46.9 -> 50.3-50.7 /
+///     81.1-83.1 -> 89.1-90.2; Gemma-3 146.7-148.0 -> 151.7-154.7 /
+///     alike. Of the 1B Q4_K_M's 29%, its Q4_K tensors at one group give
+///     21% and its Q6_K ones 5%. (Q4_K at one group had read 2-5% slower
+///     while each stream prefetched only 2048 bytes ahead.)
 ///
 /// Other CPUs keep Ice Lake's four.
-pub(super) fn one_token_groups(ty: GgmlType, parallel: bool) -> usize {
-    match (ty, cpu_model()) {
-        (GgmlType::Q4_K, CpuModel::Zen5) if parallel => 1,
-        (GgmlType::Q6_K, CpuModel::Zen5) => 2,
-        (GgmlType::Q4_K, _) | (_, CpuModel::Other) => 4,
-        (_, CpuModel::Zen5) => 1,
+pub(super) fn one_token_groups() -> usize {
+    match cpu_model() {
+        CpuModel::Zen5 => 1,
+        CpuModel::Other => 4,
     }
 }
 
@@ -134,8 +129,8 @@ const fn bands_ahead(groups: usize) -> usize {
 /// `gemm16_legacy::one_token` does)
 /// 9-11, 2048 bytes ahead of each stream 12-14 (2048x8192 Q4_0 / Q8_0;
 /// 1024 to 8192 bytes alike within the noise). AMD Zen 5 reads more than
-/// twice as fast and its passes read one stream for most formats
-/// ([`one_token_groups`]), where 2048 bytes came too late: one
+/// twice as fast and its passes read one stream ([`one_token_groups`]),
+/// where 2048 bytes came too late: one
 /// thread, 2048x8192 from DRAM, 2048 -> 8192 bytes ahead, GB/s, two
 /// rounds: Q4_0 37.6-38.5 -> 40.1-40.4, Q4_1 37.8-38.2 -> 41.8-43.7,
 /// IQ4_XS 37.5-37.8 -> 43.2-43.3, Q8_0 40.5-41.1 -> 40.6-43.2, Q4_K (four
@@ -145,7 +140,12 @@ const fn bands_ahead(groups: usize) -> usize {
 /// 341-358 -> 381-419 / 455-481 -> 559-571; Gemma-3 144-148 -> 155-158 /
 /// 182-194 -> 194-196; 1B Q4_0 43.6-44.0 -> 45.5-46.6 / alike; IQ4_XS
 /// 43.9-44.4 -> 47.4-47.6 / alike; Q4_K_M and Q6_K alike or 1-3% faster;
-/// Q8_0 29.9-30.9 -> 29.5-30.2 / 38.6-39.0 -> 37.7-38.1.
+/// Q8_0 29.9-30.9 -> 29.5-30.2 / 38.6-39.0 -> 37.7-38.1. Once Q4_K and
+/// Q6_K read one stream too, 2048x8192 from DRAM at one thread, GB/s,
+/// two rounds, 8192 / 12288 / 16384 bytes ahead: Q4_K 40.3-40.7 /
+/// 38.6-39.2 / 36.9-38.0 (four streams of 2048 bytes: 29.4-30.5), Q6_K
+/// 35.5-36.0 / 33.4-34.4 / 32.4-33.1, the other formats likewise slower
+/// beyond 8192.
 const PASS_AHEAD: usize = 8192;
 
 /// A one-token pass of the AVX-512 kernels over whole rows of a weight
@@ -332,17 +332,6 @@ pub(super) fn gemm(isa: Isa, ty: GgmlType) -> Option<GemmFn> {
             .or_else(|| gemm_float::avx512::gemm(ty)),
         _ => None,
     }
-}
-
-/// The tiles a one-token matmul of `ty` under `isa` runs while several
-/// threads stream weights at once, where they differ from [`gemm()`]'s
-/// ([`one_token_groups`]); the same results bit for bit.
-pub(super) fn gemm_one_token_parallel(isa: Isa, ty: GgmlType) -> Option<GemmFn> {
-    let groups = one_token_groups(ty, true);
-    if isa != Isa::Avx512 || groups == one_token_groups(ty, false) {
-        return None;
-    }
-    gemm16::gemm_groups(ty, groups).or_else(|| gemm16_legacy::gemm_groups(ty, groups))
 }
 
 /// How [`gemm()`]'s kernel of `ty` under `isa` wants the weight stored:
