@@ -128,14 +128,15 @@ impl Reporter {
         } else {
             writeln!(
                 out,
-                "memory read bandwidth, {} thread{}: {:.1} ± {:.1} GB/s (best {:.1}; {} MiB buffer, {} reps)",
+                "memory read bandwidth, {} thread{}: {:.1} ± {:.1} GB/s (best {:.1}; {} MiB buffer, {} reps, {})",
                 bw.threads,
                 if bw.threads == 1 { "" } else { "s" },
                 mean(&bw.samples_gbps),
                 stddev(&bw.samples_gbps),
                 bw.best(),
                 bw.bytes >> 20,
-                bw.samples_gbps.len()
+                bw.samples_gbps.len(),
+                bw.pattern
             )?;
         }
         self.bandwidth.push(bw.clone());
