@@ -104,8 +104,9 @@ fn read_cpu_model() -> CpuModel {
 ///     52.3-53.1 -> 58.5-60.5; 1B IQ4_XS 46.6-46.9 -> 50.3-50.7 /
 ///     81.1-83.1 -> 89.1-90.2; Gemma-3 146.7-148.0 -> 151.7-154.7 /
 ///     alike. Of the 1B Q4_K_M's 29%, its Q4_K tensors at one group give
-///     21% and its Q6_K ones 5%. (Q4_K at one group had read 2-5% slower
-///     while each stream prefetched only 2048 bytes ahead.)
+///     21% and its Q6_K ones 5%. (While each of four streams prefetched
+///     2048 bytes ahead, Q4_K at two groups had read 2-5% slower than at
+///     four, and one group was faster only with several threads.)
 ///
 /// Other CPUs keep Ice Lake's four.
 pub(super) fn one_token_groups() -> usize {
