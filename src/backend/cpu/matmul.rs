@@ -13,9 +13,7 @@ use std::borrow::Cow;
 use std::ops::Range;
 
 use super::hostmem::HostMem;
-use super::kernels::{
-    GemmFn, KernelTable, Layout, Out, QuantizeFn, ScaleKinds, WeightKernels, Widen,
-};
+use super::kernels::{KernelTable, Layout, Out, QuantizeFn, ScaleKinds, WeightKernels, Widen};
 use super::threads::Threads;
 use crate::backend::BackendError;
 use crate::quant::GgmlType;
@@ -360,7 +358,7 @@ pub(super) fn product(
         n,
         m,
         first: rows.start,
-        gemm: w.kernels.gemm.filter(|_| !cuts_group),
+        tiles: !cuts_group,
         one_token_tiles: w.one_token_runs_tiles(),
     };
     p.run(threads, y);
@@ -377,9 +375,8 @@ struct Product<'a> {
     m: usize,
     /// The weight row `wr` starts at.
     first: usize,
-    /// The tiles, where they may run (not where the rows cut an
-    /// interleaved group).
-    gemm: Option<GemmFn>,
+    /// Whether the tiles may run (not where the rows cut an interleaved group).
+    tiles: bool,
     /// [`Weight::one_token_runs_tiles`] for the rows in use.
     one_token_tiles: bool,
 }
@@ -462,10 +459,10 @@ impl Product<'_> {
         // every tile shape, so then a token's results do not depend on the
         // batch it is in. Elsewhere one token dots row by row (the same
         // products, summed in another order: equal within f32 rounding).
-        let tiles = if self.n == 1 && !self.one_token_tiles {
+        let tiles = if !self.tiles || (self.n == 1 && !self.one_token_tiles) {
             None
         } else {
-            self.gemm
+            self.w.kernels.gemm
         };
         match tiles {
             Some(gemm) => {
