@@ -901,13 +901,8 @@ pub(super) unsafe fn one_token_bands_iq4xs<const H: usize>(
 
 /// How far ahead each of the `groups` streams of [`one_token_bands_q6k`]
 /// prefetches: [`bands_ahead`], but never less than [`Q6K_AHEAD`].
-const fn q6k_ahead(groups: usize) -> usize {
-    let ahead = bands_ahead(groups);
-    if ahead > Q6K_AHEAD {
-        ahead
-    } else {
-        Q6K_AHEAD
-    }
+fn q6k_ahead(groups: usize) -> usize {
+    bands_ahead(groups).max(Q6K_AHEAD)
 }
 
 /// The least [`q6k_ahead`]. Its block step is 3360 bytes (Q4_K's 2304).

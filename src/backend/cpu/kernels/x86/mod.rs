@@ -99,11 +99,11 @@ fn read_cpu_model() -> CpuModel {
 ///   - IQ4_XS (its Q6_K embedding at two): 42.5-43.7 against 37.8-38.1 /
 ///     66-78 against 51-61;
 ///   - Q4_K and Q6_K, against the build that read four and two groups of
-///     them (Q6_K 3072 bytes ahead, `decode512::q6k_ahead`): 1B Q4_K_M 34.8-35.0 ->
-///     44.9-45.1 / 62.8-75.2 -> 66.5-80.1; 1B Q6_K 28.3-28.8 -> 32.8-33.0 /
-///     52.3-53.1 -> 58.5-60.5; 1B IQ4_XS 46.6-46.9 -> 50.3-50.7 /
-///     81.1-83.1 -> 89.1-90.2; Gemma-3 146.7-148.0 -> 151.7-154.7 /
-///     alike. Of the 1B Q4_K_M's 29%, its Q4_K tensors at one group give
+///     them (Q6_K 3072 bytes ahead, `decode512::q6k_ahead`): 1B Q4_K_M
+///     34.8-35.0 -> 44.9-45.1 / 62.8-75.2 -> 66.5-80.1; 1B Q6_K
+///     28.3-28.8 -> 32.8-33.0 / 52.3-53.1 -> 58.5-60.5; 1B IQ4_XS
+///     46.6-46.9 -> 50.3-50.7 / 81.1-83.1 -> 89.1-90.2; Gemma-3
+///     146.7-148.0 -> 151.7-154.7 / alike. Of the 1B Q4_K_M's 29%, its Q4_K tensors at one group give
 ///     21% and its Q6_K ones 5%. (While each of four streams prefetched
 ///     2048 bytes ahead, Q4_K at two groups had read 2-5% slower than at
 ///     four, and one group was faster only with several threads.)
@@ -118,7 +118,8 @@ pub(super) fn one_token_groups() -> usize {
 
 /// How far ahead of its reads each of the `groups` streams of a one-token
 /// pass prefetches (`gemm16_legacy::one_token_bands`, and `decode512.rs`'s
-/// Q4_K and IQ4_XS kernels): [`PASS_AHEAD`] bytes over them all.
+/// Q4_K and IQ4_XS kernels; its Q6_K kernel with a floor,
+/// `decode512::q6k_ahead`): [`PASS_AHEAD`] bytes over them all.
 const fn bands_ahead(groups: usize) -> usize {
     PASS_AHEAD / groups
 }
@@ -127,11 +128,10 @@ const fn bands_ahead(groups: usize) -> usize {
 /// streams ([`bands_ahead`]). On Intel Ice Lake, four streams, the
 /// hardware prefetchers alone left decode from DRAM at 8-9 GB/s of one
 /// core's ~15, prefetching the next pass's rows (as
-/// `gemm16_legacy::one_token` does)
-/// 9-11, 2048 bytes ahead of each stream 12-14 (2048x8192 Q4_0 / Q8_0;
-/// 1024 to 8192 bytes alike within the noise). AMD Zen 5 reads more than
-/// twice as fast and its passes read one stream ([`one_token_groups`]),
-/// where 2048 bytes came too late: one
+/// `gemm16_legacy::one_token` does) 9-11, 2048 bytes ahead of each stream
+/// 12-14 (2048x8192 Q4_0 / Q8_0; 1024 to 8192 bytes alike within the
+/// noise). AMD Zen 5 reads more than twice as fast and its passes read one
+/// stream ([`one_token_groups`]), where 2048 bytes came too late: one
 /// thread, 2048x8192 from DRAM, 2048 -> 8192 bytes ahead, GB/s, two
 /// rounds: Q4_0 37.6-38.5 -> 40.1-40.4, Q4_1 37.8-38.2 -> 41.8-43.7,
 /// IQ4_XS 37.5-37.8 -> 43.2-43.3, Q8_0 40.5-41.1 -> 40.6-43.2, Q4_K (four
