@@ -1,7 +1,8 @@
 //! Memory read bandwidth: a SIMD sum streamed over a buffer far larger than
 //! the last-level cache, split evenly over the threads, each thread reading
 //! one or several parts side by side with software prefetch, as decode's
-//! kernels read weight rows ([`PATTERNS`]; the fastest is reported). Decode
+//! kernels read weight rows ([`PATTERNS`]; the fastest is reported; one
+//! plain stream where there is no prefetch instruction to use). Decode
 //! reads every weight once per token, so this is the ceiling of its
 //! effective GB/s.
 //! The buffer comes from the same large-page memory as the CPU backend's
@@ -34,7 +35,7 @@ pub struct Bandwidth {
 
 /// How each thread reads its part of the buffer: `streams` parts side by
 /// side, a vector from each in turn, each one's lines prefetched `ahead`
-/// bytes ahead (x86-64; elsewhere one stream left to the hardware).
+/// bytes ahead (none where `ahead` is 0).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Pattern {
     /// Parts read side by side.
@@ -46,7 +47,10 @@ pub struct Pattern {
 impl std::fmt::Display for Pattern {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let s = if self.streams == 1 { "" } else { "s" };
-        write!(f, "{} stream{s}, {} B ahead", self.streams, self.ahead)
+        match self.ahead {
+            0 => write!(f, "{} stream{s}, no prefetch", self.streams),
+            ahead => write!(f, "{} stream{s}, {ahead} B ahead", self.streams),
+        }
     }
 }
 
@@ -55,7 +59,8 @@ impl std::fmt::Display for Pattern {
 /// passes, where one prefetched stream read ~17 GB/s against ~29), one or
 /// two 4096 bytes ahead (AMD Zen 5's one-group passes; one thread read
 /// 36-39 GB/s as eight streams, 40-41 as one or two).
-pub const PATTERNS: [Pattern; 3] = [
+#[cfg(target_arch = "x86_64")]
+pub const PATTERNS: &[Pattern] = &[
     Pattern {
         streams: 8,
         ahead: 2048,
@@ -69,6 +74,14 @@ pub const PATTERNS: [Pattern; 3] = [
         ahead: 4096,
     },
 ];
+
+/// The one reading pattern where [`sum`] has no prefetching kernel: a
+/// plain sum left to the hardware prefetchers.
+#[cfg(not(target_arch = "x86_64"))]
+pub const PATTERNS: &[Pattern] = &[Pattern {
+    streams: 1,
+    ahead: 0,
+}];
 
 impl Bandwidth {
     /// The best repetition's GB/s.
@@ -108,7 +121,7 @@ pub fn measure(bytes: usize, threads: usize, reps: usize) -> Result<Bandwidth> {
     }
     let per_thread = words / threads;
     let mut fastest: Option<Bandwidth> = None;
-    for pattern in PATTERNS {
+    for &pattern in PATTERNS {
         let mut samples = Vec::with_capacity(reps);
         for rep in 0..=reps {
             let start = Instant::now();
@@ -182,14 +195,13 @@ unsafe fn sum_avx2(data: &[u32], pattern: Pattern) -> u32 {
     sum_prefetched(data, pattern)
 }
 
-/// [`sum_streams`] with `pattern`'s number of streams.
+/// [`sum_streams`] with `pattern`'s number of streams (1, 2, else 8).
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 fn sum_prefetched(data: &[u32], pattern: Pattern) -> u32 {
     match pattern.streams {
         1 => sum_streams::<1>(data, pattern.ahead),
         2 => sum_streams::<2>(data, pattern.ahead),
-        4 => sum_streams::<4>(data, pattern.ahead),
         _ => sum_streams::<8>(data, pattern.ahead),
     }
 }
@@ -251,7 +263,7 @@ mod tests {
                 .map(|i| i.wrapping_mul(0x9e37_79b9) | 1)
                 .collect();
             let plain = data.iter().fold(0u32, |s, &x| s.wrapping_add(x));
-            for pattern in PATTERNS {
+            for &pattern in PATTERNS {
                 assert_eq!(sum(&data, pattern), plain, "len {len}, {pattern}");
             }
         }
