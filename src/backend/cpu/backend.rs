@@ -19,6 +19,7 @@ use super::kernels::KernelTable;
 use super::matmul::{matmul, Weight};
 use super::ops;
 use super::profile::Profile;
+use super::rope::{Angles, RopeAngles};
 use super::rowops::{RowOps, PAR_MIN};
 use super::threads::Threads;
 use crate::backend::{Backend, BackendError, BufKind, Caps, OpIo};
@@ -183,6 +184,8 @@ pub struct CpuBackend {
     fuse: bool,
     /// Quantized activations shared by the products that read them.
     pub(super) shared: RefCell<SharedActs>,
+    /// RoPE's angles for the rope ops of a step.
+    pub(super) rope: RefCell<RopeAngles>,
     /// An op already done with the op before it (a K/V write with the rope
     /// of K), skipped when it is recorded: the op and its buffers.
     done_ahead: Option<(Op, Vec<usize>)>,
@@ -221,6 +224,7 @@ impl CpuBackend {
             fuse: cfg!(not(target_arch = "wasm32"))
                 && !std::env::var("HEARTH_FUSE").is_ok_and(|v| v == "0"),
             shared: RefCell::default(),
+            rope: RefCell::default(),
             done_ahead: None,
             pages: LargePages::default(),
             acts: ActSlots::default(),
@@ -430,7 +434,7 @@ impl CpuBackend {
                     ))),
                 }
             })?,
-            Op::Rope { .. } => Self::in_output(op, io, |x| rope(op, io, &self.threads, x))?,
+            Op::Rope { .. } => Self::in_output(op, io, |x| self.rope(op, io, x))?,
             _ => false,
         };
         if done {
@@ -459,7 +463,7 @@ impl CpuBackend {
                 })?;
                 self.rows().rms_norm(&self.threads, &mut x, w, *eps);
             }
-            Op::Rope { .. } => rope(op, io, &self.threads, &mut x)?,
+            Op::Rope { .. } => self.rope(op, io, &mut x)?,
             Op::Scale(s) => ops::scale(&mut x, *s),
             Op::LogitSoftcap(c) => ops::softcap(&mut x, *c),
             Op::Softmax { width } => x.chunks_exact_mut(*width).for_each(ops::softmax),
@@ -528,29 +532,38 @@ pub(super) fn rope_params<'a>(op: &Op, factors: Option<&'a [f32]>) -> Option<ops
     })
 }
 
-/// RoPE of `x` (read from input 0) with the positions and factors of `io`.
-fn rope(
-    op: &Op,
-    io: &OpIo<'_, CpuBuffer>,
-    threads: &Threads,
-    x: &mut [f32],
-) -> Result<(), BackendError> {
-    let (pos, factors) = rope_inputs(op, io, x.len())?;
-    let p = rope_params(op, factors.as_deref())
-        .ok_or_else(|| BackendError::UnsupportedOp(format!("{op:?}")))?;
-    // Rows rotate independently: a prompt's rows spread over the threads.
-    let tokens = pos.len().max(1);
-    let width = x.len() / tokens;
-    if x.len() < PAR_MIN || threads.count() == 1 || width == 0 {
-        ops::rope_with(x, &pos, &p);
-        return Ok(());
+impl CpuBackend {
+    /// RoPE of `x` (read from input 0) with the positions and factors of
+    /// `io`, the angles shared with the step's other rope ops.
+    fn rope(&self, op: &Op, io: &OpIo<'_, CpuBuffer>, x: &mut [f32]) -> Result<(), BackendError> {
+        let (pos, factors) = rope_inputs(op, io, x.len())?;
+        let p = rope_params(op, factors.as_deref())
+            .ok_or_else(|| BackendError::UnsupportedOp(format!("{op:?}")))?;
+        if !p.rotates() {
+            return Ok(());
+        }
+        let angles = self.rope_angles(&pos, &p);
+        let angles: &[(f32, f32)] = &angles;
+        // Rows rotate independently: a prompt's rows spread over the threads.
+        let tokens = pos.len().max(1);
+        let (width, half) = (x.len() / tokens, p.n_rot / 2);
+        if x.len() < PAR_MIN || self.threads.count() == 1 || width == 0 {
+            ops::rope_apply(x, angles, &p);
+            return Ok(());
+        }
+        let per = tokens.div_ceil(self.threads.count() * 4);
+        self.threads.for_chunks(x, per * width, |i, c| {
+            let rows = i * per..i * per + c.len() / width;
+            ops::rope_apply(c, &angles[rows.start * half..rows.end * half], &p);
+        });
+        Ok(())
     }
-    let per = tokens.div_ceil(threads.count() * 4);
-    threads.for_chunks(x, per * width, |i, c| {
-        let at = i * per;
-        ops::rope_with(c, &pos[at..at + c.len() / width], &p);
-    });
-    Ok(())
+
+    /// The angles of `pos` under `p` ([`ops::rope_angles`]), computed once
+    /// for all the rope ops that share them.
+    pub(super) fn rope_angles(&self, pos: &[usize], p: &ops::RopeParams<'_>) -> Angles {
+        self.rope.borrow_mut().get(&self.threads, pos, p)
+    }
 }
 
 /// [`Op::Argmax`]: the index of each row's largest value (lowest on ties;

@@ -362,9 +362,16 @@ impl CpuBackend {
             .ok_or_else(|| busy(op))?;
         let (pos, factors) = rope_inputs(op, io, k.len())?;
         let p = rope_params(op, factors.as_deref()).ok_or_else(|| busy(op))?;
-        if k_width == 0 || v_width == 0 || pos.len() != tokens || k.len() != tokens * k_width {
+        if k_width == 0
+            || v_width == 0
+            || pos.len() != tokens
+            || k.len() != tokens * k_width
+            || !p.rotates()
+        {
             return Ok(false);
         }
+        let angles = self.rope_angles(&pos, &p);
+        let half = p.n_rot / 2;
         vb.with_f32s(|v| {
             if v.len() < tokens * v_width {
                 return Err(BackendError::Shape(format!(
@@ -391,11 +398,11 @@ impl CpuBackend {
                         let mut jobs: Vec<_> = k
                             .chunks_mut(per * k_width)
                             .zip(v.chunks(per * v_width))
-                            .zip(pos.chunks(per))
+                            .zip(angles.chunks(per * half))
                             .zip(krows.chunks_mut(per).zip(vrows.chunks_mut(per)))
                             .collect();
-                        self.run_jobs(&mut jobs, PAR_MIN, |(((k, v), pos), (kd, vd))| {
-                            ops::rope_with(k, pos, &p);
+                        self.run_jobs(&mut jobs, PAR_MIN, |(((k, v), angles), (kd, vd))| {
+                            ops::rope_apply(k, angles, &p);
                             for (kr, d) in k.chunks_exact(k_width).zip(kd.iter_mut()) {
                                 d.write(0, kr);
                             }
@@ -407,7 +414,7 @@ impl CpuBackend {
                     })
                 })??;
             if !split {
-                ops::rope_with(k, &pos, &p);
+                ops::rope_apply(k, &angles, &p);
                 write_cache(kc, dtype, k_width, &slots, k)?;
                 write_cache(vc, dtype, v_width, &slots, v)?;
             }

@@ -21,6 +21,7 @@ pub mod ops;
 mod pool;
 mod profile;
 mod record;
+mod rope;
 pub mod rowops;
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
 mod rowops_wasm;

@@ -107,14 +107,32 @@ pub struct RopeParams<'a> {
 ///
 /// x: `[rows, n_heads * head_dim]`, `pos[row]` the row's position.
 pub fn rope_with(x: &mut [f32], pos: &[usize], p: &RopeParams<'_>) {
-    let (head_dim, n_rot) = (p.head_dim, p.n_rot);
-    if head_dim == 0 || n_rot < 2 || n_rot > head_dim {
+    if !p.rotates() {
         return;
     }
-    let width = x.len() / pos.len().max(1);
-    let theta_scale = p.base.powf(-2.0 / n_rot as f32);
-    let mut cs = vec![(0.0f32, 0.0f32); n_rot / 2];
-    for (row, &pos) in x.chunks_exact_mut(width).zip(pos) {
+    let mut angles = vec![(0.0, 0.0); pos.len() * (p.n_rot / 2)];
+    rope_angles(pos, p, &mut angles);
+    rope_apply(x, &angles, p);
+}
+
+impl RopeParams<'_> {
+    /// Whether these parameters rotate anything ([`rope_with`] leaves the
+    /// values as they are otherwise).
+    pub fn rotates(&self) -> bool {
+        self.head_dim > 0 && self.n_rot >= 2 && self.n_rot <= self.head_dim
+    }
+}
+
+/// The cosine and sine of each rotated pair's angle at each position of
+/// `pos`, as [`rope_with`] computes them, into `out` (`n_rot / 2` pairs
+/// per position; positions past `out` are left out).
+pub fn rope_angles(pos: &[usize], p: &RopeParams<'_>, out: &mut [(f32, f32)]) {
+    let half = p.n_rot / 2;
+    if half == 0 {
+        return;
+    }
+    let theta_scale = p.base.powf(-2.0 / p.n_rot as f32);
+    for (cs, &pos) in out.chunks_exact_mut(half).zip(pos) {
         let mut theta = pos as f32;
         for (i, c) in cs.iter_mut().enumerate() {
             let ff = p
@@ -126,15 +144,43 @@ pub fn rope_with(x: &mut [f32], pos: &[usize], p: &RopeParams<'_>) {
             *c = (t.cos(), t.sin());
             theta *= theta_scale;
         }
+    }
+}
+
+/// Rotates each `head_dim`-wide head of `x` by the angles of its row
+/// ([`rope_angles`]: `n_rot / 2` per row, rows as many as `angles` holds).
+pub fn rope_apply(x: &mut [f32], angles: &[(f32, f32)], p: &RopeParams<'_>) {
+    let (head_dim, n_rot) = (p.head_dim, p.n_rot);
+    if !p.rotates() {
+        return;
+    }
+    let half = n_rot / 2;
+    let width = x.len() / (angles.len() / half).max(1);
+    if width == 0 {
+        return;
+    }
+    // Slices zipped, without indices: the compiler vectorizes both layouts.
+    let turn = |x0: &mut f32, x1: &mut f32, &(cos, sin): &(f32, f32)| {
+        let (a, b) = (*x0, *x1);
+        *x0 = a * cos - b * sin;
+        *x1 = a * sin + b * cos;
+    };
+    for (row, cs) in x.chunks_exact_mut(width).zip(angles.chunks_exact(half)) {
         for head in row.chunks_exact_mut(head_dim) {
-            for (i, &(cos, sin)) in cs.iter().enumerate() {
-                let (a, b) = match p.mode {
-                    RopeMode::Norm => (2 * i, 2 * i + 1),
-                    RopeMode::Neox => (i, i + n_rot / 2),
-                };
-                let (x0, x1) = (head[a], head[b]);
-                head[a] = x0 * cos - x1 * sin;
-                head[b] = x0 * sin + x1 * cos;
+            let head = &mut head[..n_rot];
+            match p.mode {
+                RopeMode::Norm => head.chunks_exact_mut(2).zip(cs).for_each(|(pair, c)| {
+                    if let [x0, x1] = pair {
+                        turn(x0, x1, c);
+                    }
+                }),
+                RopeMode::Neox => {
+                    let (lo, hi) = head.split_at_mut(half);
+                    lo.iter_mut()
+                        .zip(hi)
+                        .zip(cs)
+                        .for_each(|((x0, x1), c)| turn(x0, x1, c));
+                }
             }
         }
     }
