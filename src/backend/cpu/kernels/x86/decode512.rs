@@ -639,17 +639,31 @@ pub(super) unsafe fn prefetch_groups<const H: usize>(
     }
 }
 
-/// Prefetches 64-byte line `line` of the block step at `at`, `ahead` bytes
-/// further on. The k-quant kernels below issue one per word they load
+/// Prefetches the 64-byte line that holds byte `ahead + 64 * line` of the
+/// block step at `at`. The k-quant kernels below issue one per word they load
 /// rather than a block step's 36-53 at its head ([`prefetch_groups`]): a
 /// burst that long outruns the L1's dozen fill buffers and stalls the loads
 /// behind it. Measured at one thread (`examples/stream_speed.rs`): Q4_K
 /// from L2, one group per pass, 41 -> 53 GB/s; 2048x8192 weights from
 /// DRAM, four groups per pass, Q4_K 13.7 -> 15.1, Q6_K 13.2 -> 14.5,
 /// IQ4_XS 13.2 -> 14.6, with Q4_0's 15.4-16.0 beside them.
+///
+/// The address is the line's first byte. Q6_K's block step of 16 rows is
+/// 3360 bytes, so every second step starts half a line in, and its
+/// prefetches went to the middles of the same lines. On AMD Zen 5 that
+/// read DRAM slower; why is not known (no hardware counters in this VM).
+/// One thread, one group per pass, 2048x8192 weights from DRAM, GB/s,
+/// three rounds: Q6_K 35.6-36.3 -> 40.2-41.6, Q4_K 36.6-37.5 ->
+/// 38.4-39.7 (its steps all start on a line), IQ4_XS alike; from cache
+/// alike. Whole 1B models decoding at one thread (`hearth bench -p 0 -n 64
+/// -r 3`, two rounds, tokens/s): Q6_K 34.4-35.0 -> 38.6-38.8, Q4_K_M
+/// 45.2 -> 46.7-46.9, Q4_0 (its Q6_K output) 48.8-49.1 -> 50.4-51.5,
+/// IQ4_XS 51.1-51.6 -> 52.4-53.1. (`prefetch_share`'s 32-element steps,
+/// Q4_0 and Q8_0 half of them half a line in, read alike either way.)
 #[inline(always)]
 unsafe fn prefetch_line(at: *const u8, ahead: usize, line: usize) {
-    _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(ahead + 64 * line).cast());
+    let a = at.wrapping_add(ahead + 64 * line);
+    _mm_prefetch::<_MM_HINT_T0>(a.wrapping_sub(a as usize % 64).cast());
 }
 
 /// The four activation bytes at `q8 + at` in every 32-bit lane. Each group
