@@ -4,9 +4,11 @@
 //! under the same parameters (two sets in Gemma 3, whose local and global
 //! layers have their own bases). Computed per op, each of a prompt's rows
 //! took `n_rot / 2` cosines and sines per op, which in Gemma-3-270M's
-//! prompts (head width 256, 36 rope ops) was 7% of prefill at one thread
-//! and 9% at two. [`RopeAngles`] keeps the last few tables, keyed by
-//! everything they depend on, so a step computes each one once.
+//! pp512 (head width 256, 36 rope ops a pass) was 4-5% of the time at one
+//! thread (`HEARTH_PROFILE=1 hearth bench -p 512 -n 0 -r 8`: the rope ops
+//! 0.024-0.029 ms a token, 0.008 since). [`RopeAngles`] keeps the last few
+//! tables, keyed by everything they depend on, so a step computes each
+//! one once.
 
 use std::sync::Arc;
 
