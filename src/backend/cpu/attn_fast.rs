@@ -269,6 +269,17 @@ fn run_tiles(
     let (hk, hv, g) = (s.head_dim_k, s.head_dim_v, c.group());
     let (kw, vw) = (s.n_head_kv * hk, s.n_head_kv * hv);
     let pos = |r: usize| seq.start + (r - seq.row);
+    let (koff, voff) = (it.kvh * hk, it.kvh * hv);
+    if let Some(m) = &c.k.multi {
+        // The first tile's rows, all asked for at once (the ones after are
+        // asked for a tile ahead, below): its gathers would otherwise wait
+        // on them a few lines at a time. In decode the cache was last read
+        // a token ago, and the weights read since have pushed it out of
+        // the caches.
+        let first = &slots[it.k0..(it.k0 + TILE).min(it.k1)];
+        (m.prefetch)(c.kv.k, first, kw, koff, hk);
+        (m.prefetch)(c.kv.v, first, vw, voff, hv);
+    }
     let mut a = it.k0;
     while a < it.k1 {
         let b = (a + TILE).min(it.k1);
@@ -278,7 +289,6 @@ fn run_tiles(
             continue;
         }
         let n = b - a;
-        let (koff, voff) = (it.kvh * hk, it.kvh * hv);
         match &c.k.multi {
             Some(m) => (m.gather_t)(c.kv.k, &slots[a..b], kw, koff, t.kt),
             None => (c.k.gather)(c.kv.k, &slots[a..b], kw, koff, &mut t.kt[..n * hk]),
