@@ -45,6 +45,25 @@ impl Key {
             pos: pos.to_vec(),
         }
     }
+
+    /// Whether this is the key of `pos` under `p` ([`Key::new`] without
+    /// building it: every rope op asks, and most find their table kept).
+    fn matches(&self, pos: &[usize], p: &RopeParams<'_>) -> bool {
+        let factors = |f: &[u32]| {
+            p.freq_factors.is_some_and(|g| {
+                g.len().min(p.n_rot / 2) == f.len()
+                    && g.iter().zip(f).all(|(x, &y)| x.to_bits() == y)
+            })
+        };
+        self.n_rot == p.n_rot
+            && self.base == p.base.to_bits()
+            && self.freq_scale == p.freq_scale.to_bits()
+            && self
+                .factors
+                .as_deref()
+                .map_or(p.freq_factors.is_none(), factors)
+            && self.pos == pos
+    }
 }
 
 /// A table of angles: `n_rot / 2` (cosine, sine) pairs per position.
@@ -59,8 +78,7 @@ pub(super) struct RopeAngles {
 impl RopeAngles {
     /// The angles of `pos` under `p`, computed on `threads` unless kept.
     pub(super) fn get(&mut self, threads: &Threads, pos: &[usize], p: &RopeParams<'_>) -> Angles {
-        let key = Key::new(pos, p);
-        if let Some(at) = self.kept.iter().position(|(k, _)| *k == key) {
+        if let Some(at) = self.kept.iter().position(|(k, _)| k.matches(pos, p)) {
             let entry = self.kept.remove(at);
             let angles = Arc::clone(&entry.1);
             self.kept.push(entry);
@@ -79,7 +97,7 @@ impl RopeAngles {
         if self.kept.len() == KEEP {
             self.kept.remove(0);
         }
-        self.kept.push((key, Arc::clone(&angles)));
+        self.kept.push((Key::new(pos, p), Arc::clone(&angles)));
         angles
     }
 }
