@@ -103,10 +103,11 @@ fn read_cpu_model() -> CpuModel {
 ///     34.8-35.0 -> 44.9-45.1 / 62.8-75.2 -> 66.5-80.1; 1B Q6_K
 ///     28.3-28.8 -> 32.8-33.0 / 52.3-53.1 -> 58.5-60.5; 1B IQ4_XS
 ///     46.6-46.9 -> 50.3-50.7 / 81.1-83.1 -> 89.1-90.2; Gemma-3
-///     146.7-148.0 -> 151.7-154.7 / alike. Of the 1B Q4_K_M's 29%, its Q4_K tensors at one group give
-///     21% and its Q6_K ones 5%. (While each of four streams prefetched
-///     2048 bytes ahead, Q4_K at two groups had read 2-5% slower than at
-///     four, and one group was faster only with several threads.)
+///     146.7-148.0 -> 151.7-154.7 / alike. Of the 1B Q4_K_M's 29%, its
+///     Q4_K tensors at one group give 21% and its Q6_K ones 5%. (While
+///     each of four streams prefetched 2048 bytes ahead, Q4_K at two
+///     groups had read 2-5% slower than at four, and one group was faster
+///     only with several threads.)
 ///
 /// Other CPUs keep Ice Lake's four.
 pub(super) fn one_token_groups() -> usize {
