@@ -15,11 +15,12 @@ use std::io::{Read, Seek, SeekFrom};
 use std::time::Instant;
 
 use hearth::backend::cpu::kernels::KernelTable;
+use hearth::backend::cpu::{CpuBackend, CpuOptions};
 use hearth::engine::{Clock, Engine, EngineConfig, GenerateRequest, Prompt};
 use hearth::gguf::source::ByteSource;
 use hearth::gguf::{GgufError, GgufModel};
 use hearth::model::tokenizer::Tokenizer;
-use hearth::model::{load_cpu_model, LoadOptions, ModelConfig};
+use hearth::model::{load_model, LoadOptions, ModelConfig};
 use hearth::sample::SamplingParams;
 
 fn main() -> Result<(), Box<dyn Error>> {
@@ -42,12 +43,12 @@ fn main() -> Result<(), Box<dyn Error>> {
         max_num_seqs: 1,
         ..EngineConfig::default()
     };
-    let opts = LoadOptions {
-        kv: config.kv_cache_config(),
-        threads: 1,
-        exact_f32: false,
-    };
-    let cpu = pollster::block_on(load_cpu_model(&model, &sources, &opts, &mut |_| {}))?;
+    let opts = LoadOptions::new(config.kv_cache_config());
+    let (cpu_opts, warnings) = CpuOptions::from_settings(1, |k| std::env::var(k).ok());
+    warnings.iter().for_each(|w| eprintln!("{w}"));
+    let isa = KernelTable::for_isa_or_best(cpu_opts.isa).isa();
+    let backend = CpuBackend::with_options(&cpu_opts);
+    let cpu = pollster::block_on(load_model(backend, &model, &sources, &opts, &mut |_| {}))?;
     let mut engine = Engine::new(cpu, tokenizer, None, config)?;
     let start = Instant::now();
     engine.set_clock(Clock::from_fn(move || start.elapsed().as_secs_f64()));
@@ -56,7 +57,6 @@ fn main() -> Result<(), Box<dyn Error>> {
     } else {
         "native"
     };
-    let isa = KernelTable::detect().isa();
     for _ in 0..repeats {
         let before = engine.stats();
         let mut req = GenerateRequest::new(Prompt::Text(prompt.to_string()));

@@ -234,7 +234,7 @@ impl Sampler {
 
     /// [`Sampler::sample`] of a row given only its best candidates
     /// (`top`: at least [`Sampler::device_top_k`] `(token, logit)` pairs of
-    /// the row, best first as [`crate::graph::top_k_row`] orders them):
+    /// the row, best first as [`crate::graph::reference::top_k_row`] orders them):
     /// the same pick, log-probabilities and random stream as `sample` on
     /// the whole row.
     pub fn sample_top_k(&mut self, top: &[(u32, f32)]) -> Result<Sampled, SampleError> {
@@ -531,7 +531,7 @@ mod tests {
             let mut whole = Sampler::new(params.clone()).expect("params");
             let mut top = Sampler::new(params.clone()).expect("params");
             let k = top.device_top_k().expect("a top-k draw");
-            let cands = crate::graph::top_k_row(&logits, k + (case as usize % 3));
+            let cands = crate::graph::reference::top_k_row(&logits, k + (case as usize % 3));
             for _ in 0..5 {
                 let a = whole.sample(&logits, &[]).expect("sample");
                 let b = top.sample_top_k(&cands).expect("sample_top_k");

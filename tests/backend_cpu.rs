@@ -5,12 +5,14 @@ mod model_support;
 
 use hearth::backend::cpu::kernels::KernelTable;
 use hearth::backend::cpu::matmul::{matmul, Weight};
-use hearth::backend::cpu::ops::{self, RopeMode};
 use hearth::backend::cpu::threads::Threads;
 use hearth::backend::cpu::{CpuBackend, CpuBuffer};
 use hearth::backend::{Backend, BufKind, OpIo};
+use hearth::graph::reference as ops;
+use hearth::graph::KvType;
 use hearth::graph::Op;
-use hearth::model::KvType;
+use hearth::graph::RopeMode;
+
 use hearth::quant::{reference, GgmlType};
 use model_support::rng::Rng;
 

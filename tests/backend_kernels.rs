@@ -6,9 +6,10 @@
 
 mod model_support;
 
-use hearth::backend::cpu::kernels::{KernelTable, WEIGHT_TYPES};
+use hearth::backend::cpu::kernels::KernelTable;
 use hearth::quant::reference;
 use hearth::quant::GgmlType;
+use hearth::quant::WEIGHT_TYPES;
 use model_support::rng::Rng;
 
 const N: usize = 512;

@@ -16,10 +16,10 @@
 mod rng;
 
 use hearth::backend::cpu::kernels::{
-    Isa, KernelTable, Layout, ScaleKinds, WeightKernels, BAND_ROWS, WEIGHT_TYPES,
+    Isa, KernelTable, Layout, ScaleKinds, WeightKernels, BAND_ROWS,
 };
 use hearth::quant::reference;
-use hearth::quant::GgmlType;
+use hearth::quant::{GgmlType, WEIGHT_TYPES};
 use rng::Rng;
 
 /// A row of `n` weights of mixed scale (never zeros).

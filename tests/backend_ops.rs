@@ -6,10 +6,12 @@
 mod model_support;
 
 use hearth::backend::cpu::attention::{AttnSeq, AttnShape, KvCache};
-use hearth::backend::cpu::ops::{self, RopeMode};
 use hearth::backend::cpu::threads::Threads;
+use hearth::graph::reference as ops;
+use hearth::graph::RopeMode;
+use hearth::graph::{KvCacheConfig, KvType};
 use hearth::kv::{BlockId, Slot};
-use hearth::model::{KvCacheConfig, KvType};
+
 use model_support::rng::Rng;
 
 fn close(ours: &[f32], want: &[f64], tol: f64, what: &str) {

@@ -7,9 +7,9 @@ mod model_support;
 mod webgpu_support;
 
 use hearth::backend::{Backend, BufKind, OpIo};
+use hearth::graph::{Activation, KvType};
 use hearth::graph::{Op, RopeMode};
-use hearth::model::arch::Activation;
-use hearth::model::KvType;
+
 use hearth::quant::GgmlType;
 use model_support::rng::Rng;
 use webgpu_support::*;
@@ -210,8 +210,11 @@ fn moe_top_k_and_argmax_match_cpu() {
     let (cpu, gpu_out) = both(&mut g, &case);
     assert_eq!(cpu[0], gpu_out[0], "argmax");
     let ids: Vec<u32> = as_f32(&gpu_out[0]).iter().map(|v| v.to_bits()).collect();
-    let want: Vec<u32> = x.chunks(1000).map(hearth::graph::argmax_row).collect();
-    assert_eq!(ids, want, "argmax against graph::argmax_row");
+    let want: Vec<u32> = x
+        .chunks(1000)
+        .map(hearth::graph::reference::argmax_row)
+        .collect();
+    assert_eq!(ids, want, "argmax against graph::reference::argmax_row");
     assert_eq!(ids[1], 17);
     assert_eq!(ids[3..], [hearth::graph::NON_FINITE_ROW; 2]);
 }
@@ -259,7 +262,7 @@ fn top_k_matches_the_reference() {
         let (cpu, gpu_out) = both(&mut g, &case);
         let want: Vec<u32> = x
             .chunks(width)
-            .flat_map(|row| hearth::graph::top_k_row(row, k))
+            .flat_map(|row| hearth::graph::reference::top_k_row(row, k))
             .flat_map(|(i, v)| [i, v.to_bits()])
             .collect();
         let got: Vec<u32> = as_f32(&gpu_out[0]).iter().map(|v| v.to_bits()).collect();

@@ -7,8 +7,8 @@
 
 mod model_support;
 
-use hearth::backend::cpu::CpuModel;
-use hearth::model::{Batch, ForwardModel, KvType, LogitsWanted, SeqInput};
+use hearth::graph::KvType;
+use hearth::model::{Batch, ForwardModel, LogitsWanted, SeqInput};
 use model_support::*;
 
 /// The prompt's logits (all rows), then those of `steps` decode steps, each
@@ -61,9 +61,9 @@ fn fused_row_ops_give_the_logits_of_the_ops_apart() {
     for name in names {
         for (dtype, threads) in [(KvType::F16, 1), (KvType::F16, 2), (KvType::F32, 2)] {
             let mut m = load(&synthetic_model(name), dtype, false, threads, 20);
-            m.set_fusion(true);
+            m.backend_mut().set_fusion(true);
             let fused = run(&mut m, &prompt, 4);
-            m.set_fusion(false);
+            m.backend_mut().set_fusion(false);
             // A fresh cache: the same slots are written again, apart.
             let apart = run(&mut m, &prompt, 4);
             for (i, (a, b)) in fused.iter().zip(&apart).enumerate() {

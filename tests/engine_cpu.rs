@@ -2,13 +2,17 @@
 //! exactly the tokens each gives alone (ragged batches, chunked prefill,
 //! mixed prefill and decode), and the pool returns to full.
 
+use hearth::graph::KvType;
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use hearth::backend::cpu::CpuBackend;
 use hearth::engine::{Engine, EngineConfig, EngineEvent, GenerateRequest, Prompt, RequestId};
 use hearth::model::chat::ChatTemplate;
 use hearth::model::tokenizer::Tokenizer;
-use hearth::model::{load_cpu_model, CpuModel, KvType, LoadOptions};
+use hearth::model::{load_model, LoadOptions, Model};
+
+type CpuModel = Model<CpuBackend>;
 use hearth::sample::SamplingParams;
 
 fn engine(name: &str, config: &EngineConfig) -> Engine<CpuModel> {
@@ -17,12 +21,9 @@ fn engine(name: &str, config: &EngineConfig) -> Engine<CpuModel> {
         .join(format!("{name}.gguf"));
     let (model, sources) =
         hearth::gguf::open_model(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let opts = LoadOptions {
-        kv: config.kv_cache_config(),
-        threads: 1,
-        exact_f32: false,
-    };
-    let cpu = pollster::block_on(load_cpu_model(&model, &sources, &opts, &mut |_| {}))
+    let opts = LoadOptions::new(config.kv_cache_config());
+    let backend = CpuBackend::new(1);
+    let cpu = pollster::block_on(load_model(backend, &model, &sources, &opts, &mut |_| {}))
         .unwrap_or_else(|e| panic!("{name}: {e}"));
     let tok = Tokenizer::from_metadata(model.metadata()).expect("tokenizer");
     let chatml = ChatTemplate::builtin("chatml").expect("chatml");

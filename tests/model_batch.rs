@@ -5,8 +5,9 @@
 
 mod model_support;
 
+use hearth::graph::KvType;
 use hearth::kv::BlockId;
-use hearth::model::{Batch, CpuModel, KvType, LogitsWanted, SeqInput};
+use hearth::model::{Batch, LogitsWanted, SeqInput};
 use model_support::*;
 
 const MODELS: [&str; 4] = [

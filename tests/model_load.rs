@@ -4,8 +4,10 @@
 
 mod model_support;
 
+use hearth::backend::cpu::CpuBackend;
 use hearth::gguf::{write_gguf, GgufFile, GgufModel, MemSource, Metadata, TensorSpec, Value};
-use hearth::model::{load_cpu_model, KvCacheConfig, KvType, LoadOptions};
+use hearth::graph::{KvCacheConfig, KvType};
+use hearth::model::{load_model, LoadOptions};
 use hearth::quant::GgmlType;
 use model_support::fixtures;
 
@@ -38,17 +40,16 @@ fn load_edited(edit: impl FnOnce(&mut Metadata, &mut Tensors)) -> hearth::Result
     let src = MemSource::new(out);
     let file = pollster::block_on(GgufFile::read(&src)).expect("reparse");
     let model = GgufModel::from_files(vec![file]).expect("model");
-    let opts = LoadOptions {
-        kv: KvCacheConfig {
-            num_blocks: 4,
-            block_size: 16,
-            dtype: KvType::F16,
-        },
-        threads: 1,
-        exact_f32: false,
-    };
+    let opts = LoadOptions::new(KvCacheConfig {
+        num_blocks: 4,
+        block_size: 16,
+        dtype: KvType::F16,
+    });
     let mut calls = 0;
-    pollster::block_on(load_cpu_model(&model, &[src], &opts, &mut |_| calls += 1))?;
+    let backend = CpuBackend::new(1);
+    pollster::block_on(load_model(backend, &model, &[src], &opts, &mut |_| {
+        calls += 1
+    }))?;
     Ok(calls)
 }
 

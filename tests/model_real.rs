@@ -10,9 +10,10 @@
 
 mod model_support;
 
+use hearth::graph::KvType;
 use std::path::Path;
 
-use hearth::model::{Batch, KvType, LogitsWanted, SeqInput};
+use hearth::model::{Batch, LogitsWanted, SeqInput};
 use model_support::*;
 
 /// Gap under which llama.cpp's own configurations (F16 KV, flash attention)
@@ -31,7 +32,7 @@ const LONG: usize = 100;
 
 /// Runs `ids` as one sequence: `ids[..first]` as a first chunk without
 /// logits, then the rest with logits at every position.
-fn run_chunked(m: &mut hearth::model::CpuModel, ids: &[u32], first: usize) -> Vec<f32> {
+fn run_chunked(m: &mut CpuModel, ids: &[u32], first: usize) -> Vec<f32> {
     let t = table(1, ids.len());
     if first > 0 {
         let s = slots(&t, 0, first);
@@ -62,7 +63,7 @@ fn gap(top: &[(usize, f32)]) -> f32 {
 
 /// Checks one prompt; returns (last-position nrmse, close calls, failures).
 fn check_prompt(
-    m: &mut hearth::model::CpuModel,
+    m: &mut CpuModel,
     dir: &Path,
     stem: &str,
     clear_gap: f32,
@@ -177,11 +178,7 @@ fn gemma3_matches_llamacpp() {
 /// Greedy decode of `steps` tokens after `prompt`, one token per forward
 /// (the decode path: matrix-vector products, ~240 short parallel regions
 /// per token); returns the tokens and the last step's logits.
-fn greedy_decode(
-    m: &mut hearth::model::CpuModel,
-    prompt: &[u32],
-    steps: usize,
-) -> (Vec<u32>, Vec<f32>) {
+fn greedy_decode(m: &mut CpuModel, prompt: &[u32], steps: usize) -> (Vec<u32>, Vec<f32>) {
     let t = table(1, prompt.len() + steps);
     let mut logits = run_chunked_last(m, prompt, &t);
     let mut out = Vec::new();
@@ -204,11 +201,7 @@ fn greedy_decode(
 }
 
 /// The prompt's last-position logits (prefill: matrix-matrix products).
-fn run_chunked_last(
-    m: &mut hearth::model::CpuModel,
-    prompt: &[u32],
-    t: &[hearth::kv::BlockId],
-) -> Vec<f32> {
+fn run_chunked_last(m: &mut CpuModel, prompt: &[u32], t: &[hearth::kv::BlockId]) -> Vec<f32> {
     let s = slots(t, 0, prompt.len());
     let seqs = [SeqInput {
         tokens: prompt,

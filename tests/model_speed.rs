@@ -3,7 +3,8 @@
 
 mod model_support;
 
-use hearth::model::{Batch, KvType, LogitsWanted, SeqInput};
+use hearth::graph::KvType;
+use hearth::model::{Batch, LogitsWanted, SeqInput};
 use model_support::*;
 
 /// CPU seconds this process has used (Linux `/proc/self/stat`, 100 Hz ticks);

@@ -4,7 +4,8 @@
 
 mod model_support;
 
-use hearth::model::{ForwardModel, KvType, LogitsWanted};
+use hearth::graph::KvType;
+use hearth::model::{ForwardModel, LogitsWanted};
 use model_support::*;
 
 struct Bounds {

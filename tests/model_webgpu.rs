@@ -6,8 +6,9 @@
 mod model_support;
 mod webgpu_support;
 
+use hearth::graph::KvType;
 use hearth::kv::BlockId;
-use hearth::model::{Batch, ForwardModel, KvType, LogitsWanted, SeqInput};
+use hearth::model::{Batch, ForwardModel, LogitsWanted, SeqInput};
 use model_support::{
     argmax, fixtures, ids, nrmse, overlap, read_f32, read_json, synthetic_model, top_k,
 };
@@ -77,11 +78,7 @@ struct Seq {
     table: Vec<BlockId>,
 }
 
-fn step(
-    m: &mut hearth::backend::webgpu::GpuModel,
-    seqs: &[Seq],
-    greedy: bool,
-) -> (Vec<f32>, Vec<u32>) {
+fn step(m: &mut GpuModel, seqs: &[Seq], greedy: bool) -> (Vec<f32>, Vec<u32>) {
     let sl: Vec<_> = seqs
         .iter()
         .map(|s| slots(&s.table, s.start, s.tokens.len()))

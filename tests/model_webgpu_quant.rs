@@ -14,8 +14,9 @@
 mod model_support;
 mod webgpu_support;
 
-use hearth::backend::webgpu::{GpuCounters, GpuModel, GpuOptions};
-use hearth::model::{Batch, ForwardModel, KvType, LogitsWanted, SeqInput};
+use hearth::backend::webgpu::{GpuCounters, GpuOptions, GpuProfile};
+use hearth::graph::KvType;
+use hearth::model::{Batch, ForwardModel, LogitsWanted, SeqInput};
 use model_support::{
     argmax, fixtures, ids, nrmse, overlap, read_f32, read_json, synthetic_model, top_k,
 };
@@ -186,8 +187,8 @@ fn warm_decode_step_is_one_submission_creating_nothing() {
 #[test]
 fn profiled_steps_report_host_and_kernel_times() {
     let opts = GpuOptions {
-        profile: true,
-        ..GpuOptions::from_env()
+        profile: GpuProfile::Full,
+        ..gpu_options()
     };
     let Some(mut m) = load_gpu_with(&synthetic_model("llama-Q4_K_M"), KvType::F16, 8, &opts) else {
         return;
@@ -245,7 +246,7 @@ fn decode_in_pieces_equals_one_submission() {
     for every in [0, 5] {
         let opts = GpuOptions {
             submit_every: Some(every),
-            ..GpuOptions::from_env()
+            ..gpu_options()
         };
         let Some(mut m) = load_gpu_with(&path, KvType::F16, 8, &opts) else {
             return;

@@ -2,8 +2,11 @@
 //! recorded ops (DESIGN.md "Backends"); [`cpu`] is the portable one.
 
 pub mod cpu;
+mod memory;
 #[cfg(feature = "webgpu")]
 pub mod webgpu;
+
+pub use memory::MemoryNeed;
 
 use std::future::Future;
 use std::ops::Range;
@@ -11,30 +14,37 @@ use std::ops::Range;
 use thiserror::Error;
 
 use crate::graph::Op;
-use crate::quant::GgmlType;
+use crate::quant::{GgmlType, WEIGHT_TYPES};
 
 /// Errors of a backend.
 #[derive(Debug, Error)]
 #[non_exhaustive]
 pub enum BackendError {
-    /// The backend has no kernel for a tensor's type.
-    #[error("tensor '{tensor}' has type {ty}, which the CPU backend cannot run; supported: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS (requantize the model with `hearth quantize`)")]
+    /// The backend has no kernel for a weight's type.
+    #[error("tensor '{tensor}' has type {ty}, which the {backend} backend cannot run; {}", type_hint(*ty))]
     UnsupportedType {
         /// The tensor.
         tensor: String,
         /// Its type.
         ty: GgmlType,
+        /// The backend ([`Caps::backend`]).
+        backend: String,
     },
     /// Buffers or shapes that do not fit an op.
     #[error("shape mismatch: {0}")]
     Shape(String),
-    /// The backend does not implement an op.
-    #[error("the backend does not support op {0}")]
-    UnsupportedOp(String),
-    /// The WebGPU device failed or lacks something.
-    #[cfg(feature = "webgpu")]
+    /// The backend has no kernel for an op.
+    #[error("the {backend} backend cannot run {op}; run the model on another backend (the CPU runs every op)")]
+    UnsupportedOp {
+        /// The backend ([`Caps::backend`]).
+        backend: String,
+        /// What the op is, for a person.
+        op: String,
+    },
+    /// The device failed, lacks something, or cannot hold the model: the
+    /// backend's own error, with what to do in its message.
     #[error(transparent)]
-    Gpu(#[from] webgpu::GpuError),
+    Device(Box<dyn std::error::Error + Send + Sync>),
     /// The host refused memory for a buffer.
     #[error("could not get {} MiB of host memory for {what}: {detail}; close other programs, or load a smaller model or a shorter context (--ctx)", bytes.div_ceil(1 << 20))]
     OutOfMemory {
@@ -55,10 +65,38 @@ pub enum BackendError {
     },
 }
 
+impl BackendError {
+    /// [`BackendError::UnsupportedOp`] of `op` on the backend of `caps`.
+    pub fn unsupported_op(caps: &Caps, op: &Op) -> Self {
+        BackendError::UnsupportedOp {
+            backend: caps.backend.to_string(),
+            op: op.describe(),
+        }
+    }
+}
+
+/// What to do about a weight of type `ty` that a backend cannot run.
+fn type_hint(ty: GgmlType) -> String {
+    let runs: Vec<String> = WEIGHT_TYPES.iter().map(ToString::to_string).collect();
+    if WEIGHT_TYPES.contains(&ty) {
+        format!(
+            "run the model on another backend (the CPU runs {})",
+            runs.join(", ")
+        )
+    } else {
+        format!(
+            "Hearth runs {}; requantize the model with `hearth quantize`",
+            runs.join(", ")
+        )
+    }
+}
+
 /// What a backend can do.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Caps {
-    /// Human-readable name (`cpu scalar x4`).
+    /// The backend, as errors and reports name it (`CPU`, `WebGPU`).
+    pub backend: &'static str,
+    /// The device, for a person (`cpu avx512 x4`, an adapter's name).
     pub name: String,
     /// Largest single buffer in bytes.
     pub max_buffer_bytes: u64,
@@ -138,6 +176,14 @@ pub trait Backend {
         cols: usize,
     ) -> Result<(), BackendError> {
         let _ = (dst, ty, cols);
+        Ok(())
+    }
+    /// Checks that a model needing `need` fits the device, before anything
+    /// is allocated: an error says what does not fit and what to do. The
+    /// default accepts (host memory fails at allocation, with
+    /// [`BackendError::OutOfMemory`]).
+    fn check_memory(&self, need: &MemoryNeed) -> Result<(), BackendError> {
+        let _ = need;
         Ok(())
     }
     /// Whether [`Backend::record`] accepts `op`.

@@ -1,8 +1,9 @@
 //! The engine's limits and the size of its K/V cache.
 
 use super::EngineError;
+use crate::graph::{KvCacheConfig, KvType};
 use crate::kv::DEFAULT_BLOCK_SIZE;
-use crate::model::{KvCacheConfig, KvType};
+
 use crate::sched::SchedulerConfig;
 
 /// Limits of an [`Engine`](super::Engine). The model must be loaded with

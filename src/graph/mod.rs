@@ -7,13 +7,53 @@
 //! inputs and outputs in the order of [`OpIo`](crate::backend::OpIo).
 
 pub mod plan;
+pub mod reference;
 
-use crate::model::arch::Activation;
-use crate::model::KvType;
 use crate::quant::GgmlType;
 
+/// The gated activation of an FFN.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Activation {
+    /// `silu(gate) * up`.
+    Silu,
+    /// `gelu_tanh(gate) * up`.
+    GeluTanh,
+}
+
+/// Element type of the K/V cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum KvType {
+    /// Half precision (the default: half the memory, llama.cpp's default too).
+    #[default]
+    F16,
+    /// Single precision (conformance: llama.cpp's references were made with it).
+    F32,
+}
+
+impl KvType {
+    /// Bytes of one cache element.
+    pub fn bytes(self) -> usize {
+        match self {
+            KvType::F16 => 2,
+            KvType::F32 => 4,
+        }
+    }
+}
+
+/// Size and type of the paged K/V cache a model allocates, which the
+/// K/V ops write and read through slots and block tables.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct KvCacheConfig {
+    /// Blocks in the pool (block 0 is the null block and is never written).
+    pub num_blocks: usize,
+    /// Tokens per block.
+    pub block_size: usize,
+    /// Element type.
+    pub dtype: KvType,
+}
+
 /// ggml's RoPE modes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum RopeMode {
     /// Rotates adjacent pairs `(2i, 2i + 1)` (llama).
     Norm,
@@ -166,7 +206,7 @@ pub enum Op {
         width: usize,
     },
     /// The `k` largest values of each `width`-wide row with their indices,
-    /// best first (ties: the lower index first), as [`top_k_row`] defines
+    /// best first (ties: the lower index first), as [`reference::top_k_row`] defines
     /// them: what a sampler keeping the `k` most likely tokens needs, so a
     /// sampled step reads back `k` pairs per sequence instead of the logits.
     /// A row holding a NaN or an infinity starts with [`NON_FINITE_ROW`].
@@ -179,47 +219,57 @@ pub enum Op {
     },
 }
 
+impl Op {
+    /// The variant's name (`MatMul`, `PagedAttention`, ...).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Op::GetRows { .. } => "GetRows",
+            Op::MatMul { .. } => "MatMul",
+            Op::RmsNorm { .. } => "RmsNorm",
+            Op::Rope { .. } => "Rope",
+            Op::Add => "Add",
+            Op::Mul => "Mul",
+            Op::Scale(_) => "Scale",
+            Op::BiasAdd => "BiasAdd",
+            Op::SiluMul => "SiluMul",
+            Op::GeluTanhMul => "GeluTanhMul",
+            Op::Softmax { .. } => "Softmax",
+            Op::KvWrite { .. } => "KvWrite",
+            Op::PagedAttention { .. } => "PagedAttention",
+            Op::MoeTopK { .. } => "MoeTopK",
+            Op::MoeExperts { .. } => "MoeExperts",
+            Op::LogitSoftcap(_) => "LogitSoftcap",
+            Op::Argmax { .. } => "Argmax",
+            Op::TopK { .. } => "TopK",
+        }
+    }
+
+    /// The op for a person: its name and what it is, with the parameters
+    /// that decide whether a backend runs it.
+    pub fn describe(&self) -> String {
+        match self {
+            Op::MatMul { ty, k, n, .. } => format!("a {ty} matrix product ({n} x {k})"),
+            Op::GetRows { ty, width } => format!("a {ty} row lookup ({width} wide)"),
+            Op::MoeTopK { n_expert, k } => {
+                format!("the mixture-of-experts router ({k} of {n_expert} experts)")
+            }
+            Op::MoeExperts { tys, .. } => format!(
+                "the mixture-of-experts FFN ({} / {} / {} experts)",
+                tys[0], tys[1], tys[2]
+            ),
+            Op::PagedAttention {
+                head_dim_k, dtype, ..
+            } => {
+                format!("paged attention (heads of {head_dim_k}, {dtype:?} cache)")
+            }
+            Op::KvWrite { dtype, .. } => format!("the K/V cache write ({dtype:?} cache)"),
+            other => other.name().to_string(),
+        }
+    }
+}
+
 /// The largest `k` of [`Op::TopK`] (what its GPU kernel keeps per thread).
 pub const MAX_TOP_K: usize = 64;
 
 /// What [`Op::Argmax`] yields for a row holding a NaN or an infinity.
 pub const NON_FINITE_ROW: u32 = u32::MAX;
-
-/// [`Op::Argmax`] of one row on the host, the reference of every backend's
-/// kernel: the lowest index of the largest value, or [`NON_FINITE_ROW`]
-/// when a value is not finite (or the row is empty).
-pub fn argmax_row(row: &[f32]) -> u32 {
-    let mut best: Option<(usize, f32)> = None;
-    for (i, &v) in row.iter().enumerate() {
-        if !v.is_finite() {
-            return NON_FINITE_ROW;
-        }
-        if best.is_none_or(|(_, b)| v > b) {
-            best = Some((i, v));
-        }
-    }
-    best.map_or(NON_FINITE_ROW, |(i, _)| i as u32)
-}
-
-/// [`Op::TopK`] of one row on the host, the reference of every backend's
-/// kernel: the `k` best `(index, value)` pairs, by value descending then
-/// index ascending (a total order: the result never depends on the sort).
-/// A row with a non-finite value gives `k` pairs `(NON_FINITE_ROW, NaN)`.
-pub fn top_k_row(row: &[f32], k: usize) -> Vec<(u32, f32)> {
-    if row.iter().any(|v| !v.is_finite()) {
-        return vec![(NON_FINITE_ROW, f32::NAN); k];
-    }
-    let by_value = |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
-    let mut pairs: Vec<(u32, f32)> = row
-        .iter()
-        .enumerate()
-        .map(|(i, &v)| (i as u32, v))
-        .collect();
-    let k = k.min(pairs.len());
-    if k < pairs.len() {
-        pairs.select_nth_unstable_by(k, by_value);
-        pairs.truncate(k);
-    }
-    pairs.sort_unstable_by(by_value);
-    pairs
-}

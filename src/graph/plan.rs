@@ -196,7 +196,7 @@ pub async fn execute<B: Backend>(
         }
     };
     if let Some(s) = plan.steps.iter().find(|s| !backend.supports(&s.op)) {
-        return Err(BackendError::UnsupportedOp(format!("{:?}", s.op)));
+        return Err(BackendError::unsupported_op(backend.caps(), &s.op));
     }
     type Bufs<'a, T> = Vec<(Vec<&'a T>, Vec<&'a T>)>;
     let bufs: Bufs<'_, B::Buffer> = plan

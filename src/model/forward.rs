@@ -67,27 +67,6 @@ impl Batch<'_> {
     }
 }
 
-/// Element type of the K/V cache.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum KvType {
-    /// Half precision (the default: half the memory, llama.cpp's default too).
-    #[default]
-    F16,
-    /// Single precision (conformance: llama.cpp's references were made with it).
-    F32,
-}
-
-/// Size and type of the paged K/V cache a model allocates.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct KvCacheConfig {
-    /// Blocks in the pool (block 0 is the null block and is never written).
-    pub num_blocks: usize,
-    /// Tokens per block.
-    pub block_size: usize,
-    /// Element type.
-    pub dtype: KvType,
-}
-
 /// A model ready to run: weights loaded on a backend, K/V cache allocated.
 ///
 /// The future is not `Send`: browser GPU handles are not.
@@ -101,7 +80,7 @@ pub trait ForwardModel {
     async fn forward(&mut self, batch: &Batch<'_>) -> crate::Result<Vec<f32>>;
 
     /// A greedy forward pass: the argmax of each wanted logits row, in
-    /// sequence order, as [`crate::graph::argmax_row`] defines it
+    /// sequence order, as [`crate::graph::reference::argmax_row`] defines it
     /// ([`crate::graph::NON_FINITE_ROW`] for a row with a NaN or an
     /// infinity). Models on a device override this to pick on the device
     /// and read back one u32 per row instead of the logits.
@@ -110,13 +89,13 @@ pub trait ForwardModel {
         let logits = self.forward(batch).await?;
         Ok(logits
             .chunks(n_vocab.max(1))
-            .map(crate::graph::argmax_row)
+            .map(crate::graph::reference::argmax_row)
             .collect())
     }
 
     /// A sampling forward pass: the `k` best `(token, logit)` pairs of each
     /// wanted logits row (`1 <= k <= crate::graph::MAX_TOP_K`), as
-    /// [`crate::graph::top_k_row`] defines them. Models on a device
+    /// [`crate::graph::reference::top_k_row`] defines them. Models on a device
     /// override this to select on the device and read back `k` pairs per row.
     async fn forward_top_k(
         &mut self,
@@ -127,7 +106,7 @@ pub trait ForwardModel {
         let logits = self.forward(batch).await?;
         Ok(logits
             .chunks(n_vocab.max(1))
-            .map(|row| crate::graph::top_k_row(row, k))
+            .map(|row| crate::graph::reference::top_k_row(row, k))
             .collect())
     }
 }

@@ -3,12 +3,13 @@
 //! ([`super::arch::plan`]), runs it through the generic executor, and reads
 //! back the logits rows with ONE download.
 
+use crate::graph::KvCacheConfig;
 use std::fmt;
 
 use crate::backend::{Backend, BackendError};
 use crate::graph::plan::{execute, Held, Plan};
 use crate::model::arch::{plan::build_plan, ArchSpec};
-use crate::model::{Batch, ForwardModel, KvCacheConfig, LogitsWanted, ModelConfig};
+use crate::model::{Batch, ForwardModel, LogitsWanted, ModelConfig};
 use crate::quant::GgmlType;
 
 /// One weight the model holds on its backend.
@@ -124,6 +125,11 @@ impl<B: Backend> Model<B> {
         &self.backend
     }
 
+    /// The backend, mutably (for its own settings).
+    pub fn backend_mut(&mut self) -> &mut B {
+        &mut self.backend
+    }
+
     /// The architecture's spec.
     pub fn spec(&self) -> &ArchSpec {
         &self.spec
@@ -213,7 +219,7 @@ impl<B: Backend> Model<B> {
     }
 
     /// A sampling forward pass: the `k` best `(token, logit)` pairs of each
-    /// wanted logits row, best first ([`crate::graph::top_k_row`]), picked
+    /// wanted logits row, best first ([`crate::graph::reference::top_k_row`]), picked
     /// on the backend, so the step reads back `8 k` bytes per row.
     pub async fn run_top_k(
         &mut self,

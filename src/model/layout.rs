@@ -132,7 +132,7 @@ impl<'a> Layout<'a> {
             GgmlType::F32 => 4,
             GgmlType::F16 | GgmlType::BF16 => 2,
             ty => {
-                return Err(BackendError::UnsupportedType {
+                return Err(LoadError::VectorType {
                     tensor: name.to_string(),
                     ty,
                 }

@@ -8,20 +8,24 @@
 //! repack them), vectors converted to f32 at their end. Peak host memory is
 //! a chunk and a row, not the model. Progress is reported after every chunk.
 
+use crate::graph::KvCacheConfig;
 use std::collections::HashMap;
 
 use thiserror::Error;
 
 use half::{bf16, f16};
 
-use crate::backend::cpu::{CpuBackend, CpuModel};
-use crate::backend::{Backend, BackendError, BufKind};
+use crate::backend::{Backend, BackendError, BufKind, MemoryNeed};
 use crate::gguf::{ByteSource, GgufModel, TensorStream};
+use crate::graph::plan::BufId;
 use crate::graph::Op;
-use crate::model::arch::spec_for;
-use crate::model::generic::Model;
+use crate::model::arch::plan::{build_plan, PlanSource};
+use crate::model::arch::{spec_for, ArchSpec};
+use crate::model::generic::{Model, ModelWeights};
 use crate::model::layout::{Layout, Slot, SlotKind};
-use crate::model::{KvCacheConfig, KvType, ModelConfig};
+use crate::model::memory::memory_need;
+use crate::model::ModelConfig;
+use crate::model::{Batch, LogitsWanted, SeqInput};
 use crate::quant::GgmlType;
 
 /// Bytes per streamed chunk.
@@ -62,19 +66,46 @@ pub enum LoadError {
     /// The K/V cache configuration is unusable.
     #[error("invalid K/V cache configuration: {0}")]
     Kv(String),
+    /// A vector tensor (a norm weight, a bias) of a type Hearth does not
+    /// read vectors as.
+    #[error("tensor '{tensor}' is a vector of type {ty}; vectors must be F32, F16 or BF16 (requantize the model with `hearth quantize`)")]
+    VectorType {
+        /// The tensor.
+        tensor: String,
+        /// Its type.
+        ty: GgmlType,
+    },
 }
 
-/// How to load a model.
+/// How to load a model (how to run it is the backend's options).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LoadOptions {
     /// The K/V cache to allocate.
     pub kv: KvCacheConfig,
-    /// Worker threads (0 = all cores).
-    pub threads: usize,
     /// Exact-f32 mode: f32 activations and weight rows expanded on the fly
     /// (for testing; slower), instead of ggml's quantized activations.
     pub exact_f32: bool,
+    /// Tokens of the largest step the model will run (the engine's
+    /// `max_num_batched_tokens`): the activations' share of the memory a
+    /// device is checked for.
+    pub max_step_tokens: usize,
 }
+
+impl LoadOptions {
+    /// Options for the K/V cache `kv`, quantized activations as ggml's,
+    /// steps of up to [`DEFAULT_MAX_STEP_TOKENS`] tokens.
+    pub fn new(kv: KvCacheConfig) -> Self {
+        Self {
+            kv,
+            exact_f32: false,
+            max_step_tokens: DEFAULT_MAX_STEP_TOKENS,
+        }
+    }
+}
+
+/// [`LoadOptions::max_step_tokens`] by default: the engine's default
+/// `max_num_batched_tokens`.
+pub const DEFAULT_MAX_STEP_TOKENS: usize = 512;
 
 /// Load progress, reported after every chunk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -193,7 +224,7 @@ fn vector_f32(name: &str, ty: GgmlType, n: usize, bytes: &[u8]) -> crate::Result
             .map(|b| bf16::from_le_bytes([b[0], b[1]]).to_f32())
             .collect(),
         ty => {
-            return Err(BackendError::UnsupportedType {
+            return Err(LoadError::VectorType {
                 tensor: name.to_string(),
                 ty,
             }
@@ -251,27 +282,6 @@ async fn stream_weights<B: Backend, S: ByteSource>(
     Ok(())
 }
 
-/// Checks up front that `backend` runs every matrix's type, so a bad file
-/// fails before its data is read (the loaders call it; so does a caller
-/// choosing a backend before downloading the tensors).
-pub fn check_types<B: Backend>(model: &GgufModel, backend: &B) -> Result<(), BackendError> {
-    for t in &model.tensors {
-        let op = Op::MatMul {
-            ty: t.ty,
-            k: t.shape.first().copied().unwrap_or(0) as usize,
-            n: 1,
-            exact: false,
-        };
-        if t.shape.len() >= 2 && !backend.supports(&op) {
-            return Err(BackendError::UnsupportedType {
-                tensor: t.name.clone(),
-                ty: t.ty,
-            });
-        }
-    }
-    Ok(())
-}
-
 /// Allocates the K and V cache of every layer.
 fn alloc_kv<B: Backend>(
     backend: &B,
@@ -279,10 +289,7 @@ fn alloc_kv<B: Backend>(
     kv: &KvCacheConfig,
 ) -> crate::Result<Vec<[B::Buffer; 2]>> {
     let slots = (kv.num_blocks * kv.block_size) as u64;
-    let elem = match kv.dtype {
-        KvType::F16 => 2,
-        KvType::F32 => 4,
-    };
+    let elem = kv.dtype.bytes() as u64;
     let k = slots * (cfg.n_head_kv * cfg.head_dim_k) as u64 * elem;
     let v = slots * (cfg.n_head_kv * cfg.head_dim_v) as u64 * elem;
     (0..cfg.n_layer)
@@ -295,32 +302,36 @@ fn alloc_kv<B: Backend>(
         .collect()
 }
 
-/// Loads `model` (read from `sources`, one per split) onto the CPU backend.
-///
-/// Errors name what is wrong: an unsupported architecture (and the
-/// supported ones), a tensor type without a CPU kernel (and the tensor), a
-/// missing tensor, or a tensor of the wrong shape.
-pub async fn load_cpu_model<S: ByteSource>(
-    model: &GgufModel,
-    sources: &[S],
-    opts: &LoadOptions,
-    progress: &mut dyn FnMut(&LoadProgress),
-) -> crate::Result<CpuModel> {
-    let backend = CpuBackend::new(opts.threads);
-    load_model(backend, model, sources, opts, progress).await
+/// What [`check_model`] found: the model's shapes, architecture and
+/// weights, and what it needs of the device's memory.
+#[derive(Debug, Clone)]
+pub struct Checked {
+    /// The model's shapes.
+    pub config: ModelConfig,
+    /// Its architecture.
+    pub spec: ArchSpec,
+    /// Its weights, by buffer.
+    pub weights: ModelWeights,
+    /// The memory it needs on the backend checked.
+    pub memory: MemoryNeed,
 }
 
-/// Loads `model` (read from `sources`, one per split) onto `backend`
-/// (`opts.threads` is the CPU's business: the backend is already made).
+/// Checks, from the header alone, that `model` loads onto `backend` with
+/// `opts`: a supported architecture, every tensor the architecture needs
+/// with the right shape, a kernel for every op of its forward pass
+/// (weight types included), and the memory it needs on the device. A
+/// caller choosing a backend calls it before downloading any tensor data;
+/// [`load_model`] calls it first too.
 ///
-/// Errors as [`load_cpu_model`], naming the backend's missing support.
-pub async fn load_model<B: Backend, S: ByteSource>(
-    backend: B,
+/// Errors name what is wrong and what to do: the architecture (and the
+/// supported ones), the tensor whose type the backend cannot run, the op
+/// it has no kernel for, a missing or misshapen tensor, or what does not
+/// fit the device.
+pub fn check_model<B: Backend>(
     model: &GgufModel,
-    sources: &[S],
+    backend: &B,
     opts: &LoadOptions,
-    progress: &mut dyn FnMut(&LoadProgress),
-) -> crate::Result<Model<B>> {
+) -> crate::Result<Checked> {
     let cfg = ModelConfig::from_metadata_supported(model.metadata())?;
     let spec = spec_for(&cfg, model.metadata())?;
     if opts.kv.num_blocks < 2 || opts.kv.block_size == 0 {
@@ -330,20 +341,93 @@ pub async fn load_model<B: Backend, S: ByteSource>(
         ))
         .into());
     }
-    check_types(model, &backend)?;
     let mut layout = Layout::new(model, &cfg.arch);
     let weights = layout.model(&cfg, &spec)?;
+    let src = PlanSource {
+        cfg: &cfg,
+        spec: &spec,
+        weights: &weights,
+        kv: &opts.kv,
+        exact: opts.exact_f32,
+    };
+    check_support(&src, backend, &layout.slots)?;
+    let memory = memory_need(model, &cfg, &opts.kv, opts.max_step_tokens, backend);
+    backend.check_memory(&memory)?;
+    Ok(Checked {
+        config: cfg,
+        spec,
+        weights,
+        memory,
+    })
+}
+
+/// Checks that `backend` runs every op of the model's forward passes: a
+/// decode step and a prompt of several tokens, whose fused ops differ.
+/// A product or a lookup it refuses is reported as its weight's type.
+fn check_support<B: Backend>(
+    src: &PlanSource<'_>,
+    backend: &B,
+    slots: &[Slot],
+) -> Result<(), BackendError> {
+    for tokens in [1, 2] {
+        let ids = vec![0u32; tokens];
+        let block = crate::kv::BlockId(1);
+        let kv_slots: Vec<crate::kv::Slot> = (0..tokens as u32)
+            .map(|offset| crate::kv::Slot { block, offset })
+            .collect();
+        let seqs = [SeqInput {
+            tokens: &ids,
+            start: 0,
+            slots: &kv_slots,
+            block_table: &[block],
+            logits: LogitsWanted::All,
+        }];
+        let plan = build_plan(*src, &Batch { seqs: &seqs })?;
+        if let Some(step) = plan.steps.iter().find(|s| !backend.supports(&s.op)) {
+            let weight = step.inputs.iter().find_map(|b| match *b {
+                BufId::Weight(i) => slots.get(i),
+                _ => None,
+            });
+            return Err(match (&step.op, weight) {
+                (Op::MatMul { ty, .. } | Op::GetRows { ty, .. }, Some(slot)) => {
+                    BackendError::UnsupportedType {
+                        tensor: slot.name.clone(),
+                        ty: *ty,
+                        backend: backend.caps().backend.to_string(),
+                    }
+                }
+                _ => BackendError::unsupported_op(backend.caps(), &step.op),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Loads `model` (read from `sources`, one per split) onto `backend`:
+/// [`check_model`] first, so nothing is allocated or read for a model that
+/// cannot run there, then the weights streamed in bounded chunks into
+/// their buffers, then the K/V cache allocated.
+pub async fn load_model<B: Backend, S: ByteSource>(
+    backend: B,
+    model: &GgufModel,
+    sources: &[S],
+    opts: &LoadOptions,
+    progress: &mut dyn FnMut(&LoadProgress),
+) -> crate::Result<Model<B>> {
+    let checked = check_model(model, &backend, opts)?;
+    let mut layout = Layout::new(model, &checked.config.arch);
+    let weights = layout.model(&checked.config, &checked.spec)?;
     let buffers = alloc_weights(&backend, &layout.slots)?;
     stream_weights(&backend, model, sources, &layout.slots, &buffers, progress).await?;
-    let kv = alloc_kv(&backend, &cfg, &opts.kv)?;
+    let kv = alloc_kv(&backend, &checked.config, &opts.kv)?;
     Ok(Model {
-        spec,
+        spec: checked.spec,
         backend,
         exact: opts.exact_f32,
         buffers,
         weights,
         kv,
         kv_cfg: opts.kv,
-        cfg,
+        cfg: checked.config,
     })
 }

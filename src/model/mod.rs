@@ -1,6 +1,7 @@
 //! Models: configuration from metadata, tokenizers, chat templates, and the
 //! forward-pass seam every model implements.
 
+pub mod any;
 pub mod arch;
 pub mod chat;
 pub mod config;
@@ -8,10 +9,13 @@ pub mod forward;
 pub mod generic;
 pub mod layout;
 pub mod load;
+pub mod memory;
+pub mod quantize;
 pub mod synth;
 pub mod tokenizer;
 
-pub use crate::backend::cpu::CpuModel;
+pub use any::AnyModel;
 pub use config::{ConfigError, ModelConfig, SUPPORTED_ARCHITECTURES};
-pub use forward::{Batch, ForwardModel, KvCacheConfig, KvType, LogitsWanted, SeqInput};
-pub use load::{check_types, load_cpu_model, load_model, LoadError, LoadOptions, LoadProgress};
+pub use forward::{Batch, ForwardModel, LogitsWanted, SeqInput};
+pub use generic::Model;
+pub use load::{check_model, load_model, Checked, LoadError, LoadOptions, LoadProgress};

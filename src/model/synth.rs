@@ -46,7 +46,7 @@ use crate::quant::{reference, GgmlType, QuantError};
 pub use shapes::{SynthArch, SynthShape, MIN_VOCAB};
 pub use vocab::SynthVocab;
 
-pub use crate::quant::convert::QUANTIZATION_VERSION;
+pub use crate::model::quantize::QUANTIZATION_VERSION;
 
 /// Errors planning or making a synthetic model.
 #[derive(Debug, Error)]

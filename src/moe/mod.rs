@@ -8,7 +8,7 @@
 //! CPU model implements it over weights in memory; an expert cache (device
 //! slots, host compute, prefetch) can take it over without the model changing.
 
-use crate::backend::cpu::ops::softmax as softmax_in_place;
+use crate::graph::reference::softmax as softmax_in_place;
 
 /// One token's chosen experts.
 #[derive(Debug, Clone, PartialEq)]

@@ -2,12 +2,11 @@
 //! reference implementation that every kernel is checked against.
 
 pub mod blocks;
-pub mod convert;
 pub mod recipe;
 pub mod reference;
 pub mod types;
 
-pub use types::{GgmlType, TypeInfo, TYPES};
+pub use types::{GgmlType, TypeInfo, TYPES, WEIGHT_TYPES};
 
 use thiserror::Error;
 

@@ -45,6 +45,26 @@ pub enum GgmlType {
     MXFP4,
 }
 
+/// The weight types Hearth runs: every backend has kernels for these, and
+/// the reference ([`crate::quant::reference`]) defines each of them.
+pub const WEIGHT_TYPES: [GgmlType; 15] = [
+    GgmlType::F32,
+    GgmlType::F16,
+    GgmlType::BF16,
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+    GgmlType::Q8_0,
+    GgmlType::Q2_K,
+    GgmlType::Q3_K,
+    GgmlType::Q4_K,
+    GgmlType::Q5_K,
+    GgmlType::Q6_K,
+    GgmlType::IQ4_NL,
+    GgmlType::IQ4_XS,
+];
+
 /// One row of the type table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TypeInfo {

@@ -174,7 +174,7 @@ impl ForwardModel for FakeModel {
         let logits = self.forward(batch).await?;
         Ok(logits
             .chunks(n_vocab)
-            .map(hearth::graph::argmax_row)
+            .map(hearth::graph::reference::argmax_row)
             .collect())
     }
 
@@ -188,7 +188,7 @@ impl ForwardModel for FakeModel {
         let logits = self.forward(batch).await?;
         Ok(logits
             .chunks(n_vocab)
-            .map(|row| hearth::graph::top_k_row(row, k))
+            .map(|row| hearth::graph::reference::top_k_row(row, k))
             .collect())
     }
 }

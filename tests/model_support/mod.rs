@@ -3,17 +3,44 @@
 
 pub mod rng;
 
+use hearth::graph::{KvCacheConfig, KvType};
 use std::path::{Path, PathBuf};
 
+use hearth::backend::cpu::{CpuBackend, CpuOptions};
+use hearth::backend::Backend;
 use hearth::gguf::open_model;
 use hearth::kv::{BlockId, Slot};
-use hearth::model::{
-    load_cpu_model, Batch, CpuModel, KvCacheConfig, KvType, LoadOptions, LogitsWanted, SeqInput,
-};
-use hearth::quant::convert::{quantize_model, QuantPlan};
+use hearth::model::quantize::{quantize_model, QuantPlan};
+use hearth::model::{load_model, Batch, LoadOptions, LogitsWanted, Model, SeqInput};
 use hearth::quant::recipe::FileType;
 
 pub const BLOCK: usize = 16;
+
+/// A model on the CPU backend.
+pub type CpuModel = Model<CpuBackend>;
+
+/// The forward pass of a model whose backend never waits (the CPU), run to
+/// its end on the calling thread.
+pub trait ForwardSync {
+    /// [`Model::run`], blocking.
+    fn forward_sync(&mut self, batch: &Batch<'_>) -> hearth::Result<Vec<f32>>;
+}
+
+impl<B: Backend> ForwardSync for Model<B> {
+    fn forward_sync(&mut self, batch: &Batch<'_>) -> hearth::Result<Vec<f32>> {
+        pollster::block_on(self.run(batch))
+    }
+}
+
+/// A CPU backend on `threads` threads, with the `HEARTH_*` settings of the
+/// environment (`HEARTH_CPU_ISA`, `HEARTH_FUSE`, ...) as the CLI reads them.
+pub fn cpu_backend(threads: usize) -> CpuBackend {
+    let (opts, warnings) = CpuOptions::from_settings(threads, |k| std::env::var(k).ok());
+    for w in warnings {
+        eprintln!("{w}");
+    }
+    CpuBackend::with_options(&opts)
+}
 
 /// The synthetic model `name` (`qwen2-Q4_0`): the stored file, or, for the
 /// combinations the fixtures do not store, the file made from its F32 source
@@ -108,16 +135,16 @@ pub fn load(
 ) -> CpuModel {
     let (model, sources) = open_model(path).expect("open model");
     let opts = LoadOptions {
-        kv: KvCacheConfig {
+        exact_f32: exact,
+        ..LoadOptions::new(KvCacheConfig {
             num_blocks,
             block_size: BLOCK,
             dtype,
-        },
-        threads,
-        exact_f32: exact,
+        })
     };
     let mut last = None;
-    let m = pollster::block_on(load_cpu_model(&model, &sources, &opts, &mut |p| {
+    let backend = cpu_backend(threads);
+    let m = pollster::block_on(load_model(backend, &model, &sources, &opts, &mut |p| {
         last = Some(*p)
     }))
     .unwrap_or_else(|e| panic!("load {}: {e}", path.display()));

@@ -6,6 +6,7 @@ use hearth::backend::cpu::CpuBackend;
 use hearth::backend::webgpu::{GpuContext, WebGpuBackend};
 use hearth::backend::{Backend, BufKind, OpIo};
 use hearth::graph::Op;
+use hearth::graph::{KvCacheConfig, KvType};
 
 /// The WebGPU backend, or `None` (after printing why) when there is no
 /// adapter; with `HEARTH_REQUIRE_GPU=1` a missing adapter fails the test.
@@ -125,9 +126,21 @@ pub fn rel_err(a: &[f32], b: &[f32]) -> f32 {
 
 use std::path::Path;
 
-use hearth::backend::webgpu::{load_webgpu_model, GpuModel, GpuOptions};
+use hearth::backend::webgpu::GpuOptions;
 use hearth::gguf::open_model;
-use hearth::model::{Batch, KvCacheConfig, KvType, LoadOptions, LogitsWanted, SeqInput};
+use hearth::model::{load_model, Batch, LoadOptions, LogitsWanted, Model, SeqInput};
+
+/// A model on the WebGPU backend.
+pub type GpuModel = Model<WebGpuBackend>;
+
+/// The WebGPU options of the `HEARTH_GPU_*` environment, as the CLI reads them.
+pub fn gpu_options() -> GpuOptions {
+    let (opts, warnings) = GpuOptions::from_settings(|k| std::env::var(k).ok());
+    for w in warnings {
+        eprintln!("{w}");
+    }
+    opts
+}
 
 /// The block size and block tables of the CPU model tests, shared.
 pub use crate::model_support::{slots, table, BLOCK};
@@ -135,7 +148,7 @@ pub use crate::model_support::{slots, table, BLOCK};
 /// Loads `path` on the WebGPU backend, or `None` when there is no adapter
 /// (an error with `HEARTH_REQUIRE_GPU=1`).
 pub fn load_gpu(path: &Path, dtype: KvType, num_blocks: usize) -> Option<GpuModel> {
-    load_gpu_with(path, dtype, num_blocks, &GpuOptions::from_env())
+    load_gpu_with(path, dtype, num_blocks, &gpu_options())
 }
 
 /// [`load_gpu`] with device options `gpu_opts`.
@@ -147,23 +160,21 @@ pub fn load_gpu_with(
 ) -> Option<GpuModel> {
     gpu()?;
     let (model, sources) = open_model(path).expect("open model");
-    let opts = LoadOptions {
-        kv: KvCacheConfig {
-            num_blocks,
-            block_size: BLOCK,
-            dtype,
-        },
-        threads: 1,
-        exact_f32: false,
-    };
+    let opts = LoadOptions::new(KvCacheConfig {
+        num_blocks,
+        block_size: BLOCK,
+        dtype,
+    });
     let mut last = None;
-    let m = pollster::block_on(load_webgpu_model(
-        &model,
-        &sources,
-        &opts,
-        gpu_opts,
-        &mut |p| last = Some(*p),
-    ))
+    let m = pollster::block_on(async {
+        let ctx = GpuContext::new(gpu_opts)
+            .await
+            .map_err(hearth::backend::BackendError::from)?;
+        load_model(WebGpuBackend::new(ctx), &model, &sources, &opts, &mut |p| {
+            last = Some(*p)
+        })
+        .await
+    })
     .unwrap_or_else(|e| panic!("load {}: {e}", path.display()));
     let p = last.expect("progress reported");
     assert_eq!(

@@ -5,16 +5,16 @@
 //! K/V is written at its slot (`block * block_size + offset`); a sequence
 //! reads position `p` at `block_table[p / block_size] * block_size + p % block_size`.
 
+use crate::graph::{KvCacheConfig, KvType};
 use half::f16;
 use half::slice::HalfFloatSliceExt;
 
 use super::attn_kernels::AttnKernels;
 use super::kernels::fp16;
-use super::ops;
 use super::threads::Threads;
 use crate::backend::BackendError;
+use crate::graph::reference;
 use crate::kv::{BlockId, Slot};
-use crate::model::{KvCacheConfig, KvType};
 
 /// One layer's K or V storage.
 #[derive(Debug)]
@@ -383,9 +383,9 @@ pub fn attend_slots_scalar(
             .map(|&s| kv.k.dot(s * k_width + kvh * hk, qh) * shape.scale)
             .collect();
         if let Some(cap) = shape.softcap {
-            ops::softcap(&mut scores, cap);
+            reference::softcap(&mut scores, cap);
         }
-        ops::softmax(&mut scores);
+        reference::softmax(&mut scores);
         o.fill(0.0);
         for (&s, &w) in slots.iter().zip(&scores) {
             kv.v.axpy(s * v_width + kvh * hv, w, o);

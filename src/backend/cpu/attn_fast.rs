@@ -19,8 +19,8 @@ use std::ops::Range;
 
 use super::attention::{AttnSeq, AttnShape, LayerKv};
 use super::attn_kernels::{AttnKernels, MultiKernels, MULTI_TILE};
-use super::ops;
 use super::threads::Threads;
+use crate::graph::reference;
 
 /// Keys per tile.
 const TILE: usize = MULTI_TILE;
@@ -326,7 +326,7 @@ fn heads_one(c: &Ctx<'_>, q0: usize, keys: Range<usize>, t: &mut Tiles<'_>, st: 
         let q = &t.qs[qi * hk..][..hk];
         (c.k.scores)(q, &t.kt[keys.start * hk..keys.end * hk], sc);
         if let Some(cap) = c.shape.softcap {
-            ops::softcap(sc, cap);
+            reference::softcap(sc, cap);
         }
         let acc = &mut st.accs[qi * hv..][..hv];
         softmax_step(c, sc, &mut st.mls[2 * qi..2 * qi + 2], acc);
@@ -353,7 +353,7 @@ fn heads_multi(
         (m.scores)(&t.qs[q * hk..(q + nq) * hk], t.kt, sc);
         if let Some(cap) = c.shape.softcap {
             for row in sc.chunks_exact_mut(TILE) {
-                ops::softcap(&mut row[keys.clone()], cap);
+                reference::softcap(&mut row[keys.clone()], cap);
             }
         }
         let accs = &mut st.accs[q * hv..(q + nq) * hv];

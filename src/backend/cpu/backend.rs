@@ -17,12 +17,13 @@ use super::fuse::SharedActs;
 use super::hostmem::{HostMem, LargePages};
 use super::kernels::KernelTable;
 use super::matmul::{matmul, Weight};
-use super::ops;
+use super::options::CpuOptions;
 use super::profile::Profile;
 use super::rope::{Angles, RopeAngles};
 use super::rowops::{RowOps, PAR_MIN};
 use super::threads::Threads;
 use crate::backend::{Backend, BackendError, BufKind, Caps, OpIo};
+use crate::graph::reference;
 use crate::graph::Op;
 use crate::quant::GgmlType;
 
@@ -131,6 +132,7 @@ impl CpuBuffer {
             return Err(BackendError::UnsupportedType {
                 tensor: "weight buffer".into(),
                 ty,
+                backend: "CPU".into(),
             });
         }
         let data = std::mem::take(&mut *self.data.try_borrow_mut().map_err(|_| busy())?);
@@ -177,7 +179,7 @@ pub struct CpuBackend {
     pub(super) table: KernelTable,
     pub(super) threads: Threads,
     /// Attention kernels of the same ISA as `table`; `None`: the scalar
-    /// attention (`HEARTH_ATTN=scalar`, for comparisons).
+    /// attention ([`CpuOptions::scalar_attention`], for comparisons).
     pub(super) attn: Option<AttnKernels>,
     profile: Profile,
     /// Whether neighbouring ops fuse ([`Self::set_fusion`]).
@@ -197,36 +199,37 @@ pub struct CpuBackend {
 }
 
 impl CpuBackend {
-    /// A backend on `threads` threads (0 = all cores).
+    /// A backend on `threads` threads (0 = all cores), with the default
+    /// [`CpuOptions`].
     pub fn new(threads: usize) -> Self {
-        let threads = Threads::new(threads);
-        let table = KernelTable::detect();
+        Self::with_options(&CpuOptions::with_threads(threads))
+    }
+
+    /// A backend as `opts` says.
+    pub fn with_options(opts: &CpuOptions) -> Self {
+        let threads = Threads::with_pool(opts.threads, opts.pool);
+        let table = KernelTable::for_isa_or_best(opts.isa);
         let caps = Caps {
+            backend: "CPU",
             name: format!("cpu {:?} x{}", table.isa(), threads.count()).to_lowercase(),
             max_buffer_bytes: isize::MAX as u64,
             f16: false,
             threads: threads.count(),
         };
+        let attn = (!opts.scalar_attention)
+            .then(|| AttnKernels::for_isa(table.isa()).unwrap_or_else(AttnKernels::scalar));
         Self {
             caps,
             threads,
-            attn: attn_kernels(&table),
+            attn,
             table,
-            profile: Profile::from_env(),
-            // On natively (`HEARTH_FUSE=0` turns it off), for steps of
-            // several tokens. Prompts, fused against apart (alternating
-            // runs): 1B Q4_0 and Q4_K_M +1-3% at one thread and within
-            // 1.5% at two, SmolLM2 and Gemma-3 +1-5%. A 1B prompt once ran
-            // 15% slower fused: that was the tiles' packed activations
-            // falling on or off cache-line starts as other allocations
-            // moved the heap (`kernels::x86::Lines`), not the fusion.
-            // Decode steps run apart (3-6% slower fused at one thread).
-            fuse: cfg!(not(target_arch = "wasm32"))
-                && !std::env::var("HEARTH_FUSE").is_ok_and(|v| v == "0"),
+            profile: Profile::new(opts.profile),
+            // For steps of several tokens: docs/perf.md, "CPU fusion".
+            fuse: opts.fusion,
             shared: RefCell::default(),
             rope: RefCell::default(),
             done_ahead: None,
-            pages: LargePages::default(),
+            pages: LargePages::new(opts.large_pages),
             acts: ActSlots::default(),
         }
     }
@@ -256,14 +259,6 @@ fn buffer_ids(io: &OpIo<'_, CpuBuffer>) -> Vec<usize> {
         .chain(io.outputs)
         .map(|&b| std::ptr::from_ref(b) as usize)
         .collect()
-}
-
-/// The attention kernels of `table`'s ISA, `None` when `HEARTH_ATTN=scalar`
-/// asks for the scalar attention (never on wasm32, which has no environment).
-fn attn_kernels(table: &KernelTable) -> Option<AttnKernels> {
-    let scalar = cfg!(not(target_arch = "wasm32"))
-        && std::env::var("HEARTH_ATTN").is_ok_and(|v| v == "scalar");
-    (!scalar).then(|| AttnKernels::for_isa(table.isa()).unwrap_or_else(AttnKernels::scalar))
 }
 
 /// The `i`th buffer of `list`, or a shape error naming the op.
@@ -339,7 +334,10 @@ fn elementwise(
 impl CpuBackend {
     fn get_rows(&self, op: &Op, io: &OpIo<'_, CpuBuffer>) -> Result<(), BackendError> {
         let Op::GetRows { ty, width } = op else {
-            return Err(BackendError::UnsupportedOp(format!("{op:?}")));
+            return Err(BackendError::UnsupportedOp {
+                backend: "CPU".into(),
+                op: op.describe(),
+            });
         };
         let w = nth(io.inputs, 0, op)?.weight(&self.table, *ty, *width)?;
         let ids = nth(io.inputs, 1, op)?.u32s()?;
@@ -358,7 +356,10 @@ impl CpuBackend {
 
     fn mat_mul(&self, op: &Op, io: &OpIo<'_, CpuBuffer>) -> Result<(), BackendError> {
         let Op::MatMul { ty, k, n, exact } = op else {
-            return Err(BackendError::UnsupportedOp(format!("{op:?}")));
+            return Err(BackendError::UnsupportedOp {
+                backend: "CPU".into(),
+                op: op.describe(),
+            });
         };
         let w = nth(io.inputs, 1, op)?.weight(&self.table, *ty, *k)?;
         if w.rows != *n {
@@ -464,10 +465,15 @@ impl CpuBackend {
                 self.rows().rms_norm(&self.threads, &mut x, w, *eps);
             }
             Op::Rope { .. } => self.rope(op, io, &mut x)?,
-            Op::Scale(s) => ops::scale(&mut x, *s),
-            Op::LogitSoftcap(c) => ops::softcap(&mut x, *c),
-            Op::Softmax { width } => x.chunks_exact_mut(*width).for_each(ops::softmax),
-            _ => return Err(BackendError::UnsupportedOp(format!("{op:?}"))),
+            Op::Scale(s) => reference::scale(&mut x, *s),
+            Op::LogitSoftcap(c) => reference::softcap(&mut x, *c),
+            Op::Softmax { width } => x.chunks_exact_mut(*width).for_each(reference::softmax),
+            _ => {
+                return Err(BackendError::UnsupportedOp {
+                    backend: "CPU".into(),
+                    op: op.describe(),
+                })
+            }
         }
         nth(io.outputs, 0, op)?.set_f32s(&x)
     }
@@ -484,7 +490,10 @@ pub(super) fn rope_inputs(
         head_dim, n_rot, ..
     } = op
     else {
-        return Err(BackendError::UnsupportedOp(format!("{op:?}")));
+        return Err(BackendError::UnsupportedOp {
+            backend: "CPU".into(),
+            op: op.describe(),
+        });
     };
     let pos: Vec<usize> = nth(io.inputs, 1, op)?
         .u32s()?
@@ -511,7 +520,10 @@ pub(super) fn rope_inputs(
 }
 
 /// The kernel parameters of a rope op (`None` for another op).
-pub(super) fn rope_params<'a>(op: &Op, factors: Option<&'a [f32]>) -> Option<ops::RopeParams<'a>> {
+pub(super) fn rope_params<'a>(
+    op: &Op,
+    factors: Option<&'a [f32]>,
+) -> Option<reference::RopeParams<'a>> {
     let Op::Rope {
         mode,
         head_dim,
@@ -522,7 +534,7 @@ pub(super) fn rope_params<'a>(op: &Op, factors: Option<&'a [f32]>) -> Option<ops
     else {
         return None;
     };
-    Some(ops::RopeParams {
+    Some(reference::RopeParams {
         head_dim,
         n_rot,
         base,
@@ -537,8 +549,10 @@ impl CpuBackend {
     /// `io`, the angles shared with the step's other rope ops.
     fn rope(&self, op: &Op, io: &OpIo<'_, CpuBuffer>, x: &mut [f32]) -> Result<(), BackendError> {
         let (pos, factors) = rope_inputs(op, io, x.len())?;
-        let p = rope_params(op, factors.as_deref())
-            .ok_or_else(|| BackendError::UnsupportedOp(format!("{op:?}")))?;
+        let p = rope_params(op, factors.as_deref()).ok_or_else(|| BackendError::UnsupportedOp {
+            backend: "CPU".into(),
+            op: op.describe(),
+        })?;
         if !p.rotates() {
             return Ok(());
         }
@@ -548,20 +562,20 @@ impl CpuBackend {
         let tokens = pos.len().max(1);
         let (width, half) = (x.len() / tokens, p.n_rot / 2);
         if x.len() < PAR_MIN || self.threads.count() == 1 || width == 0 {
-            ops::rope_apply(x, angles, &p);
+            reference::rope_apply(x, angles, &p);
             return Ok(());
         }
         let per = tokens.div_ceil(self.threads.count() * 4);
         self.threads.for_chunks(x, per * width, |i, c| {
             let rows = i * per..i * per + c.len() / width;
-            ops::rope_apply(c, &angles[rows.start * half..rows.end * half], &p);
+            reference::rope_apply(c, &angles[rows.start * half..rows.end * half], &p);
         });
         Ok(())
     }
 
-    /// The angles of `pos` under `p` ([`ops::rope_angles`]), computed once
+    /// The angles of `pos` under `p` ([`reference::rope_angles`]), computed once
     /// for all the rope ops that share them.
-    pub(super) fn rope_angles(&self, pos: &[usize], p: &ops::RopeParams<'_>) -> Angles {
+    pub(super) fn rope_angles(&self, pos: &[usize], p: &reference::RopeParams<'_>) -> Angles {
         self.rope.borrow_mut().get(&self.threads, pos, p)
     }
 }
@@ -577,7 +591,7 @@ fn argmax_rows(op: &Op, io: &OpIo<'_, CpuBuffer>, width: usize) -> Result<(), Ba
             )));
         }
         Ok(x.chunks_exact(width)
-            .map(ops::argmax_row)
+            .map(super::rowops::argmax_row)
             .collect::<Vec<u32>>())
     })??;
     nth(io.outputs, 0, op)?.set_f32s(bytemuck::cast_slice(&ids))
@@ -599,7 +613,7 @@ fn top_k_rows(
             )));
         }
         Ok(x.chunks_exact(width)
-            .flat_map(|row| crate::graph::top_k_row(row, k))
+            .flat_map(|row| crate::graph::reference::top_k_row(row, k))
             .flat_map(|(i, v)| [f32::from_bits(i), v])
             .collect::<Vec<f32>>())
     })??;
@@ -621,7 +635,7 @@ impl CpuBackend {
             Op::Mul => binary(io, op, |x, y| {
                 x.iter_mut().zip(y).for_each(|(a, b)| *a *= b)
             }),
-            Op::BiasAdd => binary(io, op, ops::add_bias),
+            Op::BiasAdd => binary(io, op, reference::add_bias),
             Op::SiluMul => elementwise(io, op, |x, y| self.rows().silu_mul(&self.threads, x, y)),
             Op::GeluTanhMul => {
                 elementwise(io, op, |x, y| self.rows().gelu_mul(&self.threads, x, y))
@@ -633,7 +647,10 @@ impl CpuBackend {
             Op::Argmax { width } => argmax_rows(op, io, *width),
             Op::TopK { width, k } => top_k_rows(op, io, *width, *k),
             _ if self.supports(op) => self.unary(op, io),
-            _ => Err(BackendError::UnsupportedOp(format!("{op:?}"))),
+            _ => Err(BackendError::UnsupportedOp {
+                backend: "CPU".into(),
+                op: op.describe(),
+            }),
         }
     }
 }

@@ -21,10 +21,10 @@
 
 use super::backend::{nth, rope_inputs, rope_params, CpuBackend, CpuBuffer};
 use super::matmul::{act_format, grow_bytes, product, quantize_into, Weight};
-use super::ops;
 use super::record::{with_cache_mut, write_cache};
 use super::rowops::PAR_MIN;
 use crate::backend::{BackendError, OpIo};
+use crate::graph::reference;
 use crate::graph::Op;
 use crate::quant::GgmlType;
 
@@ -402,7 +402,7 @@ impl CpuBackend {
                             .zip(krows.chunks_mut(per).zip(vrows.chunks_mut(per)))
                             .collect();
                         self.run_jobs(&mut jobs, PAR_MIN, |(((k, v), angles), (kd, vd))| {
-                            ops::rope_apply(k, angles, &p);
+                            reference::rope_apply(k, angles, &p);
                             for (kr, d) in k.chunks_exact(k_width).zip(kd.iter_mut()) {
                                 d.write(0, kr);
                             }
@@ -414,7 +414,7 @@ impl CpuBackend {
                     })
                 })??;
             if !split {
-                ops::rope_apply(k, &angles, &p);
+                reference::rope_apply(k, &angles, &p);
                 write_cache(kc, dtype, k_width, &slots, k)?;
                 write_cache(vc, dtype, v_width, &slots, v)?;
             }

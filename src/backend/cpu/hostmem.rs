@@ -66,13 +66,31 @@ impl DerefMut for HostMem {
 }
 
 /// Where a backend's long-lived buffers (weights, K/V cache) come from.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct LargePages {
+    /// Whether buffers go into advised regions (off: the heap, for
+    /// comparisons).
+    on: bool,
     #[cfg(target_os = "linux")]
     arena: std::sync::Mutex<pages::Arena>,
 }
 
+impl Default for LargePages {
+    fn default() -> Self {
+        Self::new(true)
+    }
+}
+
 impl LargePages {
+    /// Buffers in large pages where the OS has them (`on`), else on the heap.
+    pub fn new(on: bool) -> Self {
+        Self {
+            on,
+            #[cfg(target_os = "linux")]
+            arena: std::sync::Mutex::default(),
+        }
+    }
+
     /// `words` zeroed words for a long-lived buffer: in large-page memory
     /// where the platform has it, else on the heap.
     ///
@@ -81,7 +99,7 @@ impl LargePages {
     pub fn alloc(&self, words: usize, what: &str) -> Result<HostMem, BackendError> {
         #[cfg(target_os = "linux")]
         {
-            if pages::enabled() {
+            if self.on {
                 let mut arena = match self.arena.lock() {
                     Ok(a) => a,
                     Err(p) => p.into_inner(),
@@ -95,7 +113,7 @@ impl LargePages {
                 });
             }
         }
-        let _ = what;
+        let _ = (what, self.on);
         Ok(HostMem::Heap(vec![0; words]))
     }
 }
@@ -113,13 +131,6 @@ mod pages {
     const OWN_REGION: usize = SHARED_REGION / 2;
     /// Alignment of buffers inside a shared region (a cache line).
     const ALIGN: usize = 64;
-
-    /// Whether buffers go into advised regions: yes unless
-    /// `HEARTH_LARGE_PAGES=0` (for comparisons).
-    pub(super) fn enabled() -> bool {
-        static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-        *ON.get_or_init(|| std::env::var("HEARTH_LARGE_PAGES").map_or(true, |v| v != "0"))
-    }
 
     /// An anonymous private mapping, `len` bytes from a 2 MiB-aligned
     /// `ptr`, unmapped on drop.

@@ -72,6 +72,7 @@ impl Weight {
         let unsupported = |ty| BackendError::UnsupportedType {
             tensor: name.to_string(),
             ty,
+            backend: "CPU".into(),
         };
         let kernels = table.weight(ty).ok_or_else(|| unsupported(ty))?;
         let be = ty.block_elems();
@@ -230,6 +231,7 @@ pub(super) fn act_format(
         .ok_or_else(|| BackendError::UnsupportedType {
             tensor: format!("activations of {}", w.name),
             ty: at,
+            backend: "CPU".into(),
         })?;
     Ok((quantize, w.cols / at.block_elems() * at.block_bytes()))
 }

@@ -1,7 +1,5 @@
 //! The CPU backend: a [`kernels::KernelTable`] of scalar kernels (faster ISAs
-//! slot into the same table), a worker pool, paged attention, and
-//! [`CpuModel`], the generic [`Model`](crate::model::generic::Model)
-//! on [`CpuBackend`].
+//! slot into the same table), a worker pool, and paged attention.
 
 pub mod attention;
 mod attn_fast;
@@ -15,8 +13,7 @@ mod fuse;
 pub mod hostmem;
 pub mod kernels;
 pub mod matmul;
-pub mod model;
-pub mod ops;
+pub mod options;
 #[cfg(any(not(target_arch = "wasm32"), target_feature = "atomics"))]
 mod pool;
 mod profile;
@@ -30,4 +27,4 @@ mod rowops_x86;
 pub mod threads;
 
 pub use backend::{CpuBackend, CpuBuffer};
-pub use model::CpuModel;
+pub use options::{CpuOptions, CpuProfile, PoolKind};

@@ -10,6 +10,7 @@
 //! clock `std::time::Instant` reads; off (and free) in browsers, where the
 //! core crate has no clock.
 
+use super::options::CpuProfile;
 use std::cell::RefCell;
 
 use crate::graph::Op;
@@ -114,15 +115,14 @@ fn secs_between(a: Clock, b: Clock) -> f64 {
 }
 
 impl Profile {
-    /// On when the environment says `HEARTH_PROFILE=1` (never on wasm32
-    /// outside WASI).
-    pub(super) fn from_env() -> Self {
-        let var = std::env::var("HEARTH_PROFILE").unwrap_or_default();
+    /// Profiling as `mode` asks (never on wasm32 outside WASI, which has
+    /// no clock).
+    pub(super) fn new(mode: CpuProfile) -> Self {
         let clock = cfg!(any(not(target_arch = "wasm32"), target_os = "wasi"));
-        let on = clock && (var == "1" || var == "cpu");
+        let on = clock && mode != CpuProfile::Off;
         Self {
             inner: on.then(|| RefCell::new(State::default())),
-            cpu: var == "cpu",
+            cpu: mode == CpuProfile::CpuClock,
         }
     }
 

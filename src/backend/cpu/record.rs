@@ -2,6 +2,7 @@
 //! rest of the backend uses ([`super::attention`], [`super::matmul`],
 //! [`crate::moe`]), over the buffers of an [`OpIo`].
 
+use crate::graph::{Activation, KvType};
 use half::f16;
 
 use super::attention::{
@@ -13,8 +14,7 @@ use super::matmul::{matmul, Weight};
 use crate::backend::{BackendError, OpIo};
 use crate::graph::Op;
 use crate::kv::BlockId;
-use crate::model::arch::Activation;
-use crate::model::KvType;
+
 use crate::moe::{moe_apply, route, ExpertFfn, TokenRoute};
 
 fn busy() -> BackendError {
@@ -22,7 +22,10 @@ fn busy() -> BackendError {
 }
 
 fn unsupported(op: &Op) -> BackendError {
-    BackendError::UnsupportedOp(format!("{op:?}"))
+    BackendError::UnsupportedOp {
+        backend: "CPU".into(),
+        op: op.describe(),
+    }
 }
 
 /// Runs `f` on a cache buffer's values as `dtype`.

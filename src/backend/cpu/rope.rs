@@ -12,8 +12,8 @@
 
 use std::sync::Arc;
 
-use super::ops::{rope_angles, RopeParams};
 use super::threads::Threads;
+use crate::graph::reference::{rope_angles, RopeParams};
 
 /// Tables kept: Gemma 3 alternates between two, and a model that rotates
 /// Q and K differently would add as many again.

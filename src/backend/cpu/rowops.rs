@@ -5,7 +5,7 @@
 //! product covers a million values per layer, so these ops, scalar and on
 //! one thread, cost as much as a quarter of prefill. [`RowOps`] picks
 //! SIMD kernels for the ISA of the kernel table (scalar ones from
-//! [`super::ops`] elsewhere) and splits large inputs over the threads;
+//! [`mod@reference`] elsewhere) and splits large inputs over the threads;
 //! below [`PAR_MIN`] values one region costs more than it saves.
 //!
 //! Every kernel gives the same values on every thread count (each value,
@@ -15,8 +15,8 @@
 //! 2 ulp of the scalar one.
 
 use super::kernels::Isa;
-use super::ops;
 use super::threads::Threads;
+use crate::graph::reference;
 
 /// Values below which an op stays on the calling thread: a parallel region
 /// costs ~7 us at two threads, about what 32K values of a gated product take.
@@ -24,7 +24,7 @@ pub const PAR_MIN: usize = 1 << 15;
 
 /// `x = f(x, y)` element-wise (`x` and `y` of one length).
 pub type BinaryFn = fn(x: &mut [f32], y: &[f32]);
-/// RMS norm of each `w.len()`-wide row of `x` (see [`ops::rms_norm`]).
+/// RMS norm of each `w.len()`-wide row of `x` (see [`reference::rms_norm`]).
 pub type NormFn = fn(x: &mut [f32], w: &[f32], eps: f32);
 
 /// The row-op kernels of one ISA.
@@ -44,14 +44,14 @@ impl std::fmt::Debug for RowOps {
 }
 
 impl RowOps {
-    /// The portable kernels of [`super::ops`].
+    /// The portable kernels of [`mod@reference`].
     pub fn scalar() -> Self {
         Self {
             isa: Isa::Scalar,
-            gelu_mul: ops::gelu_mul,
-            silu_mul: ops::silu_mul,
-            add: ops::add,
-            rms_norm: ops::rms_norm,
+            gelu_mul: reference::gelu_mul,
+            silu_mul: reference::silu_mul,
+            add: reference::add,
+            rms_norm: reference::rms_norm,
         }
     }
 
@@ -113,7 +113,7 @@ impl RowOps {
         self.rms_norm
     }
 
-    /// `x = gelu_tanh(x) * y` as ggml's `geglu` (see [`ops::gelu_mul`]).
+    /// `x = gelu_tanh(x) * y` as ggml's `geglu` (see [`reference::gelu_mul`]).
     pub fn gelu_mul(&self, threads: &Threads, x: &mut [f32], y: &[f32]) {
         par_binary(threads, self.gelu_mul, x, y);
     }
@@ -158,6 +158,49 @@ fn par_binary(threads: &Threads, f: BinaryFn, x: &mut [f32], y: &[f32]) {
     });
 }
 
+/// [`reference::argmax_row`] in two vectorizable passes: the largest
+/// value and whether any value is non-finite (sixteen independent lanes),
+/// then the first index holding that value. Same results: `>` keeps the
+/// lowest index of a tie, and `-0.0 == 0.0` makes the second pass find the
+/// first of either zero where the reference keeps the first.
+pub fn argmax_row(row: &[f32]) -> u32 {
+    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
+    {
+        // LLVM does not vectorize the loop below for wasm (`f32::max`
+        // is not `f32x4.max`): 3 ns a value, scalar.
+        super::rowops_wasm::argmax_row(row)
+    }
+    #[cfg(not(all(target_arch = "wasm32", target_feature = "simd128")))]
+    argmax_scalar(row)
+}
+
+/// [`argmax_row`]'s portable form.
+pub fn argmax_scalar(row: &[f32]) -> u32 {
+    const LANES: usize = 16;
+    let mut max = [f32::NEG_INFINITY; LANES];
+    let mut bad = [0u32; LANES];
+    let chunks = row.chunks_exact(LANES);
+    let tail = chunks.remainder();
+    for c in chunks {
+        for ((m, b), &v) in max.iter_mut().zip(&mut bad).zip(c) {
+            *m = m.max(v);
+            *b |= u32::from(v.to_bits() & 0x7f80_0000 == 0x7f80_0000);
+        }
+    }
+    let mut m = max.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+    let mut any_bad = bad.iter().any(|&b| b != 0);
+    for &v in tail {
+        m = m.max(v);
+        any_bad |= !v.is_finite();
+    }
+    if any_bad || row.is_empty() {
+        return crate::graph::NON_FINITE_ROW;
+    }
+    row.iter()
+        .position(|&v| v == m)
+        .map_or(crate::graph::NON_FINITE_ROW, |i| i as u32)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -194,12 +237,12 @@ mod tests {
             let n = PAR_MIN + 37 + seed as usize % 13;
             let (x, y) = (values(seed, n, 12.0), values(seed + 1, n, 2.0));
             let mut want = x.clone();
-            ops::gelu_mul(&mut want, &y);
+            reference::gelu_mul(&mut want, &y);
             let width = 577;
             let rows = n / width;
             let w = values(seed + 2, width, 1.5);
             let mut want_n = x[..rows * width].to_vec();
-            ops::rms_norm(&mut want_n, &w, 1e-6);
+            reference::rms_norm(&mut want_n, &w, 1e-6);
             for k in all_isas() {
                 for t in [&Threads::new(1), &threads] {
                     let mut got = x.clone();
@@ -242,9 +285,9 @@ mod tests {
             if n > 0 && case % 5 == 0 {
                 row[below(n)] = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY][case % 3];
             }
-            let want = crate::graph::argmax_row(&row);
-            assert_eq!(ops::argmax_row(&row), want, "case {case}, {n} values");
-            assert_eq!(ops::argmax_scalar(&row), want, "case {case}, {n} values");
+            let want = reference::argmax_row(&row);
+            assert_eq!(argmax_row(&row), want, "case {case}, {n} values");
+            assert_eq!(argmax_scalar(&row), want, "case {case}, {n} values");
         }
     }
 
@@ -255,9 +298,9 @@ mod tests {
             let n = PAR_MIN * 2 + 5;
             let (x, y) = (values(seed, n, 40.0), values(seed + 1, n, 2.0));
             let mut want = x.clone();
-            ops::silu_mul(&mut want, &y);
+            reference::silu_mul(&mut want, &y);
             let mut want_add = x.clone();
-            ops::add(&mut want_add, &y);
+            reference::add(&mut want_add, &y);
             for k in all_isas() {
                 let mut got = x.clone();
                 k.silu_mul(&threads, &mut got, &y);

@@ -12,17 +12,17 @@
 use core::arch::wasm32::*;
 
 use super::kernels::Isa;
-use super::ops;
 use super::rowops::RowOps;
+use crate::graph::reference;
 
 /// The kernels for SIMD128.
 pub(super) fn kernels() -> RowOps {
     RowOps::with(
         Isa::Simd128,
-        ops::gelu_mul,
+        reference::gelu_mul,
         silu_mul,
-        ops::add,
-        ops::rms_norm,
+        reference::add,
+        reference::rms_norm,
     )
 }
 
@@ -46,7 +46,7 @@ fn silu_mul(x: &mut [f32], y: &[f32]) {
         xc[2] = f32x4_extract_lane::<2>(r);
         xc[3] = f32x4_extract_lane::<3>(r);
     }
-    ops::silu_mul(xs.into_remainder(), ys.remainder());
+    reference::silu_mul(xs.into_remainder(), ys.remainder());
 }
 
 /// `exp(x)` for `x` in [-87, 87]: ggml's SSE2 `ggml_v_expf` (its
@@ -79,7 +79,7 @@ pub(super) fn exp4(x: v128) -> v128 {
     madd(j, k, k)
 }
 
-/// [`ops::argmax_row`] four lanes at a time, same results: the largest
+/// [`reference::argmax_row`] four lanes at a time, same results: the largest
 /// value (`f32x4_max`; which of two zeros it keeps does not matter, the
 /// second pass matches both) and whether any value is non-finite, then
 /// the first index holding that value.

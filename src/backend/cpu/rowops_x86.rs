@@ -8,16 +8,16 @@
 use std::arch::x86_64::*;
 
 use super::kernels::Isa;
-use super::ops;
 use super::rowops::RowOps;
+use crate::graph::reference;
 
 /// The kernels for `isa` (AVX2 or AVX-512; the caller checked it is available).
 pub(super) fn kernels(isa: Isa) -> RowOps {
-    RowOps::with(isa, gelu_mul, silu_mul, ops::add, rms_norm)
+    RowOps::with(isa, gelu_mul, silu_mul, reference::add, rms_norm)
 }
 
 fn gelu_mul(x: &mut [f32], y: &[f32]) {
-    let table = ops::gelu_table();
+    let table = reference::gelu_table();
     // SAFETY: features detected (module doc); the table has 65536 entries.
     unsafe { gelu_mul_avx2(x, y, table) }
 }
@@ -35,19 +35,19 @@ fn rms_norm(x: &mut [f32], w: &[f32], eps: f32) {
     for row in x.chunks_exact_mut(width) {
         // SAFETY: features detected (module doc); `row` and `w` of one length.
         let sum = unsafe { sum_sq_avx2(row) };
-        let scale = ops::rms_scale(sum, width, eps);
+        let scale = reference::rms_scale(sum, width, eps);
         // SAFETY: as above.
         unsafe { scale_mul_avx2(row, w, scale) };
     }
 }
 
 /// `x = table[f16(x)] * y` for `x` in (-10, 10), `0` at or below -10, `x *
-/// y` at or above 10: [`ops::gelu_mul`] lane for lane.
+/// y` at or above 10: [`reference::gelu_mul`] lane for lane.
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn gelu_mul_avx2(x: &mut [f32], y: &[f32], table: &[f32]) {
     let n = x.len().min(y.len());
     if table.len() < 1 << 16 {
-        return ops::gelu_mul(&mut x[..n], &y[..n]);
+        return reference::gelu_mul(&mut x[..n], &y[..n]);
     }
     let (xp, yp, tp) = (x.as_mut_ptr(), y.as_ptr(), table.as_ptr());
     let (lo, hi) = (_mm256_set1_ps(-10.0), _mm256_set1_ps(10.0));
@@ -67,7 +67,7 @@ unsafe fn gelu_mul_avx2(x: &mut [f32], y: &[f32], table: &[f32]) {
         _mm256_storeu_ps(xp.add(i), r);
         i += 8;
     }
-    ops::gelu_mul(&mut x[i..n], &y[i..n]);
+    reference::gelu_mul(&mut x[i..n], &y[i..n]);
 }
 
 /// `x = x / (1 + exp(-x)) * y` with ggml's `ggml_v_expf` (Arm's optimized
@@ -88,7 +88,7 @@ unsafe fn silu_mul_avx2(x: &mut [f32], y: &[f32]) {
         _mm256_storeu_ps(xp.add(i), _mm256_mul_ps(s, _mm256_loadu_ps(yp.add(i))));
         i += 8;
     }
-    ops::silu_mul(&mut x[i..n], &y[i..n]);
+    reference::silu_mul(&mut x[i..n], &y[i..n]);
 }
 
 /// `exp(x)` for `x` in [-87, 87]: ggml's AVX2 `ggml_v_expf` without the
@@ -123,9 +123,9 @@ unsafe fn exp8(x: __m256) -> __m256 {
     _mm256_fmadd_ps(j, k, k)
 }
 
-/// Σ x² in [`ops::rms_norm`]'s order: squares in f32, eight f64 partial
+/// Σ x² in [`reference::rms_norm`]'s order: squares in f32, eight f64 partial
 /// sums (lane `j` takes elements `8i + j`), combined by
-/// [`ops::combine8`], then the tail in order.
+/// [`reference::combine8`], then the tail in order.
 #[target_feature(enable = "avx2")]
 unsafe fn sum_sq_avx2(x: &[f32]) -> f64 {
     let n = x.len();
@@ -142,7 +142,7 @@ unsafe fn sum_sq_avx2(x: &[f32]) -> f64 {
     let mut lanes = [0.0f64; 8];
     _mm256_storeu_pd(lanes.as_mut_ptr(), a);
     _mm256_storeu_pd(lanes.as_mut_ptr().add(4), b);
-    let mut sum = ops::combine8(lanes);
+    let mut sum = reference::combine8(lanes);
     for &v in &x[i..] {
         sum += f64::from(v * v);
     }

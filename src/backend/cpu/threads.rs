@@ -16,6 +16,7 @@
 //! cpu_threads -- --ignored --nocapture` measures the cost of one region
 //! on each.
 
+use super::options::PoolKind;
 use rayon::prelude::*;
 
 #[cfg(any(not(target_arch = "wasm32"), target_feature = "atomics"))]
@@ -64,14 +65,18 @@ fn resolve(n: usize) -> usize {
 }
 
 impl Threads {
-    /// A pool of `n` threads (0 = one per core): the purpose-built pool,
-    /// or rayon's when `HEARTH_POOL=rayon`. One thread, or a target
-    /// without threads, runs everything on the caller.
+    /// A pool of `n` threads (0 = one per core) on the purpose-built pool.
+    /// One thread, or a target without threads, runs everything on the
+    /// caller.
     pub fn new(n: usize) -> Self {
-        if std::env::var("HEARTH_POOL").is_ok_and(|v| v == "rayon") {
-            Self::rayon(n)
-        } else {
-            Self::spinning(n)
+        Self::with_pool(n, PoolKind::Own)
+    }
+
+    /// A pool of `n` threads (0 = one per core) of `kind`.
+    pub fn with_pool(n: usize, kind: PoolKind) -> Self {
+        match kind {
+            PoolKind::Own => Self::spinning(n),
+            PoolKind::Rayon => Self::rayon(n),
         }
     }
 

@@ -21,7 +21,7 @@ use super::context::GpuContext;
 use super::counters::{Counters, Event, GpuCounters};
 use super::pool::ActPool;
 use super::profile::Profiler;
-use super::quant::{KernelConfig, QuantKernels};
+use super::quant::QuantKernels;
 use super::recorder::{CopyOut, Recorder};
 use super::shader::{PipelineCache, PipelineKey};
 use super::GpuError;
@@ -142,23 +142,15 @@ impl WebGpuBackend {
     /// A backend on `ctx`'s device.
     pub fn new(ctx: GpuContext) -> Self {
         let caps = Caps {
+            backend: "WebGPU",
             name: format!("webgpu {} ({})", ctx.caps.adapter_name, ctx.caps.api),
             max_buffer_bytes: ctx.caps.max_buffer,
             f16: ctx.caps.f16,
             threads: 1,
         };
-        let quant = Arc::new(QuantKernels::new(&ctx.caps, KernelConfig::from_env()));
-        let submit_every = ctx.submit_every.unwrap_or_else(|| {
-            std::env::var("HEARTH_GPU_SUBMIT_EVERY")
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(DEFAULT_SUBMIT_EVERY)
-        });
-        // `HEARTH_GPU_ATTN_SPLIT`: for tuning on a new adapter.
-        let attn_split_keys = std::env::var("HEARTH_GPU_ATTN_SPLIT")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(DEFAULT_SPLIT_KEYS);
+        let quant = Arc::new(QuantKernels::new(&ctx.caps, ctx.options.kernels));
+        let submit_every = ctx.options.submit_every.unwrap_or(DEFAULT_SUBMIT_EVERY);
+        let attn_split_keys = ctx.options.attention_split.unwrap_or(DEFAULT_SPLIT_KEYS);
         let prof = ctx
             .profile
             .then(|| Arc::new(Mutex::new(Profiler::new(&ctx.queue, ctx.timestamps))));
@@ -492,6 +484,11 @@ impl Backend for WebGpuBackend {
         src: &[u8],
     ) -> Result<(), BackendError> {
         self.upload_rows(dst, ty, cols, first_row, src)
+    }
+
+    fn check_memory(&self, need: &crate::backend::MemoryNeed) -> Result<(), BackendError> {
+        let budget = self.ctx.options.memory_budget;
+        Ok(super::memory::check_fits(need, &self.ctx.caps, budget)?)
     }
 
     fn supports(&self, op: &Op) -> bool {

@@ -4,9 +4,24 @@
 use std::sync::{Arc, Mutex};
 
 use super::caps::GpuCaps;
+use super::quant::KernelConfig;
 use super::GpuError;
 
-/// How to pick and set up the adapter.
+/// What profiling of the WebGPU backend records.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum GpuProfile {
+    /// None.
+    #[default]
+    Off,
+    /// Every step and, where the adapter has timestamp queries inside
+    /// passes, every kernel (`HEARTH_PROFILE=gpu`).
+    Full,
+    /// The host and the wait alone, with the steps' command buffers
+    /// exactly as unprofiled (`HEARTH_PROFILE=gpu-host`).
+    HostOnly,
+}
+
+/// How to pick and set up the adapter, and how the backend runs on it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct GpuOptions {
     /// Use only an adapter whose name contains this (case-insensitive).
@@ -15,33 +30,84 @@ pub struct GpuOptions {
     pub no_f16: bool,
     /// Act as if the adapter had no subgroups (test the fallbacks).
     pub no_subgroups: bool,
-    /// Time every step and, where the adapter has timestamp queries inside
-    /// passes, every kernel (see [`WebGpuBackend::profile_report`]); never
-    /// on wasm32.
+    /// Profiling (see [`WebGpuBackend::profile_report`]); never on wasm32.
     ///
     /// [`WebGpuBackend::profile_report`]: super::WebGpuBackend::profile_report
-    pub profile: bool,
+    pub profile: GpuProfile,
     /// Dispatches per submitted piece of a step (0: one submission per
-    /// step; `None`: `HEARTH_GPU_SUBMIT_EVERY` or the default, see
-    /// [`WebGpuBackend::set_submit_every`]).
+    /// step; `None`: [`DEFAULT_SUBMIT_EVERY`](super::backend::DEFAULT_SUBMIT_EVERY),
+    /// see [`WebGpuBackend::set_submit_every`]).
     ///
     /// [`WebGpuBackend::set_submit_every`]: super::WebGpuBackend::set_submit_every
     pub submit_every: Option<usize>,
+    /// Keys per span of split-context decode attention (`None`: the
+    /// default; see [`WebGpuBackend::set_attention_split`]).
+    ///
+    /// [`WebGpuBackend::set_attention_split`]: super::WebGpuBackend::set_attention_split
+    pub attention_split: Option<u32>,
+    /// The weight kernels' tuning (adjusted to the adapter's limits).
+    pub kernels: KernelConfig,
+    /// The device's memory in bytes, which WebGPU does not report: a model
+    /// that needs more fails before it loads (`None`: only the adapter's
+    /// per-buffer limits are checked).
+    pub memory_budget: Option<u64>,
 }
 
 impl GpuOptions {
-    /// Options from the environment: `HEARTH_GPU_ADAPTER` (name filter),
-    /// `HEARTH_GPU_NO_F16=1`, `HEARTH_GPU_NO_SUBGROUPS=1`,
-    /// `HEARTH_PROFILE=gpu`.
-    pub fn from_env() -> Self {
-        let on = |k: &str| std::env::var(k).is_ok_and(|v| v == "1");
-        Self {
-            adapter: std::env::var("HEARTH_GPU_ADAPTER").ok(),
+    /// Options from settings named as the environment variables the CLI
+    /// reads (`get(name)` is a variable's value): `HEARTH_GPU_ADAPTER`
+    /// (name filter), `HEARTH_GPU_NO_F16=1`, `HEARTH_GPU_NO_SUBGROUPS=1`,
+    /// `HEARTH_PROFILE=gpu|gpu-host`, `HEARTH_GPU_SUBMIT_EVERY=N`,
+    /// `HEARTH_GPU_ATTN_SPLIT=KEYS`, `HEARTH_WEBGPU_KERNELS=key=value,...`
+    /// ([`KernelConfig::with_overrides`]) and `HEARTH_GPU_MEMORY=BYTES`
+    /// (or `24G`, `512M`). Returns the options and a warning for each
+    /// setting it could not read (and ignored).
+    pub fn from_settings(get: impl Fn(&str) -> Option<String>) -> (Self, Vec<String>) {
+        let mut warnings = Vec::new();
+        let on = |k: &str| get(k).is_some_and(|v| v == "1");
+        let profile = match get("HEARTH_PROFILE").as_deref() {
+            Some("gpu") => GpuProfile::Full,
+            Some("gpu-host") => GpuProfile::HostOnly,
+            _ => GpuProfile::Off,
+        };
+        let mut number = |k: &str| -> Option<u64> {
+            let v = get(k)?;
+            let n = v.trim().parse().ok();
+            if n.is_none() {
+                warnings.push(format!("{k}={v} is not a whole number; ignored"));
+            }
+            n
+        };
+        let submit_every = number("HEARTH_GPU_SUBMIT_EVERY").map(|n| n as usize);
+        let attention_split = number("HEARTH_GPU_ATTN_SPLIT").map(|n| n as u32);
+        let kernels = match get("HEARTH_WEBGPU_KERNELS") {
+            Some(spec) => {
+                let (k, w) = KernelConfig::with_overrides(&spec);
+                warnings.extend(w.into_iter().map(|w| format!("HEARTH_WEBGPU_KERNELS: {w}")));
+                k
+            }
+            None => KernelConfig::default(),
+        };
+        let memory_budget = get("HEARTH_GPU_MEMORY").and_then(|v| {
+            let b = super::memory::parse_bytes(&v);
+            if b.is_none() {
+                warnings.push(format!(
+                    "HEARTH_GPU_MEMORY={v} is not a size (bytes, or 24G, 512M); ignored"
+                ));
+            }
+            b
+        });
+        let opts = Self {
+            adapter: get("HEARTH_GPU_ADAPTER"),
             no_f16: on("HEARTH_GPU_NO_F16"),
             no_subgroups: on("HEARTH_GPU_NO_SUBGROUPS"),
-            profile: super::profile::enabled(),
-            submit_every: None,
-        }
+            profile,
+            submit_every,
+            attention_split,
+            kernels,
+            memory_budget,
+        };
+        (opts, warnings)
     }
 }
 
@@ -96,8 +162,8 @@ pub struct GpuContext {
     /// Timestamp queries inside passes are enabled (only when profiling
     /// and the adapter has them).
     pub timestamps: bool,
-    /// Dispatches per submitted piece of a step ([`GpuOptions::submit_every`]).
-    pub submit_every: Option<usize>,
+    /// The options the context was opened with.
+    pub options: GpuOptions,
 }
 
 impl GpuContext {
@@ -115,9 +181,9 @@ impl GpuContext {
             caps = caps.without_subgroups();
         }
         let ts = super::profile::timestamp_features();
-        let profile = opts.profile && !cfg!(target_arch = "wasm32");
+        let profile = opts.profile != GpuProfile::Off && !cfg!(target_arch = "wasm32");
         let timestamps =
-            profile && super::profile::timestamps_wanted() && adapter.features().contains(ts);
+            opts.profile == GpuProfile::Full && profile && adapter.features().contains(ts);
         let mut features = caps.features();
         if timestamps {
             features |= ts;
@@ -151,16 +217,25 @@ impl GpuContext {
             errors,
             profile,
             timestamps,
-            submit_every: opts.submit_every,
+            options: opts.clone(),
         })
     }
 
-    /// A context for tests: `Ok(None)` (after printing why) when there is
-    /// no adapter, unless `HEARTH_REQUIRE_GPU=1`, which makes that an error.
+    /// A context for tests, with the options of `HEARTH_GPU_*` as
+    /// [`GpuOptions::from_settings`] reads them: `Ok(None)` (after printing
+    /// why) when there is no adapter, unless `HEARTH_REQUIRE_GPU=1`, which
+    /// makes that an error. Tests only: the library itself reads no
+    /// environment.
+    #[doc(hidden)]
     pub async fn for_tests() -> Result<Option<Self>, GpuError> {
-        match Self::new(&GpuOptions::from_env()).await {
+        let env = |k: &str| std::env::var(k).ok();
+        let (opts, warnings) = GpuOptions::from_settings(env);
+        for w in warnings {
+            eprintln!("{w}");
+        }
+        match Self::new(&opts).await {
             Ok(c) => Ok(Some(c)),
-            Err(e) if std::env::var("HEARTH_REQUIRE_GPU").is_ok_and(|v| v == "1") => Err(e),
+            Err(e) if env("HEARTH_REQUIRE_GPU").is_some_and(|v| v == "1") => Err(e),
             Err(e) => {
                 eprintln!("WebGPU test not run: {e} (set HEARTH_REQUIRE_GPU=1 to make this fail)");
                 Ok(None)

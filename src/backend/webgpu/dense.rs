@@ -50,7 +50,10 @@ impl WebGpuBackend {
         match *op {
             Op::MatMul { ty, k, n, exact } => self.linear(op, io, ty, k, n, exact),
             Op::GetRows { ty, width } => self.get_rows(op, io, ty, width),
-            _ => Err(BackendError::UnsupportedOp(format!("{op:?}"))),
+            _ => Err(BackendError::UnsupportedOp {
+                backend: "WebGPU".into(),
+                op: op.describe(),
+            }),
         }
     }
 

@@ -22,7 +22,6 @@ pub mod counters;
 mod dense;
 mod fuse;
 pub mod memory;
-pub mod model;
 mod ops;
 mod pool;
 mod profile;
@@ -34,9 +33,8 @@ mod weights;
 pub use backend::WebGpuBackend;
 pub use buffer::GpuBuffer;
 pub use caps::{GpuCaps, ShaderTarget};
-pub use context::{GpuContext, GpuOptions};
+pub use context::{GpuContext, GpuOptions, GpuProfile};
 pub use counters::GpuCounters;
-pub use model::{load_webgpu_model, GpuModel};
 pub use shader::{ConstValue, PipelineCache, PipelineKey};
 
 use thiserror::Error;
@@ -72,6 +70,12 @@ pub enum GpuError {
     /// The model, its K/V cache and activations do not fit the device.
     #[error("{0}")]
     DoesNotFit(String),
+}
+
+impl From<GpuError> for crate::backend::BackendError {
+    fn from(e: GpuError) -> Self {
+        crate::backend::BackendError::Device(Box::new(e))
+    }
 }
 
 /// A kernel file and the constants of one of its variants: (kernel name,

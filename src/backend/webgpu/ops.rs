@@ -9,8 +9,8 @@ use super::fuse::{GatedJob, RopeJob};
 use super::shader::{ConstValue, PipelineKey};
 use super::KernelSource;
 use crate::backend::{BackendError, OpIo};
+use crate::graph::KvType;
 use crate::graph::{Op, RopeMode};
-use crate::model::KvType;
 
 /// Kernel sources, one file per op.
 mod src {
@@ -112,7 +112,7 @@ fn f32s(b: &GpuBuffer) -> u64 {
 
 impl WebGpuBackend {
     /// Whether the op has a kernel here (weights: the 15 types of
-    /// [`super::quant::SUPPORTED_TYPES`]; not the MoE expert product).
+    /// [`crate::quant::WEIGHT_TYPES`]; not the MoE expert product).
     pub(super) fn supports_op(&self, op: &Op) -> bool {
         match op {
             Op::GetRows { ty, width } => super::weights::supports(*ty, *width),
@@ -145,13 +145,11 @@ impl WebGpuBackend {
         op: &Op,
         io: &OpIo<'_, GpuBuffer>,
     ) -> Result<(), BackendError> {
-        if let Op::MoeExperts { .. } = op {
-            return Err(BackendError::UnsupportedOp(format!(
-                "{op:?}: mixture-of-experts layers have no WebGPU kernel yet; run this model with --backend cpu"
-            )));
-        }
         if !self.supports_op(op) {
-            return Err(BackendError::UnsupportedOp(format!("{op:?}")));
+            return Err(BackendError::UnsupportedOp {
+                backend: "WebGPU".into(),
+                op: op.describe(),
+            });
         }
         match op {
             Op::Rope { .. } | Op::RmsNorm { .. } => {}
@@ -186,7 +184,10 @@ impl WebGpuBackend {
             Op::MoeTopK { n_expert, k } => self.moe_top_k(op, io, *n_expert, *k),
             Op::Argmax { width } => self.argmax(op, io, *width),
             Op::TopK { width, k } => self.top_k(op, io, *width, *k),
-            Op::MoeExperts { .. } => Err(BackendError::UnsupportedOp(format!("{op:?}"))),
+            Op::MoeExperts { .. } => Err(BackendError::UnsupportedOp {
+                backend: "WebGPU".into(),
+                op: op.describe(),
+            }),
         }
     }
 

@@ -32,20 +32,6 @@ use std::time::{Duration, Instant};
 /// Timestamps per query set (wgpu's limit).
 const SET_QUERIES: u32 = wgpu::QUERY_SET_MAX_QUERIES;
 
-/// Whether `HEARTH_PROFILE=gpu` (or `gpu-host`) asks for profiling (never
-/// on wasm32; see [`GpuOptions::profile`](super::GpuOptions::profile)).
-pub fn enabled() -> bool {
-    !cfg!(target_arch = "wasm32")
-        && std::env::var("HEARTH_PROFILE").is_ok_and(|v| v == "gpu" || v == "gpu-host")
-}
-
-/// Whether timestamps may be written: not with `HEARTH_PROFILE=gpu-host`,
-/// which times the host and the wait alone, with the steps' command
-/// buffers exactly as unprofiled.
-pub fn timestamps_wanted() -> bool {
-    std::env::var("HEARTH_PROFILE").map_or(true, |v| v != "gpu-host")
-}
-
 /// The timestamp features profiling asks the device for.
 pub fn timestamp_features() -> wgpu::Features {
     wgpu::Features::TIMESTAMP_QUERY

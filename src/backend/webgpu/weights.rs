@@ -17,11 +17,11 @@ use super::buffer::GpuBuffer;
 use super::ops::nth;
 use super::quant::{
     packed_layout, BufRef, GetRowsArgs, MatmulArgs, PackedLayout, Repacker, WeightPart,
-    SUPPORTED_TYPES,
 };
 use crate::backend::{BackendError, OpIo};
 use crate::graph::Op;
 use crate::quant::GgmlType;
+use crate::quant::WEIGHT_TYPES;
 
 /// Where the parts of one weight lie in its buffer.
 #[derive(Debug, Clone, Copy)]
@@ -69,7 +69,7 @@ impl Placement {
 
 /// Whether a weight of `ty` with rows of `cols` values has kernels here.
 pub(super) fn supports(ty: GgmlType, cols: usize) -> bool {
-    SUPPORTED_TYPES.contains(&ty) && packed_layout(ty, 1, cols as u64).is_ok()
+    WEIGHT_TYPES.contains(&ty) && packed_layout(ty, 1, cols as u64).is_ok()
 }
 
 impl WebGpuBackend {
@@ -142,7 +142,12 @@ impl WebGpuBackend {
         let (ty, cols, w) = match *op {
             Op::MatMul { ty, k, .. } => (ty, k, nth(io.inputs, 1, op)?),
             Op::GetRows { ty, width } => (ty, width, nth(io.inputs, 0, op)?),
-            _ => return Err(BackendError::UnsupportedOp(format!("{op:?}"))),
+            _ => {
+                return Err(BackendError::UnsupportedOp {
+                    backend: "WebGPU".into(),
+                    op: op.describe(),
+                })
+            }
         };
         let rows = self.weight_rows(ty, cols, w.len)?;
         let place = self.placement(ty, cols, rows as usize)?;

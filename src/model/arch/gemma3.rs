@@ -4,8 +4,9 @@
 //! `gemma3.attention.sliding_window_pattern`, default 6), with RoPE base
 //! `rope.freq_base_swa` (default 10000) on local layers.
 
-use super::{Activation, ArchSpec};
+use super::ArchSpec;
 use crate::gguf::Metadata;
+use crate::graph::Activation;
 use crate::graph::RopeMode;
 use crate::model::ModelConfig;
 

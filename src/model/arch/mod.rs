@@ -12,17 +12,8 @@ pub mod qwen3;
 pub mod qwen3moe;
 
 use crate::gguf::Metadata;
-use crate::graph::RopeMode;
+use crate::graph::{Activation, RopeMode};
 use crate::model::{ConfigError, ModelConfig, SUPPORTED_ARCHITECTURES};
-
-/// The gated activation of the FFN.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Activation {
-    /// `silu(gate) * up`.
-    Silu,
-    /// `gelu_tanh(gate) * up`.
-    GeluTanh,
-}
 
 /// Per-layer attention settings.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -8,10 +8,11 @@
 
 use crate::backend::{Backend, BackendError};
 use crate::graph::plan::{BufId, Plan};
+use crate::graph::KvCacheConfig;
 use crate::graph::Op;
 use crate::model::arch::ArchSpec;
 use crate::model::generic::{FfnWeights, LayerWeights, Model, ModelWeights, WeightInfo};
-use crate::model::{Batch, KvCacheConfig, LogitsWanted, ModelConfig};
+use crate::model::{Batch, LogitsWanted, ModelConfig};
 use crate::quant::GgmlType;
 
 /// What a plan is built from: the model's shapes and weights.
@@ -234,8 +235,8 @@ fn feed_forward(
             matmul(s, p, gate, b.h, g);
             matmul(s, p, up, b.h, u);
             let act = match s.spec.act {
-                super::Activation::Silu => Op::SiluMul,
-                super::Activation::GeluTanh => Op::GeluTanhMul,
+                crate::graph::Activation::Silu => Op::SiluMul,
+                crate::graph::Activation::GeluTanh => Op::GeluTanhMul,
             };
             p.push(act, &[g, u], &[g]);
             matmul(s, p, down, g, b.o);

@@ -1,11 +1,12 @@
-//! The backends of this build: [`AnyModel`] (a model on either) and
-//! [`choose`], which decides from a model's header where it runs, with
-//! every check that can fail before the tensors are downloaded.
+//! The backends of this build: [`choose`] decides from a model's header
+//! where it runs, with every check that can fail before the tensors are
+//! downloaded; the model loaded there is the core's
+//! [`AnyModel`](hearth::model::AnyModel).
 
-use hearth::backend::cpu::CpuBackend;
+use hearth::backend::cpu::{CpuBackend, CpuOptions};
 use hearth::backend::BackendError;
 use hearth::gguf::GgufModel;
-use hearth::model::{check_types, Batch, CpuModel, ForwardModel, LoadOptions, ModelConfig};
+use hearth::model::{check_model, LoadOptions};
 use serde_json::{json, Value};
 use wasm_bindgen::{JsError, JsValue};
 
@@ -13,62 +14,13 @@ use crate::js_err;
 use crate::options::BackendChoice;
 
 #[cfg(feature = "webgpu")]
-use hearth::backend::webgpu::{GpuModel, WebGpuBackend};
+use hearth::backend::webgpu::WebGpuBackend;
 
-/// A model on any backend of this build.
-// One value per worker: the size difference of the variants costs nothing.
-#[allow(clippy::large_enum_variant)]
-#[derive(Debug)]
-pub enum AnyModel {
-    /// On the CPU (wasm SIMD128).
-    Cpu(CpuModel),
-    /// On the browser's WebGPU.
-    #[cfg(feature = "webgpu")]
-    WebGpu(GpuModel),
-}
-
-impl ForwardModel for AnyModel {
-    fn config(&self) -> &ModelConfig {
-        match self {
-            AnyModel::Cpu(m) => m.config(),
-            #[cfg(feature = "webgpu")]
-            AnyModel::WebGpu(m) => m.config(),
-        }
-    }
-
-    async fn forward(&mut self, batch: &Batch<'_>) -> hearth::Result<Vec<f32>> {
-        match self {
-            AnyModel::Cpu(m) => m.forward(batch).await,
-            #[cfg(feature = "webgpu")]
-            AnyModel::WebGpu(m) => m.forward(batch).await,
-        }
-    }
-
-    async fn forward_argmax(&mut self, batch: &Batch<'_>) -> hearth::Result<Vec<u32>> {
-        match self {
-            AnyModel::Cpu(m) => m.forward_argmax(batch).await,
-            #[cfg(feature = "webgpu")]
-            AnyModel::WebGpu(m) => m.forward_argmax(batch).await,
-        }
-    }
-
-    async fn forward_top_k(
-        &mut self,
-        batch: &Batch<'_>,
-        k: usize,
-    ) -> hearth::Result<Vec<Vec<(u32, f32)>>> {
-        match self {
-            AnyModel::Cpu(m) => m.forward_top_k(batch, k).await,
-            #[cfg(feature = "webgpu")]
-            AnyModel::WebGpu(m) => m.forward_top_k(batch, k).await,
-        }
-    }
-}
-
-/// Where a model will run: the CPU, or a WebGPU device already open.
+/// Where a model will run: the CPU, or a WebGPU device already open
+/// (boxed: the backends hold their kernel tables and caches inline).
 pub enum Chosen {
-    /// The CPU.
-    Cpu,
+    /// The CPU (wasm SIMD128), on the threads of the load options.
+    Cpu(Box<CpuBackend>),
     /// A WebGPU device the model was checked against (boxed: the backend
     /// holds its pipeline and buffer caches inline).
     #[cfg(feature = "webgpu")]
@@ -86,65 +38,71 @@ pub struct Decision {
     pub report: Value,
 }
 
-/// Checks `model` can run on the CPU backend: every weight type has a
-/// kernel. Errors have code `unsupported-model`.
-pub fn check_cpu(model: &GgufModel) -> Result<(), JsError> {
-    check_types(model, &CpuBackend::new(1))
-        .map_err(|e| unsupported(e, "CPU", "pick another quantization"))
+/// The CPU backend on `threads` threads, checked to run `model` with the
+/// K/V cache of `load`. Errors have code `unsupported-model`.
+pub fn check_cpu(
+    model: &GgufModel,
+    threads: usize,
+    load: &LoadOptions,
+) -> Result<CpuBackend, JsError> {
+    let backend = CpuBackend::with_options(&CpuOptions::with_threads(threads));
+    check_model(model, &backend, load)
+        .map_err(|e| unsupported(&e, "pick another quantization"))?;
+    Ok(backend)
 }
 
-/// The `unsupported-model` error of a failed [`check_types`] on `backend`,
-/// ending with what to do (`hint`).
-pub fn unsupported(e: BackendError, backend: &str, hint: &str) -> JsError {
+/// The `unsupported-model` error of a model a backend cannot run, ending
+/// with what to do in the browser (`hint`).
+pub fn unsupported(e: &hearth::Error, hint: &str) -> JsError {
     let msg = match e {
-        BackendError::UnsupportedType { tensor, ty } => {
-            format!(
-                "tensor '{tensor}' is {ty:?}, which the {backend} backend cannot run yet; {hint}"
-            )
+        hearth::Error::Backend(BackendError::UnsupportedType {
+            tensor,
+            ty,
+            backend,
+        }) => format!("tensor '{tensor}' is {ty:?}, which the {backend} backend cannot run yet; {hint}"),
+        hearth::Error::Backend(BackendError::UnsupportedOp { backend, op }) => {
+            format!("the {backend} backend cannot run {op} yet; {hint}")
         }
         other => format!("{other}; {hint}"),
     };
     js_err("unsupported-model", msg)
 }
 
-/// Decides where `model` runs for `want`, with the K/V cache of `load`.
-/// `webgpu` fails when there is no adapter (`unsupported-backend`) or the
-/// model cannot run on it (`unsupported-model`); `auto` then takes the CPU.
+/// Decides where `model` runs for `want`, with the K/V cache of `load`
+/// (the CPU on `threads` threads). `webgpu` fails when there is no adapter
+/// (`unsupported-backend`) or the model cannot run on it
+/// (`unsupported-model`); `auto` then takes the CPU.
 pub async fn choose(
     model: &GgufModel,
-    mc: &ModelConfig,
     want: BackendChoice,
+    threads: usize,
     load: &LoadOptions,
 ) -> Result<Decision, JsError> {
     let mut declined = None;
     if want != BackendChoice::Cpu {
-        match webgpu(model, mc, load).await {
+        match webgpu(model, load).await {
             Ok(d) => return Ok(d),
             Err(e) if want == BackendChoice::Webgpu => return Err(e),
             Err(e) => declined = Some(crate::source::js_error_text(&JsValue::from(e))),
         }
     }
-    check_cpu(model)?;
+    let cpu = check_cpu(model, threads, load)?;
     Ok(Decision {
-        chosen: Chosen::Cpu,
+        chosen: Chosen::Cpu(Box::new(cpu)),
         report: json!({"backend": "cpu", "adapter": null, "webgpu_declined": declined}),
     })
 }
 
 /// The WebGPU decision: open the device and check the model against it.
 #[cfg(feature = "webgpu")]
-async fn webgpu(
-    model: &GgufModel,
-    mc: &ModelConfig,
-    load: &LoadOptions,
-) -> Result<Decision, JsError> {
+async fn webgpu(model: &GgufModel, load: &LoadOptions) -> Result<Decision, JsError> {
     let backend = crate::gpu::open().await?;
-    let plan = crate::gpu::check(&backend, model, mc, load)?;
+    let need = crate::gpu::check(&backend, model, load)?;
     let report = json!({
         "backend": "webgpu",
         "adapter": crate::gpu::adapter_name(&backend),
         "webgpu_declined": null,
-        "gpu_plan_bytes": plan.total(),
+        "gpu_plan_bytes": need.total(),
     });
     Ok(Decision {
         chosen: Chosen::WebGpu(Box::new(backend)),
@@ -154,7 +112,7 @@ async fn webgpu(
 
 /// Without the feature: WebGPU is not in this build.
 #[cfg(not(feature = "webgpu"))]
-async fn webgpu(_: &GgufModel, _: &ModelConfig, _: &LoadOptions) -> Result<Decision, JsError> {
+async fn webgpu(_: &GgufModel, _: &LoadOptions) -> Result<Decision, JsError> {
     Err(js_err(
         "unsupported-backend",
         "this build of the engine has no WebGPU backend; use backend 'cpu' or 'auto'",

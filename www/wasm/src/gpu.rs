@@ -1,19 +1,17 @@
 //! The WebGPU path (feature `webgpu`): opening the browser's adapter, and
 //! the checks made from a model's header before any tensor is downloaded:
 //! every weight type has kernels, and the weights, K/V cache and
-//! activations fit the adapter's limits (the core's [`MemoryPlan`]).
+//! activations fit the adapter's limits (the core's [`MemoryNeed`]).
 //!
 //! `inspect` opens the device for its checks and parks it here; the `load`
 //! that follows in the same worker takes it instead of opening another.
 
 use std::cell::RefCell;
 
-use hearth::backend::webgpu::memory::MemoryPlan;
-use hearth::backend::webgpu::model::PLAN_MAX_TOKENS;
 use hearth::backend::webgpu::{GpuContext, GpuOptions, WebGpuBackend};
-use hearth::backend::Backend;
+use hearth::backend::{BackendError, MemoryNeed};
 use hearth::gguf::GgufModel;
-use hearth::model::{check_types, LoadOptions, ModelConfig};
+use hearth::model::{check_model, LoadOptions};
 use wasm_bindgen::{JsError, JsValue};
 
 use crate::backend::unsupported;
@@ -69,30 +67,21 @@ pub fn adapter_name(backend: &WebGpuBackend) -> String {
 }
 
 /// Checks `model` can run on `backend` with the K/V cache of `load`:
-/// kernels for every weight type, and a [`MemoryPlan`] within the
-/// adapter's buffer and binding limits. Errors have code
-/// `unsupported-model` and say to use the CPU.
+/// kernels for every op and weight type, and a memory need within the
+/// adapter's buffer and binding limits (the browser does not say how much
+/// memory the device has). Errors have code `unsupported-model` and say to
+/// use the CPU.
 pub fn check(
     backend: &WebGpuBackend,
     model: &GgufModel,
-    mc: &ModelConfig,
     load: &LoadOptions,
-) -> Result<MemoryPlan, JsError> {
-    let caps = &backend.context().caps;
-    check_types(model, backend)
-        .map_err(|e| unsupported(e, "WebGPU", "use backend 'cpu' or another quantization"))?;
-    let plan = MemoryPlan::estimate(model, mc, &load.kv, PLAN_MAX_TOKENS, |t| {
-        let cols = t.shape.first().copied().unwrap_or(0) as usize;
-        let rows = (t.n_elements() as usize) / cols.max(1);
-        backend.weight_bytes(t.ty, cols, rows).max(t.size)
-    });
-    // The browser does not say how much memory the device has: the plan
-    // is checked against the per-buffer limits only.
-    plan.check(caps, None).map_err(|e| {
-        js_err(
+) -> Result<MemoryNeed, JsError> {
+    match check_model(model, backend, load) {
+        Ok(checked) => Ok(checked.memory),
+        Err(e @ hearth::Error::Backend(BackendError::Device(_))) => Err(js_err(
             "unsupported-model",
             format!("the model does not fit WebGPU here: {e}; use backend 'cpu' or a smaller model or context"),
-        )
-    })?;
-    Ok(plan)
+        )),
+        Err(e) => Err(unsupported(&e, "use backend 'cpu' or another quantization")),
+    }
 }

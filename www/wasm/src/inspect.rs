@@ -41,7 +41,7 @@ pub async fn inspect(readers: Array, options: String) -> Result<String, JsError>
     spec_for(&mc, md).map_err(|e| unsupported(&e))?;
     Tokenizer::from_metadata(md).map_err(|e| unsupported(&e))?;
     let (_, load) = opts.configs(&mc)?;
-    let decision = choose(&model, &mc, opts.backend, &load).await?;
+    let decision = choose(&model, opts.backend, opts.threads(), &load).await?;
     #[cfg(feature = "webgpu")]
     if let Chosen::WebGpu(backend) = &decision.chosen {
         crate::gpu::park(backend);

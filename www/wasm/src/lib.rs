@@ -25,15 +25,13 @@ use std::rc::Rc;
 use hearth::engine::{Clock, Engine, RequestId};
 use hearth::gguf::GgufModel;
 use hearth::model::chat::ChatTemplate;
-#[cfg(feature = "webgpu")]
-use hearth::model::load_model;
 use hearth::model::tokenizer::Tokenizer;
-use hearth::model::{load_cpu_model, LoadProgress, ModelConfig};
+use hearth::model::{load_model, AnyModel, LoadProgress, ModelConfig};
 use js_sys::{Array, Function, Promise};
 use serde_json::{json, Value};
 use wasm_bindgen::prelude::*;
 
-use backend::{choose, AnyModel, Chosen};
+use backend::{choose, Chosen};
 use options::EngineOptions;
 
 pub use inspect::inspect;
@@ -105,16 +103,16 @@ pub async fn load(
         .ok()
         .map(|t| t.with_now(now));
     let (config, load_opts) = opts.configs(&mc)?;
-    let decision = choose(&model, &mc, opts.backend, &load_opts).await?;
+    let decision = choose(&model, opts.backend, opts.threads(), &load_opts).await?;
     let mut report = progress_fn(on_progress);
     let loaded = match decision.chosen {
-        Chosen::Cpu => load_cpu_model(&model, &sources, &load_opts, &mut report)
+        Chosen::Cpu(backend) => load_model(*backend, &model, &sources, &load_opts, &mut report)
             .await
-            .map(AnyModel::Cpu),
+            .map(AnyModel::new),
         #[cfg(feature = "webgpu")]
         Chosen::WebGpu(backend) => load_model(*backend, &model, &sources, &load_opts, &mut report)
             .await
-            .map(AnyModel::WebGpu),
+            .map(AnyModel::new),
     }
     .map_err(|e| js_err("unsupported-model", e))?;
     let mut info = json!({
@@ -125,7 +123,7 @@ pub async fn load(
         "context_length": config.n_ctx,
         "vocab_size": mc.n_vocab,
         "has_chat_template": template.is_some(),
-        "threads": load_opts.threads,
+        "threads": opts.threads(),
         "build": build_kind(),
         "wasm_memory_bytes": wasm_memory_bytes(),
     });

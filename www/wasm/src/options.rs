@@ -3,8 +3,9 @@
 //! same configuration, so the memory plan checked before the download is
 //! the one the load allocates.
 
+use hearth::graph::KvType;
 use hearth::engine::EngineConfig;
-use hearth::model::{KvType, LoadOptions, ModelConfig};
+use hearth::model::{LoadOptions, ModelConfig};
 use serde::Deserialize;
 use wasm_bindgen::JsError;
 
@@ -78,10 +79,14 @@ impl EngineOptions {
             ..EngineConfig::default()
         };
         let load = LoadOptions {
-            kv: config.kv_cache_config(),
-            threads: self.threads.max(1),
-            exact_f32: false,
+            max_step_tokens: config.max_num_batched_tokens,
+            ..LoadOptions::new(config.kv_cache_config())
         };
         Ok((config, load))
+    }
+
+    /// CPU threads to run on (at least one).
+    pub fn threads(&self) -> usize {
+        self.threads.max(1)
     }
 }

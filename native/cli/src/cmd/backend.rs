@@ -1,9 +1,12 @@
-//! The backends this build can run models on.
+//! The backends of this build, composed with the core: each is opened with
+//! its typed options, read here from the `HEARTH_*` environment variables
+//! (the library reads no environment), and the model loaded onto it comes
+//! back as the core's [`AnyModel`].
 
-use hearth::backend::webgpu::{load_webgpu_model, GpuModel, GpuOptions};
+use hearth::backend::cpu::{CpuBackend, CpuOptions};
+use hearth::backend::webgpu::{GpuContext, GpuOptions, WebGpuBackend};
 use hearth::gguf::{ByteSource, GgufModel};
-pub use hearth::model::{load_cpu_model, CpuModel, LoadOptions, LoadProgress};
-use hearth::model::{Batch, ForwardModel, ModelConfig};
+use hearth::model::{load_model, AnyModel, LoadOptions, LoadProgress};
 
 /// Backends compiled into this build, for `--backend`.
 pub const BACKENDS: &[&str] = &["cpu", "webgpu"];
@@ -19,65 +22,40 @@ pub fn check_backend(name: &str) -> anyhow::Result<()> {
     )
 }
 
-/// A model on any backend of this build.
-// One value per process: the size difference of the variants costs nothing.
-#[allow(clippy::large_enum_variant)]
-#[derive(Debug)]
-pub enum AnyModel {
-    /// On the CPU.
-    Cpu(CpuModel),
-    /// On a GPU through WebGPU (Vulkan, Metal, DX12).
-    WebGpu(GpuModel),
+/// The value of environment variable `name`, if set.
+fn env(name: &str) -> Option<String> {
+    std::env::var(name).ok()
 }
 
-impl ForwardModel for AnyModel {
-    fn config(&self) -> &ModelConfig {
-        match self {
-            AnyModel::Cpu(m) => m.config(),
-            AnyModel::WebGpu(m) => m.config(),
-        }
-    }
-
-    async fn forward(&mut self, batch: &Batch<'_>) -> hearth::Result<Vec<f32>> {
-        match self {
-            AnyModel::Cpu(m) => m.forward(batch).await,
-            AnyModel::WebGpu(m) => m.forward(batch).await,
-        }
-    }
-
-    async fn forward_argmax(&mut self, batch: &Batch<'_>) -> hearth::Result<Vec<u32>> {
-        match self {
-            AnyModel::Cpu(m) => m.forward_argmax(batch).await,
-            AnyModel::WebGpu(m) => m.forward_argmax(batch).await,
-        }
-    }
-
-    async fn forward_top_k(
-        &mut self,
-        batch: &Batch<'_>,
-        k: usize,
-    ) -> hearth::Result<Vec<Vec<(u32, f32)>>> {
-        match self {
-            AnyModel::Cpu(m) => m.forward_top_k(batch, k).await,
-            AnyModel::WebGpu(m) => m.forward_top_k(batch, k).await,
-        }
+/// Prints each warning about a setting that was ignored.
+fn warn(warnings: Vec<String>) {
+    for w in warnings {
+        eprintln!("hearth: {w}");
     }
 }
 
-impl AnyModel {
-    /// The device the model runs on, as its backend names it.
-    pub fn device_name(&self) -> String {
-        use hearth::backend::Backend;
-        match self {
-            AnyModel::Cpu(m) => m.backend().caps().name.clone(),
-            AnyModel::WebGpu(m) => m.backend().caps().name.clone(),
-        }
-    }
+/// The CPU backend's options on `threads` threads (0: all cores), with
+/// `HEARTH_CPU_ISA`, `HEARTH_FUSE`, `HEARTH_ATTN`, `HEARTH_LARGE_PAGES`,
+/// `HEARTH_POOL` and `HEARTH_PROFILE` from the environment.
+pub fn cpu_options(threads: usize) -> CpuOptions {
+    let (opts, warnings) = CpuOptions::from_settings(threads, env);
+    warn(warnings);
+    opts
 }
 
-/// Loads `model` on the backend named `name` (one of [`BACKENDS`]).
+/// The WebGPU backend's options, with `HEARTH_GPU_*`, `HEARTH_WEBGPU_KERNELS`
+/// and `HEARTH_PROFILE` from the environment.
+pub fn gpu_options() -> GpuOptions {
+    let (opts, warnings) = GpuOptions::from_settings(env);
+    warn(warnings);
+    opts
+}
+
+/// Loads `model` on the backend named `name` (one of [`BACKENDS`]), the
+/// CPU on `threads` threads.
 pub async fn load_on<S: ByteSource>(
     name: &str,
+    threads: usize,
     model: &GgufModel,
     sources: &[S],
     opts: &LoadOptions,
@@ -85,9 +63,14 @@ pub async fn load_on<S: ByteSource>(
 ) -> anyhow::Result<AnyModel> {
     check_backend(name)?;
     Ok(match name {
-        "webgpu" => AnyModel::WebGpu(
-            load_webgpu_model(model, sources, opts, &GpuOptions::from_env(), progress).await?,
-        ),
-        _ => AnyModel::Cpu(load_cpu_model(model, sources, opts, progress).await?),
+        "webgpu" => {
+            let ctx = GpuContext::new(&gpu_options()).await?;
+            let backend = WebGpuBackend::new(ctx);
+            AnyModel::new(load_model(backend, model, sources, opts, progress).await?)
+        }
+        _ => {
+            let backend = CpuBackend::with_options(&cpu_options(threads));
+            AnyModel::new(load_model(backend, model, sources, opts, progress).await?)
+        }
     })
 }

@@ -26,6 +26,7 @@
 mod membw;
 mod report;
 
+use hearth::graph::{KvCacheConfig, KvType};
 use std::hint::black_box;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -35,12 +36,12 @@ use anyhow::{bail, Context, Result};
 use hearth::backend::cpu::kernels::KernelTable;
 use hearth::gguf::{GgufModel, MmapSource};
 use hearth::kv::{BlockId, Slot, DEFAULT_BLOCK_SIZE};
-use hearth::model::{
-    Batch, ForwardModel, KvCacheConfig, KvType, LoadOptions, LogitsWanted, SeqInput,
-};
+use hearth::model::{Batch, ForwardModel, LoadOptions, LogitsWanted, SeqInput};
 use indicatif::{ProgressBar, ProgressStyle};
 
-use super::backend::{load_on, AnyModel};
+use hearth::model::AnyModel;
+
+use super::backend::load_on;
 use report::{ModelInfo, Reporter, Row};
 
 /// Arguments of `hearth bench`.
@@ -279,12 +280,8 @@ fn bench_models(
 /// the device name on other backends.
 fn isa_of(backend: &str, device: &str) -> String {
     if backend == "cpu" {
-        let request = std::env::var("HEARTH_CPU_ISA").ok();
-        KernelTable::for_request(request.as_deref())
-            .0
-            .isa()
-            .name()
-            .to_string()
+        let isa = super::backend::cpu_options(1).isa;
+        KernelTable::for_isa_or_best(isa).isa().name().to_string()
     } else {
         device.to_string()
     }
@@ -314,16 +311,12 @@ fn load(
     ctx: KvSpan,
     threads: usize,
 ) -> Result<AnyModel> {
-    let opts = LoadOptions {
-        kv: KvCacheConfig {
-            num_blocks: ctx.seqs * ctx.blocks_per_seq() + 1,
-            block_size: DEFAULT_BLOCK_SIZE,
-            dtype: KvType::F16,
-        },
-        threads,
-        exact_f32: false,
-    };
-    pollster::block_on(load_on(backend, gguf, sources, &opts, &mut |_| {}))
+    let opts = LoadOptions::new(KvCacheConfig {
+        num_blocks: ctx.seqs * ctx.blocks_per_seq() + 1,
+        block_size: DEFAULT_BLOCK_SIZE,
+        dtype: KvType::F16,
+    });
+    pollster::block_on(load_on(backend, threads, gguf, sources, &opts, &mut |_| {}))
 }
 
 /// Runs `test` once untimed (unless `--no-warmup`) and `args.reps` times

@@ -1,6 +1,7 @@
 //! What `run`, `chat` and `logits` share: model arguments, sampling
 //! arguments, and loading a model into an engine with a progress bar.
 
+use hearth::graph::KvType;
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -9,11 +10,13 @@ use anyhow::{Context, Result};
 use hearth::engine::{Engine, EngineConfig};
 use hearth::model::chat::ChatTemplate;
 use hearth::model::tokenizer::Tokenizer;
-use hearth::model::{KvType, ModelConfig};
+use hearth::model::ModelConfig;
 use hearth::sample::SamplingParams;
 use indicatif::{ProgressBar, ProgressStyle};
 
-use super::backend::{self, AnyModel, LoadOptions, LoadProgress};
+use hearth::model::{AnyModel, LoadOptions, LoadProgress};
+
+use super::backend;
 
 /// Which model to load and where to run it.
 #[derive(clap::Args, Debug)]
@@ -157,9 +160,9 @@ pub fn load_engine(args: &ModelArgs, wish: &EngineWish<'_>) -> Result<Loaded> {
         ..EngineConfig::default()
     };
     let opts = LoadOptions {
-        kv: config.kv_cache_config(),
-        threads: args.threads,
         exact_f32: wish.exact_f32,
+        max_step_tokens: config.max_num_batched_tokens,
+        ..LoadOptions::new(config.kv_cache_config())
     };
     let bar = progress_bar(wish.progress);
     let mut report = |p: &LoadProgress| {
@@ -168,6 +171,7 @@ pub fn load_engine(args: &ModelArgs, wish: &EngineWish<'_>) -> Result<Loaded> {
     };
     let loaded = pollster::block_on(backend::load_on(
         &args.backend,
+        args.threads,
         &model,
         &sources,
         &opts,

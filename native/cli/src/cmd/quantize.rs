@@ -1,13 +1,13 @@
 //! `hearth quantize`: write a copy of a model with its weights in another
 //! format, choosing each tensor's type as llama-quantize does
-//! (`hearth::quant::convert`).
+//! (`hearth::model::quantize`).
 
 use std::fs::File;
 use std::io::BufWriter;
 use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
-use hearth::quant::convert::{quantize_model, QuantPlan};
+use hearth::model::quantize::{quantize_model, QuantPlan};
 use hearth::quant::recipe::FileType;
 
 use super::output::{byte_progress, set_threads, write_atomically};

@@ -458,25 +458,6 @@ pub struct KernelTable {
     isa: Isa,
 }
 
-/// Weight types the CPU backend runs.
-pub const WEIGHT_TYPES: [GgmlType; 15] = [
-    GgmlType::F32,
-    GgmlType::F16,
-    GgmlType::BF16,
-    GgmlType::Q4_0,
-    GgmlType::Q4_1,
-    GgmlType::Q5_0,
-    GgmlType::Q5_1,
-    GgmlType::Q8_0,
-    GgmlType::Q2_K,
-    GgmlType::Q3_K,
-    GgmlType::Q4_K,
-    GgmlType::Q5_K,
-    GgmlType::Q6_K,
-    GgmlType::IQ4_NL,
-    GgmlType::IQ4_XS,
-];
-
 /// `bytes` as blocks: borrowed when aligned, else copied (callers keep rows
 /// aligned, so the copy is a fallback that never changes results).
 #[inline]
@@ -647,17 +628,14 @@ fn scalar_quantizer(ty: GgmlType) -> Option<QuantizeFn> {
 }
 
 impl KernelTable {
-    /// The table for this machine: the fastest ISA the CPU has, or the one
-    /// `HEARTH_CPU_ISA` (`scalar`, `avx2`, `avx512`, `neon`, `simd128`) names. An unknown name,
-    /// or an ISA this CPU lacks, is not an error: a warning goes to stderr
-    /// and the fastest available ISA is used (see [`KernelTable::for_request`]).
+    /// The table for this machine: the fastest ISA the CPU has.
     pub fn detect() -> Self {
-        let request = std::env::var("HEARTH_CPU_ISA").ok();
-        let (table, warning) = Self::for_request(request.as_deref());
-        if let Some(w) = warning {
-            eprintln!("hearth: {w}");
-        }
-        table
+        Self { isa: Isa::best() }
+    }
+
+    /// The table of `isa` where this CPU has it, else [`KernelTable::detect`]'s.
+    pub fn for_isa_or_best(isa: Option<Isa>) -> Self {
+        isa.and_then(Self::with_isa).unwrap_or_else(Self::detect)
     }
 
     /// The table for an ISA request (the value of `HEARTH_CPU_ISA`, `None`

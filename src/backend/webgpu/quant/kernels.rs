@@ -738,6 +738,7 @@ impl QuantKernels {
             BackendError::UnsupportedType {
                 tensor: format!("{} weight", kernel.name()),
                 ty,
+                backend: "WebGPU".into(),
             }
         })
     }

@@ -51,10 +51,6 @@ fn arrangement(ty: GgmlType) -> Option<Arrangement> {
     })
 }
 
-/// The weight types the WGSL kernels run: the CPU path's list, so a model
-/// that runs on one backend runs on the other.
-pub const SUPPORTED_TYPES: [GgmlType; 15] = crate::backend::cpu::kernels::WEIGHT_TYPES;
-
 /// Where a `[rows, cols]` weight of type `ty` lives on the device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PackedLayout {
@@ -120,6 +116,7 @@ pub fn packed_layout(ty: GgmlType, rows: u64, cols: u64) -> Result<PackedLayout,
     let arr = arrangement(ty).ok_or_else(|| BackendError::UnsupportedType {
         tensor: format!("[{rows}, {cols}] weight"),
         ty,
+        backend: "WebGPU".into(),
     })?;
     let be = ty.block_elems() as u64;
     if cols == 0 || !cols.is_multiple_of(be) || !cols.is_multiple_of(8) {
@@ -303,6 +300,7 @@ pub fn unpack_rows(layout: &PackedLayout, packed: &[u8]) -> Result<Vec<u8>, Back
 pub(crate) mod tests {
     use super::*;
     use crate::quant::reference;
+    use crate::quant::WEIGHT_TYPES;
 
     /// Deterministic pseudo-random values (splitmix64), never all zero.
     pub(crate) fn values(seed: u64, n: usize) -> Vec<f32> {
@@ -321,7 +319,7 @@ pub(crate) mod tests {
 
     #[test]
     fn every_layout_is_aligned_and_rows_are_self_contained() {
-        for ty in SUPPORTED_TYPES {
+        for ty in WEIGHT_TYPES {
             let l = packed_layout(ty, 7, 512).expect("layout");
             assert_eq!(l.row_bytes % 4, 0, "{ty}");
             assert_eq!(l.bytes, 7 * l.row_bytes, "{ty}");
@@ -337,7 +335,7 @@ pub(crate) mod tests {
 
     #[test]
     fn repack_round_trips_to_the_gguf_blocks() {
-        for (i, ty) in SUPPORTED_TYPES.into_iter().enumerate() {
+        for (i, ty) in WEIGHT_TYPES.into_iter().enumerate() {
             let seed = 0x5EED_0000 + i as u64;
             let (rows, cols) = (5u64, 512u64);
             let x = values(seed, (rows * cols) as usize);

@@ -3,7 +3,7 @@
 //!
 //! Formats: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K,
 //! Q5_K, Q6_K, IQ4_NL, IQ4_XS (the CPU path's list,
-//! [`layout::SUPPORTED_TYPES`]).
+//! [`crate::quant::WEIGHT_TYPES`]).
 //!
 //! Loading a weight `[rows, cols]` of type `ty`:
 //! 1. [`packed_layout`] gives its bytes and row stride; [`PackedLayout::parts`]
@@ -28,7 +28,7 @@ pub mod layout;
 pub mod sources;
 
 pub use kernels::{BufRef, GetRowsArgs, KernelParams, MatmulArgs, QuantKernels, WeightPart};
-pub use layout::{packed_layout, unpack_rows, PackedLayout, Repacker, SUPPORTED_TYPES};
+pub use layout::{packed_layout, unpack_rows, PackedLayout, Repacker};
 pub use sources::{Kernel, KernelConfig};
 
 #[cfg(test)]

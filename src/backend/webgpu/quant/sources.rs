@@ -232,25 +232,26 @@ impl Default for KernelConfig {
 }
 
 impl KernelConfig {
-    /// The default, with the overrides of `HEARTH_WEBGPU_KERNELS` (a
-    /// browser has no environment: natively, for tuning on a new adapter): comma-separated `key=value` of
-    /// `tile=MxNxT[xU]` (tile_m x tile_n x thread_m [x thread_n, else 4]), `mv_rows`, `mv_wg`,
-    /// `mv_batch_rows`, `mv_lane_rows`, `mv_lane_items`, `mv_min_groups`, `mv_max_tokens`, `int8`, `mv_w4` and `tile_f16` (0/1). Unknown or malformed entries are
-    /// reported on stderr and ignored; [`KernelConfig::fit`] still applies.
-    pub fn from_env() -> Self {
+    /// The default with `spec`'s overrides (`HEARTH_WEBGPU_KERNELS`, for
+    /// tuning on a new adapter): comma-separated `key=value` of
+    /// `tile=MxNxT[xU]` (tile_m x tile_n x thread_m [x thread_n, else 4]),
+    /// `mv_rows`, `mv_wg`, `mv_batch_rows`, `mv_lane_rows`, `mv_lane_items`,
+    /// `mv_min_groups`, `mv_max_tokens`, `int8`, `mv_w4` and `tile_f16`
+    /// (0/1). Unknown or malformed entries are ignored, each with a warning
+    /// in the list returned; [`KernelConfig::fit`] still applies.
+    pub fn with_overrides(spec: &str) -> (Self, Vec<String>) {
         let mut c = Self::default();
-        if let Ok(spec) = std::env::var("HEARTH_WEBGPU_KERNELS") {
-            for part in spec.split(',').filter(|p| !p.trim().is_empty()) {
-                if c.set(part.trim()).is_none() {
-                    eprintln!(
-                        "HEARTH_WEBGPU_KERNELS: ignoring `{part}` (want tile=MxNxT[xU], mv_rows=R, \
-                         mv_wg=W, mv_batch_rows=B, mv_lane_rows=L, mv_lane_items=1|2, mv_min_groups=G, mv_max_tokens=T, int8=0|1, \
-                         mv_w4=0|1 or tile_f16=0|1)"
-                    );
-                }
+        let mut warnings = Vec::new();
+        for part in spec.split(',').filter(|p| !p.trim().is_empty()) {
+            if c.set(part.trim()).is_none() {
+                warnings.push(format!(
+                    "ignoring `{part}` (want tile=MxNxT[xU], mv_rows=R, mv_wg=W, mv_batch_rows=B, \
+                     mv_lane_rows=L, mv_lane_items=1|2, mv_min_groups=G, mv_max_tokens=T, int8=0|1, \
+                     mv_w4=0|1 or tile_f16=0|1)"
+                ));
             }
         }
-        c
+        (c, warnings)
     }
 
     /// Applies one `key=value` override; `None` when it is not one.

@@ -13,9 +13,10 @@ use super::super::WebGpuBackend;
 use super::layout::tests::values;
 use super::{
     packed_layout, BufRef, GetRowsArgs, KernelConfig, MatmulArgs, QuantKernels, Repacker,
-    WeightPart, SUPPORTED_TYPES,
+    WeightPart,
 };
 use crate::backend::{Backend, BufKind};
+use crate::quant::WEIGHT_TYPES;
 use crate::quant::{reference, GgmlType};
 
 const K: u64 = 256;
@@ -197,7 +198,7 @@ fn check_matmul(
             }
             let f16_tiles = cfg.f16_tiles(&caps);
             let qk = QuantKernels::new(&caps, cfg);
-            for (i, ty) in SUPPORTED_TYPES.into_iter().enumerate() {
+            for (i, ty) in WEIGHT_TYPES.into_iter().enumerate() {
                 for &(m, k) in shapes {
                     let seed = 0x6E0_0000 + (i as u64) * 16 + m + k;
                     let int8_path = i8 && super::sources::has_int8(ty);
@@ -271,7 +272,7 @@ fn get_rows_matches_dequantize_on_gpu() {
     let Some(mut be) = backend() else { return };
     let qk = QuantKernels::new(&be.context().caps.clone(), KernelConfig::default());
     let ids: Vec<u32> = vec![0, 36, 19, 20, 5, 36];
-    for (i, ty) in SUPPORTED_TYPES.into_iter().enumerate() {
+    for (i, ty) in WEIGHT_TYPES.into_iter().enumerate() {
         let seed = 0x6E7_0000 + i as u64;
         let (gguf, deq) = weight(ty, K, seed);
         let parts = upload_parts(&be, ty, K, &gguf);

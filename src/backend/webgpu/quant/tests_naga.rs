@@ -2,7 +2,8 @@
 
 use super::super::caps::GpuCaps;
 use super::sources::{variant, Kernel, KernelConfig, MvShape, PARAMS_WGSL};
-use super::{KernelParams, SUPPORTED_TYPES};
+use super::KernelParams;
+use crate::quant::WEIGHT_TYPES;
 
 fn validate(label: &str, source: &str, f16: bool, sg: bool) {
     let module = match naga::front::wgsl::parse_str(source) {
@@ -73,7 +74,7 @@ fn every_variant_composes_and_validates() {
             for cfg in cfgs {
                 let cfg = cfg.fit(&caps);
                 for kernel in Kernel::ALL {
-                    for ty in SUPPORTED_TYPES {
+                    for ty in WEIGHT_TYPES {
                         let shapes = [
                             (1, false, 1, false),
                             (1, true, 1, false),

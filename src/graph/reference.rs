@@ -1,10 +1,13 @@
-//! Element-wise and row-wise ops of the CPU backend: RMS norm, RoPE, gated
-//! activations, softmax, scale and add. Every op works in f32 in place on
-//! row-major `[rows, width]` data, in the order ggml's CPU backend uses.
+//! The scalar reference of the row ops: RMS norm, RoPE, gated activations,
+//! softmax, softcap, scale and add, argmax and top-k. Every op works in f32
+//! in place on row-major `[rows, width]` data, in the order ggml's CPU
+//! backend uses, and defines what every backend's kernel of it computes
+//! (the SIMD row kernels follow these bit for bit where their docs say so).
+//! The CPU backend runs them where it has no faster kernel.
 
 use half::f16;
 
-pub use crate::graph::RopeMode;
+use super::{RopeMode, NON_FINITE_ROW};
 
 /// RMS-normalises each `width`-wide row of `x` in place and multiplies by `w`.
 ///
@@ -278,45 +281,41 @@ pub fn softmax(x: &mut [f32]) {
     }
 }
 
-/// [`crate::graph::argmax_row`] in two vectorizable passes: the largest
-/// value and whether any value is non-finite (sixteen independent lanes),
-/// then the first index holding that value. Same results: `>` keeps the
-/// lowest index of a tie, and `-0.0 == 0.0` makes the second pass find the
-/// first of either zero where the reference keeps the first.
+/// [`Op::Argmax`](super::Op::Argmax) of one row on the host, the reference of every backend's
+/// kernel: the lowest index of the largest value, or [`NON_FINITE_ROW`]
+/// when a value is not finite (or the row is empty).
 pub fn argmax_row(row: &[f32]) -> u32 {
-    #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-    {
-        // LLVM does not vectorize the loop below for wasm (`f32::max`
-        // is not `f32x4.max`): 3 ns a value, scalar.
-        super::rowops_wasm::argmax_row(row)
-    }
-    #[cfg(not(all(target_arch = "wasm32", target_feature = "simd128")))]
-    argmax_scalar(row)
-}
-
-/// [`argmax_row`]'s portable form.
-pub fn argmax_scalar(row: &[f32]) -> u32 {
-    const LANES: usize = 16;
-    let mut max = [f32::NEG_INFINITY; LANES];
-    let mut bad = [0u32; LANES];
-    let chunks = row.chunks_exact(LANES);
-    let tail = chunks.remainder();
-    for c in chunks {
-        for ((m, b), &v) in max.iter_mut().zip(&mut bad).zip(c) {
-            *m = m.max(v);
-            *b |= u32::from(v.to_bits() & 0x7f80_0000 == 0x7f80_0000);
+    let mut best: Option<(usize, f32)> = None;
+    for (i, &v) in row.iter().enumerate() {
+        if !v.is_finite() {
+            return NON_FINITE_ROW;
+        }
+        if best.is_none_or(|(_, b)| v > b) {
+            best = Some((i, v));
         }
     }
-    let mut m = max.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
-    let mut any_bad = bad.iter().any(|&b| b != 0);
-    for &v in tail {
-        m = m.max(v);
-        any_bad |= !v.is_finite();
+    best.map_or(NON_FINITE_ROW, |(i, _)| i as u32)
+}
+
+/// [`Op::TopK`](super::Op::TopK) of one row on the host, the reference of every backend's
+/// kernel: the `k` best `(index, value)` pairs, by value descending then
+/// index ascending (a total order: the result never depends on the sort).
+/// A row with a non-finite value gives `k` pairs `(NON_FINITE_ROW, NaN)`.
+pub fn top_k_row(row: &[f32], k: usize) -> Vec<(u32, f32)> {
+    if row.iter().any(|v| !v.is_finite()) {
+        return vec![(NON_FINITE_ROW, f32::NAN); k];
     }
-    if any_bad || row.is_empty() {
-        return crate::graph::NON_FINITE_ROW;
+    let by_value = |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
+    let mut pairs: Vec<(u32, f32)> = row
+        .iter()
+        .enumerate()
+        .map(|(i, &v)| (i as u32, v))
+        .collect();
+    let k = k.min(pairs.len());
+    if k < pairs.len() {
+        pairs.select_nth_unstable_by(k, by_value);
+        pairs.truncate(k);
     }
-    row.iter()
-        .position(|&v| v == m)
-        .map_or(crate::graph::NON_FINITE_ROW, |i| i as u32)
+    pairs.sort_unstable_by(by_value);
+    pairs
 }

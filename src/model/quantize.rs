@@ -10,12 +10,12 @@ use std::io::Write;
 
 use rayon::prelude::*;
 
-use super::recipe::{self, FileType, ModelShape, TensorRef};
-use super::{reference, GgmlType, QuantError};
 use crate::gguf::{
     read_tensor_data, ByteSource, GgufModel, GgufWriter, Metadata, TensorInfo, TensorSpec, Value,
 };
 use crate::model::ModelConfig;
+use crate::quant::recipe::{self, FileType, ModelShape, TensorRef};
+use crate::quant::{reference, GgmlType, QuantError};
 
 /// ggml's `GGML_QNT_VERSION`, written to `general.quantization_version`.
 pub const QUANTIZATION_VERSION: u32 = 2;
