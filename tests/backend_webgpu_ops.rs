@@ -460,15 +460,19 @@ fn unsupported_ops_are_refused_not_miscomputed() {
     }));
 }
 
-/// Neighbouring ops fused into one dispatch compute what they compute
-/// apart: the ropes of q and k at the same positions (k in place), then a
-/// residual add (in place) whose sum is RMS-normed, then an add whose sum
-/// is not normed (held, then queued as it is). 5 ops, 3 dispatches.
+/// The fused ops of a plan compute on the GPU what the ops apart compute
+/// on the CPU: the ropes of q and k at the same positions (in place) with
+/// the K/V write (one rope dispatch and the write), then a residual add
+/// (in place) whose sum is RMS-normed and multiplied by an f32 weight
+/// (the add and norm in one dispatch, then the product; the int8
+/// quantizing the norm takes on for quantized weights is the next test's).
+/// 6 ops, 4 dispatches.
 #[test]
 fn fused_rope_pair_and_add_norm_match_cpu() {
     let mut r = Rng::new(SEED + 11);
-    let (rows, head_dim, n_head, n_kv, width) = (3usize, 8usize, 4usize, 2usize, 48usize);
+    let (rows, head_dim, n_head, n_kv, width) = (3usize, 8usize, 4usize, 2usize, 64usize);
     let pos: Vec<u32> = (0..rows as u32).map(|i| 5 + 7 * i).collect();
+    let slots: Vec<u32> = (0..rows as u32).map(|i| 16 + 3 * i).collect();
     let rope = Op::Rope {
         mode: RopeMode::Neox,
         head_dim,
@@ -476,34 +480,73 @@ fn fused_rope_pair_and_add_norm_match_cpu() {
         base: 10000.0,
         scale: 1.0,
     };
+    let (kw, ty, n) = (n_kv * head_dim, GgmlType::F32, 8usize);
+    let write = Op::KvWrite {
+        layer: 0,
+        k_width: kw,
+        v_width: kw,
+        dtype: KvType::F32,
+    };
     let norm = Op::RmsNorm { width, eps: 1e-5 };
-    let case = Case {
+    let weight = r.normals(n * width, 0.5);
+    let cache = 32 * kw * 4;
+    let plain = Case {
         bufs: vec![
             f32_buf(&r.normals(rows * n_head * head_dim, 1.0)), // 0 q
-            f32_buf(&r.normals(rows * n_kv * head_dim, 1.0)),   // 1 k
-            u32_buf(&pos),                                      // 2 positions
-            zeros(rows * n_head * head_dim * 4, BufKind::Activations), // 3 q roped
-            f32_buf(&r.normals(rows * width, 1.0)),             // 4 residual
-            f32_buf(&r.normals(rows * width, 1.0)),             // 5 branch
-            f32_buf(&r.normals(width, 0.5)),                    // 6 norm weight
-            zeros(rows * width * 4, BufKind::Activations),      // 7 normed
-            zeros(rows * width * 4, BufKind::Activations),      // 8 last sum
+            f32_buf(&r.normals(rows * kw, 1.0)),                // 1 k
+            f32_buf(&r.normals(rows * kw, 1.0)),                // 2 v
+            u32_buf(&pos),                                      // 3 positions
+            u32_buf(&slots),                                    // 4 slots
+            zeros(cache, BufKind::KvCache),                     // 5 K cache
+            zeros(cache, BufKind::KvCache),                     // 6 V cache
+            f32_buf(&r.normals(rows * width, 1.0)),             // 7 residual
+            f32_buf(&r.normals(rows * width, 1.0)),             // 8 branch
+            f32_buf(&r.normals(width, 0.5)),                    // 9 norm weight
+            zeros(rows * width * 4, BufKind::Activations),      // 10 normed
+            f32_buf(&weight),                                   // 11 weight
+            zeros(rows * n * 4, BufKind::Activations),          // 12 product
         ],
         steps: vec![
-            (rope.clone(), vec![0, 2], vec![3]),
-            (rope, vec![1, 2], vec![1]),
-            (Op::Add, vec![4, 5], vec![4]),
-            (norm, vec![4, 6], vec![7]),
-            (Op::Add, vec![7, 5], vec![8]),
+            (rope.clone(), vec![0, 3], vec![0]),
+            (rope, vec![1, 3], vec![1]),
+            (write, vec![1, 2, 4], vec![5, 6]),
+            (Op::Add, vec![7, 8], vec![7]),
+            (norm, vec![7, 9], vec![10]),
+            (
+                Op::MatMul {
+                    ty,
+                    k: width,
+                    n,
+                    exact: false,
+                },
+                vec![10, 11],
+                vec![12],
+            ),
         ],
-        read: vec![3, 1, 4, 7, 8],
+        read: vec![0, 1, 5, 6, 7, 10, 12],
     };
-    check("fused rope pair, add + norm", &case, 2e-5);
     let Some(mut g) = gpu() else { return };
+    let case = fused_case(&g, &plain);
+    let kinds: Vec<&str> = case.steps.iter().map(|(op, ..)| op.name()).collect();
+    assert_eq!(kinds, ["RopeKvWrite", "FusedMatMul"]);
+    let mut cpu = hearth::backend::cpu::CpuBackend::new(1);
+    let (want, got) = (run(&mut cpu, &plain), run(&mut g, &case));
+    for (i, (c, w)) in want.iter().zip(&got).enumerate() {
+        let tol = 2e-5;
+        let err = rel_err(&as_f32(w), &as_f32(c));
+        println!("fused output {i}: relative error {err:.2e}");
+        assert!(
+            err <= tol,
+            "fused output {i}: error {err} > {tol} (seed {SEED:#x})"
+        );
+    }
     let before = g.counters();
     run(&mut g, &case);
     let d = g.counters().since(&before);
-    assert_eq!(d.dispatches, 3, "ropes, add + norm, add: {d}");
+    assert_eq!(
+        d.dispatches, 4,
+        "ropes, K/V write, add + norm, product: {d}"
+    );
 }
 
 /// `[rows, width]` rows RMS-normed in f64: `x / rms(x) * w`.
@@ -607,22 +650,27 @@ fn fused_int8_quantizers_match_the_reference() {
                 n,
                 exact: false,
             };
+            // Buffers by index: res, branch, norm weight, gate, up, the
+            // four outputs, the weight.
+            let all: Vec<&hearth::backend::webgpu::GpuBuffer> =
+                bufs.iter().chain(&outs).chain([&wbuf]).collect();
             let steps = [
-                (Op::Add, vec![&bufs[0], &bufs[1]], &bufs[0]),
-                (
-                    Op::RmsNorm { width, eps: 1e-5 },
-                    vec![&bufs[0], &bufs[2]],
-                    &outs[0],
-                ),
-                (mm.clone(), vec![&outs[0], &wbuf], &outs[1]),
-                (Op::SiluMul, vec![&bufs[3], &bufs[4]], &outs[2]),
-                (mm, vec![&outs[2], &wbuf], &outs[3]),
+                (Op::Add, vec![0, 1], vec![0]),
+                (Op::RmsNorm { width, eps: 1e-5 }, vec![0, 2], vec![5]),
+                (mm.clone(), vec![5, 9], vec![6]),
+                (Op::SiluMul, vec![3, 4], vec![7]),
+                (mm, vec![7, 9], vec![8]),
             ];
+            let sizes: Vec<u64> = all.iter().map(|b| b.len).collect();
+            let fused = fuse_steps(&g, &steps, &sizes);
+            assert_eq!(fused.len(), 2, "{fused:?}");
             let before = g.counters();
-            for (op, inputs, out) in &steps {
+            for (op, ins, outs) in &fused {
+                let inputs: Vec<_> = ins.iter().map(|&i| all[i]).collect();
+                let outputs: Vec<_> = outs.iter().map(|&i| all[i]).collect();
                 let io = OpIo {
-                    inputs,
-                    outputs: &[out],
+                    inputs: &inputs,
+                    outputs: &outputs,
                 };
                 g.record(op, &io).unwrap_or_else(|e| panic!("{op:?}: {e}"));
             }

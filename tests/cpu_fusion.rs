@@ -8,7 +8,10 @@
 mod model_support;
 
 use hearth::graph::KvType;
-use hearth::model::{Batch, ForwardModel, LogitsWanted, SeqInput};
+use hearth::graph::Op;
+use hearth::model::arch::plan::{PlanOptions, PlanSource, StepShape};
+use hearth::model::plans::{plan_for, PlanRecipe};
+use hearth::model::{Batch, ForwardModel, LogitsWanted, Readout, SeqInput};
 use model_support::*;
 
 /// The prompt's logits (all rows), then those of `steps` decode steps, each
@@ -42,6 +45,49 @@ fn run(m: &mut CpuModel, prompt: &[u32], steps: usize) -> Vec<Vec<f32>> {
     out
 }
 
+/// The fused ops in the CPU's plan of a step of `tokens` tokens, one
+/// logits row read back: `(kind, prologue)` of each, as the plan has them.
+fn fused_ops(m: &CpuModel, tokens: usize) -> Vec<String> {
+    let recipe = PlanRecipe {
+        src: PlanSource::from(m),
+        n_weights: m.held().weights.len(),
+        opts: PlanOptions::default(),
+        fused: true,
+    };
+    let shape = StepShape {
+        tokens,
+        logit_rows: 1,
+    };
+    let plan = plan_for(&recipe, shape, Readout::Logits, m.backend()).expect("plan");
+    plan.steps
+        .iter()
+        .filter_map(|s| match &s.op {
+            Op::FusedMatMul { pre, .. } => Some(format!("{pre:?}")),
+            Op::RopeKvWrite { .. } => Some("RopeKvWrite".into()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The CPU's plans of prompts fuse the norm and the gated activation into
+/// the products reading them and the RoPE of k into the K/V write; those
+/// of decode steps fuse nothing.
+#[test]
+fn prompt_plans_fuse_and_decode_plans_do_not() {
+    for name in ["llama-Q4_0", "gemma3-Q8_0", "qwen3moe-Q4_K_M"] {
+        let m = load(&synthetic_model(name), KvType::F16, false, 1, 20);
+        let prompt = fused_ops(&m, 16);
+        let layers = m.weights().layers.len();
+        let count = |what: &str| prompt.iter().filter(|p| p.starts_with(what)).count();
+        assert_eq!(count("RopeKvWrite"), layers, "{name}: {prompt:?}");
+        // The attention norm and the FFN norm of every layer.
+        assert_eq!(count("RmsNorm"), 2 * layers, "{name}: {prompt:?}");
+        let glu = if m.spec().moe { 0 } else { layers };
+        assert_eq!(count("Glu"), glu, "{name}: {prompt:?}");
+        assert!(fused_ops(&m, 1).is_empty(), "{name}: a decode step fused");
+    }
+}
+
 #[test]
 fn fused_row_ops_give_the_logits_of_the_ops_apart() {
     let names = [
@@ -61,9 +107,9 @@ fn fused_row_ops_give_the_logits_of_the_ops_apart() {
     for name in names {
         for (dtype, threads) in [(KvType::F16, 1), (KvType::F16, 2), (KvType::F32, 2)] {
             let mut m = load(&synthetic_model(name), dtype, false, threads, 20);
-            m.backend_mut().set_fusion(true);
+            m.set_fusion(true);
             let fused = run(&mut m, &prompt, 4);
-            m.backend_mut().set_fusion(false);
+            m.set_fusion(false);
             // A fresh cache: the same slots are written again, apart.
             let apart = run(&mut m, &prompt, 4);
             for (i, (a, b)) in fused.iter().zip(&apart).enumerate() {

@@ -6,10 +6,10 @@ mod model_support;
 
 use hearth::backend::cpu::CpuBackend;
 use hearth::backend::{Backend, BackendError, BufKind};
-use hearth::graph::plan::{execute, BufId, Held, Plan};
+use hearth::graph::plan::{execute, BufId, Held, NoSync, Plan, StepInputs};
 use hearth::graph::KvType;
 use hearth::graph::Op;
-use hearth::model::arch::plan::build_plan;
+use hearth::model::arch::plan::{build_plan, step_inputs, PlanSource};
 use hearth::model::{Batch, ForwardModel, LogitsWanted, SeqInput};
 use hearth::quant::GgmlType;
 use model_support::rng::Rng;
@@ -39,8 +39,8 @@ fn kind(op: &Op) -> String {
 }
 
 /// Builds the plan of a two-sequence batch (a prefill chunk that continues
-/// at position 3 and a fresh 5-token prompt) on `m`.
-fn plan_of(m: &CpuModel) -> Plan {
+/// at position 3 and a fresh 5-token prompt) on `m`, and its host data.
+fn plan_of(m: &CpuModel) -> (Plan, StepInputs) {
     let (t0, t1) = (table(1, 7), table(4, 5));
     let (s0, s1) = (slots(&t0, 3, 4), slots(&t1, 0, 5));
     let seqs = [
@@ -59,14 +59,16 @@ fn plan_of(m: &CpuModel) -> Plan {
             logits: LogitsWanted::All,
         },
     ];
-    build_plan(m, &Batch { seqs: &seqs }).expect("plan")
+    let batch = Batch { seqs: &seqs };
+    let plan = build_plan(m, &batch).expect("plan");
+    (plan, step_inputs(&PlanSource::from(m), &batch))
 }
 
 #[test]
 fn cpu_supports_every_op_of_every_architecture() {
     for name in ARCHS {
         let m = synthetic(name);
-        let plan = plan_of(&m);
+        let (plan, _) = plan_of(&m);
         let n_layer = m.weights().layers.len();
         let mut kinds: Vec<String> = Vec::new();
         for step in &plan.steps {
@@ -136,7 +138,10 @@ fn wrong_shapes_in_a_plan_are_errors() {
         weights: &weights,
         kv: &[],
     };
-    let run = |b: &mut CpuBackend, p: &Plan| pollster::block_on(execute(b, p, &held));
+    let inputs = StepInputs::default();
+    let run = |b: &mut CpuBackend, p: &Plan| {
+        pollster::block_on(execute(b, p, &inputs, &held, &mut NoSync))
+    };
     // x of 2 rows of 4: fits (zeros in, zeros out).
     let ok = run(&mut b, &matmul_plan(8)).expect("a plan that fits");
     assert_eq!(ok.len(), 24, "seed {seed:#x}");
@@ -170,7 +175,7 @@ fn wrong_shapes_in_a_plan_are_errors() {
 fn every_op_of_a_model_plan_checks_its_shapes() {
     for name in ["llama-Q8_0", "qwen3moe-Q4_K_M", "gemma3-Q8_0"] {
         let m = synthetic(name);
-        let plan = plan_of(&m);
+        let (plan, inputs) = plan_of(&m);
         let held = m.held();
         let mut b = CpuBackend::new(1);
         for (i, step) in plan.steps.iter().enumerate() {
@@ -188,7 +193,7 @@ fn every_op_of_a_model_plan_checks_its_shapes() {
             p.steps.truncate(i + 1);
             let small = p.act(4);
             p.steps[i].inputs[at] = small;
-            let r = pollster::block_on(execute(&mut b, &p, &held));
+            let r = pollster::block_on(execute(&mut b, &p, &inputs, &held, &mut NoSync));
             assert!(
                 r.is_err(),
                 "{name}: step {i} {:?} accepted a 1-value input",

@@ -1,5 +1,9 @@
-//! Backends: where ops run. A small trait at the level of buffers and
-//! recorded ops (DESIGN.md "Backends"); [`cpu`] is the portable one.
+//! Backends: where ops run. A small trait at the level of buffers, recorded
+//! ops and whole plans, with [`Backend::supports`] deciding which ops (and
+//! which fused variants) a backend gets; [`cpu`] is the portable one and
+//! runs every op. A backend depends on [`crate::graph`] and [`crate::quant`]
+//! only, so one can live in another crate (CUDA, ROCm) and compose with the
+//! core through [`crate::model::load_model`] and [`crate::model::AnyModel`].
 
 pub mod cpu;
 mod memory;
@@ -13,6 +17,8 @@ use std::ops::Range;
 
 use thiserror::Error;
 
+use crate::graph::fuse::{Arg, Part};
+use crate::graph::plan::{Held, HostSync, Plan, StepInputs};
 use crate::graph::Op;
 use crate::quant::{GgmlType, WEIGHT_TYPES};
 
@@ -128,6 +134,20 @@ pub struct OpIo<'a, B> {
     pub outputs: &'a [&'a B],
 }
 
+/// The buffers of `part`, one of the ops a fused op over `io` stands for
+/// ([`crate::graph::fuse::expand`]); an argument past the fused op's
+/// buffers (rope factors it was given none of) is left out.
+pub fn part_buffers<'a, B>(part: &Part, io: &OpIo<'a, B>) -> (Vec<&'a B>, Vec<&'a B>) {
+    let get = |a: &Arg| match *a {
+        Arg::In(i) => io.inputs.get(i).copied(),
+        Arg::Out(i) => io.outputs.get(i).copied(),
+    };
+    (
+        part.inputs.iter().filter_map(get).collect(),
+        part.outputs.iter().filter_map(get).collect(),
+    )
+}
+
 /// A device that holds buffers and executes recorded ops.
 pub trait Backend {
     /// A device buffer.
@@ -190,21 +210,6 @@ pub trait Backend {
     fn supports(&self, op: &Op) -> bool;
     /// Records (the CPU: executes) `op` over `io`.
     fn record(&mut self, op: &Op, io: &OpIo<'_, Self::Buffer>) -> Result<(), BackendError>;
-    /// Records `op` knowing the op recorded right after it (`None` for a
-    /// step's last), so that a backend may do the two in one pass over
-    /// their data where apart they would take two (an RMS norm and the
-    /// activation quantizing of the matrix product reading it). Effects
-    /// are those of `record(op, io)` then `record(next...)`. The default
-    /// records `op` alone.
-    fn record_with_next(
-        &mut self,
-        op: &Op,
-        io: &OpIo<'_, Self::Buffer>,
-        next: Option<(&Op, &OpIo<'_, Self::Buffer>)>,
-    ) -> Result<(), BackendError> {
-        let _ = next;
-        self.record(op, io)
-    }
     /// Submits what was recorded.
     fn submit(&mut self) -> Result<(), BackendError>;
     /// The activation buffers of one step, `sizes[i]` bytes each. Their
@@ -227,6 +232,24 @@ pub trait Backend {
             self.submit()?;
             self.download(src, range).await
         }
+    }
+    /// Runs a whole plan with a step's `inputs` over the model's `held`
+    /// buffers, stopping for `host` at the plan's sync points, and returns
+    /// the bytes of its result (as ggml's `graph_compute`). The default
+    /// records op by op ([`crate::graph::plan::execute`]); a backend may
+    /// override it to run the plan its own way (capture it once, replay
+    /// it), as long as the results are those of the ops in order.
+    fn run_plan(
+        &mut self,
+        plan: &Plan,
+        inputs: &StepInputs,
+        held: &Held<'_, Self::Buffer>,
+        host: &mut dyn HostSync,
+    ) -> impl Future<Output = Result<Vec<u8>, BackendError>>
+    where
+        Self: Sized,
+    {
+        crate::graph::plan::execute(self, plan, inputs, held, host)
     }
     /// Reads `range` of `src` back (async: WebGPU cannot block on the web).
     fn download(

@@ -1,11 +1,14 @@
 //! The ops of an LLM forward pass, as a backend records them.
 //!
-//! A model builds, per step, a list of [`Op`]s over buffers; a backend says
-//! which it [`supports`](crate::backend::Backend::supports) and executes them.
+//! A model builds a [`plan::Plan`] of [`Op`]s over buffers for each shape of
+//! step; [`fuse`] replaces runs of ops by the fused variants a backend
+//! [`supports`](crate::backend::Backend::supports), and the backend runs
+//! the plan ([`Backend::run_plan`](crate::backend::Backend::run_plan)).
 //! Shapes are written row-major, `[rows, width]`; `tokens` is the number of
 //! input tokens of the step over all sequences. Each variant states its
 //! inputs and outputs in the order of [`OpIo`](crate::backend::OpIo).
 
+pub mod fuse;
 pub mod plan;
 pub mod reference;
 
@@ -217,6 +220,125 @@ pub enum Op {
         /// Pairs per row (`1 ..= MAX_TOP_K`, at most `width`).
         k: usize,
     },
+    /// Fused: matrix products of one input by several weights, the input
+    /// first made by a row op ([`Prologue`]). `y_i = x · W_iᵀ` where x is
+    /// the prologue's result, which is also written to its output (other
+    /// ops may read it). Emitted by [`fuse`] in place of the ops apart,
+    /// with the same results where the backend's kernels agree.
+    /// in: the prologue's inputs, then `W_1 .. W_n` (`parts[i]`: type and
+    /// rows); out: the prologue's outputs, then `y_1 .. y_n` `[rows, n_i]`.
+    FusedMatMul {
+        /// The row op that makes x.
+        pre: Prologue,
+        /// Input width.
+        k: usize,
+        /// Each weight's type and rows (its output's width), in order.
+        parts: Vec<(GgmlType, usize)>,
+        /// Exact-f32 mode, as [`Op::MatMul`].
+        exact: bool,
+        /// Token rows of the step.
+        rows: usize,
+    },
+    /// Fused: the [`Op::Rope`] of q and of k at the same positions, then
+    /// the [`Op::KvWrite`] of k (rotated) and v. Emitted by [`fuse`].
+    /// in: q, k, v, positions, slots, optionally the frequency divisors;
+    /// out: q, k (rotated in place), the layer's K cache, V cache.
+    RopeKvWrite {
+        /// The rope of both (as an [`Op::Rope`]).
+        rope: RopeSpec,
+        /// Layer.
+        layer: usize,
+        /// Width of a K row.
+        k_width: usize,
+        /// Width of a V row.
+        v_width: usize,
+        /// Element type of the cache.
+        dtype: KvType,
+        /// Token rows of the step.
+        rows: usize,
+    },
+}
+
+/// The parameters of an [`Op::Rope`], as the fused ops carry them.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RopeSpec {
+    /// Pair layout.
+    pub mode: RopeMode,
+    /// Head width.
+    pub head_dim: usize,
+    /// Rotated dims per head (`<= head_dim`).
+    pub n_rot: usize,
+    /// Frequency base.
+    pub base: f32,
+    /// Position scale (1 = none).
+    pub scale: f32,
+}
+
+impl RopeSpec {
+    /// The parameters of `op`, if it is an [`Op::Rope`].
+    pub fn of(op: &Op) -> Option<Self> {
+        match *op {
+            Op::Rope {
+                mode,
+                head_dim,
+                n_rot,
+                base,
+                scale,
+            } => Some(Self {
+                mode,
+                head_dim,
+                n_rot,
+                base,
+                scale,
+            }),
+            _ => None,
+        }
+    }
+
+    /// The [`Op::Rope`] of these parameters.
+    pub fn op(self) -> Op {
+        Op::Rope {
+            mode: self.mode,
+            head_dim: self.head_dim,
+            n_rot: self.n_rot,
+            base: self.base,
+            scale: self.scale,
+        }
+    }
+}
+
+/// The row op a [`Op::FusedMatMul`] makes its input with.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Prologue {
+    /// None: x is read as it is. in: x; out: nothing.
+    None,
+    /// `x = rms_norm(a) * w` ([`Op::RmsNorm`] over rows of `k`).
+    /// in: a, w; out: x.
+    RmsNorm {
+        /// Epsilon.
+        eps: f32,
+    },
+    /// `s = a + b` ([`Op::Add`]), then `x = rms_norm(s) * w`.
+    /// in: a, b, w; out: s, x.
+    AddRmsNorm {
+        /// Epsilon.
+        eps: f32,
+    },
+    /// `x = act(gate) * up` ([`Op::SiluMul`] or [`Op::GeluTanhMul`]).
+    /// in: gate, up; out: x.
+    Glu(Activation),
+}
+
+impl Prologue {
+    /// Inputs and outputs the prologue takes, before the weights' and
+    /// the products'.
+    pub fn arity(self) -> (usize, usize) {
+        match self {
+            Prologue::None => (1, 0),
+            Prologue::RmsNorm { .. } | Prologue::Glu(_) => (2, 1),
+            Prologue::AddRmsNorm { .. } => (3, 2),
+        }
+    }
 }
 
 impl Op {
@@ -241,6 +363,8 @@ impl Op {
             Op::LogitSoftcap(_) => "LogitSoftcap",
             Op::Argmax { .. } => "Argmax",
             Op::TopK { .. } => "TopK",
+            Op::FusedMatMul { .. } => "FusedMatMul",
+            Op::RopeKvWrite { .. } => "RopeKvWrite",
         }
     }
 
@@ -263,6 +387,17 @@ impl Op {
                 format!("paged attention (heads of {head_dim_k}, {dtype:?} cache)")
             }
             Op::KvWrite { dtype, .. } => format!("the K/V cache write ({dtype:?} cache)"),
+            Op::FusedMatMul { pre, parts, .. } => {
+                let tys: Vec<String> = parts.iter().map(|(t, _)| t.to_string()).collect();
+                format!(
+                    "{pre:?} fused with {} products ({})",
+                    parts.len(),
+                    tys.join(", ")
+                )
+            }
+            Op::RopeKvWrite { dtype, .. } => {
+                format!("RoPE fused with the K/V cache write ({dtype:?} cache)")
+            }
             other => other.name().to_string(),
         }
     }

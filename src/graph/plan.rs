@@ -1,16 +1,26 @@
-//! A per-step plan: the ops of one forward pass over named buffers, and the
-//! generic executor that runs it on any [`Backend`].
+//! Plans: the ops of one forward pass over named buffers, and the generic
+//! executor that runs a plan on any [`Backend`] op by op.
 //!
-//! A plan owns no memory: it lists activation buffers (sizes in bytes, some
-//! with host data to upload first) and refers to the model's weights and
-//! K/V cache by index. [`execute`] allocates the activations, records every
-//! step, submits once, and downloads ONE buffer (the logits rows).
+//! A plan is a template: it depends only on the shape of a step (its
+//! tokens, the logits rows it reads back, what it reads back), so a model
+//! builds it once per shape, fuses it for its backend ([`super::fuse`]) and
+//! runs it step after step with that step's host data ([`StepInputs`]:
+//! token ids, positions, K/V slots, block tables) apart from it. A plan
+//! owns no memory: it lists activation buffers (sizes in bytes, or the host
+//! input that fills them) and refers to the model's weights and K/V cache
+//! by index. [`execute`] allocates the activations, uploads the inputs,
+//! records every step, submits once, and reads back ONE buffer (the
+//! result), stopping at the plan's sync points ([`SyncPoint`]) where the
+//! host must read something mid-step.
+
+use std::future::Future;
+use std::pin::Pin;
 
 use crate::backend::{Backend, BackendError, OpIo};
-use crate::graph::Op;
+use crate::graph::{Op, Prologue};
 
 /// A buffer a step reads or writes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum BufId {
     /// The model's weight buffer `i`.
     Weight(usize),
@@ -33,13 +43,91 @@ pub struct Step {
     pub outputs: Vec<BufId>,
 }
 
+/// The host data a step uploads, by what it is: each is u32 values, and
+/// its size is the step's (a plan sizes the buffer from the data).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Input {
+    /// The token ids, `[tokens]`.
+    TokenIds,
+    /// Each token's position, `[tokens]`.
+    Positions,
+    /// Each token's flat K/V slot (`block * block_size + offset`), `[tokens]`.
+    Slots,
+    /// Per sequence: first row, tokens, start position, offset of its block
+    /// table, `[n_seq, 4]`.
+    Seqs,
+    /// The block tables of every sequence, concatenated.
+    BlockTables,
+    /// The rows whose logits the step reads back, `[logits rows]`.
+    LogitRows,
+}
+
+impl Input {
+    /// Every input, in [`StepInputs`]' order.
+    pub const ALL: [Input; 6] = [
+        Input::TokenIds,
+        Input::Positions,
+        Input::Slots,
+        Input::Seqs,
+        Input::BlockTables,
+        Input::LogitRows,
+    ];
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// The host data of one step: the values of each [`Input`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StepInputs {
+    data: [Vec<u32>; Input::ALL.len()],
+}
+
+impl StepInputs {
+    /// Sets the values of `input`.
+    pub fn set(&mut self, input: Input, values: Vec<u32>) {
+        self.data[input.index()] = values;
+    }
+
+    /// The values of `input`.
+    pub fn get(&self, input: Input) -> &[u32] {
+        &self.data[input.index()]
+    }
+}
+
 /// An activation buffer of a plan.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ActBuf {
-    /// Size in bytes.
+    /// Size in bytes (for an input: none in the plan; the step's data says).
     pub bytes: u64,
-    /// Host data uploaded before the first step (inputs: ids, positions, slots).
-    pub init: Option<Vec<u8>>,
+    /// The host input uploaded into it before the first step, if any.
+    pub input: Option<Input>,
+}
+
+/// Why a plan stops for the host mid-step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SyncKind {
+    /// The routes of MoE layer `layer` ([`Op::MoeTopK`]'s ids and weights)
+    /// are read back, so that the expert store can make the routed experts
+    /// resident before the layer's experts run.
+    MoeRoutes {
+        /// The layer.
+        layer: usize,
+    },
+}
+
+/// A point where a plan stops for the host: the steps before `before` are
+/// submitted, the buffers `read` read back and handed to the host
+/// ([`HostSync`]), then the rest runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SyncPoint {
+    /// The first step after the stop.
+    pub before: usize,
+    /// Activation buffers read back, in order.
+    pub read: Vec<usize>,
+    /// What the host does with them.
+    pub kind: SyncKind,
 }
 
 /// The ops of one forward pass.
@@ -51,6 +139,8 @@ pub struct Plan {
     pub steps: Vec<Step>,
     /// The buffer read back at the end and its size, if any.
     pub result: Option<(usize, u64)>,
+    /// Where the plan stops for the host, in step order.
+    pub syncs: Vec<SyncPoint>,
 }
 
 impl Plan {
@@ -59,17 +149,16 @@ impl Plan {
     pub fn act(&mut self, bytes: usize) -> BufId {
         self.acts.push(ActBuf {
             bytes: bytes as u64,
-            init: None,
+            input: None,
         });
         BufId::Act(self.acts.len() - 1)
     }
 
-    /// An activation buffer uploaded from `data` (u32 values).
-    pub fn input_u32(&mut self, data: &[u32]) -> BufId {
-        let bytes: &[u8] = bytemuck::cast_slice(data);
+    /// An activation buffer holding the step's `input`.
+    pub fn input(&mut self, input: Input) -> BufId {
         self.acts.push(ActBuf {
-            bytes: bytes.len() as u64,
-            init: Some(bytes.to_vec()),
+            bytes: 0,
+            input: Some(input),
         });
         BufId::Act(self.acts.len() - 1)
     }
@@ -81,6 +170,34 @@ impl Plan {
             inputs: inputs.to_vec(),
             outputs: outputs.to_vec(),
         });
+    }
+
+    /// Stops after the steps so far to read `read` back for the host.
+    pub fn sync(&mut self, read: &[BufId], kind: SyncKind) {
+        let read = read
+            .iter()
+            .filter_map(|b| match *b {
+                BufId::Act(i) => Some(i),
+                _ => None,
+            })
+            .collect();
+        self.syncs.push(SyncPoint {
+            before: self.steps.len(),
+            read,
+            kind,
+        });
+    }
+
+    /// Rows of `width` values a buffer of the plan holds (0 for an input
+    /// or a buffer of the model).
+    pub fn rows_of(&self, b: BufId, width: usize) -> usize {
+        match b {
+            BufId::Act(i) => self
+                .acts
+                .get(i)
+                .map_or(0, |a| a.bytes as usize / 4 / width.max(1)),
+            _ => 0,
+        }
     }
 
     /// Replaces the result (rows of `width` f32 logits) by the argmax of
@@ -139,12 +256,33 @@ impl Plan {
                 )));
             }
         }
+        let bad_sync = self.syncs.iter().enumerate().find(|(i, s)| {
+            s.before > self.steps.len()
+                || s.read.iter().any(|&r| r >= self.acts.len())
+                || (*i > 0 && self.syncs[i - 1].before > s.before)
+        });
+        if let Some((_, s)) = bad_sync {
+            return Err(BackendError::Shape(format!(
+                "sync point {s:?} is out of order or refers to a buffer the plan does not have"
+            )));
+        }
         match self.result {
             Some((i, n)) if i >= self.acts.len() || n > self.acts[i].bytes => Err(
                 BackendError::Shape(format!("result buffer {i} ({n} bytes) is not in the plan")),
             ),
             _ => Ok(()),
         }
+    }
+
+    /// The byte size of each activation buffer for a step with `inputs`.
+    pub fn sizes(&self, inputs: &StepInputs) -> Vec<u64> {
+        self.acts
+            .iter()
+            .map(|a| match a.input {
+                Some(i) => inputs.get(i).len() as u64 * 4,
+                None => a.bytes,
+            })
+            .collect()
     }
 }
 
@@ -160,6 +298,12 @@ pub fn arity(op: &Op) -> (std::ops::RangeInclusive<usize>, usize) {
         Op::PagedAttention { .. } => (5..=5, 1),
         Op::MoeTopK { .. } => (1..=1, 2),
         Op::MoeExperts { .. } => (6..=6, 1),
+        Op::FusedMatMul { pre, parts, .. } => {
+            let (ins, outs) = Prologue::arity(*pre);
+            let n = ins + parts.len();
+            (n..=n, outs + parts.len())
+        }
+        Op::RopeKvWrite { .. } => (5..=6, 4),
     }
 }
 
@@ -172,19 +316,48 @@ pub struct Held<'a, Buf> {
     pub kv: &'a [[Buf; 2]],
 }
 
-/// Runs `plan` on `backend`: allocates and uploads its activations, records
-/// every step, submits, and downloads the result buffer (empty when none).
+/// The future of [`HostSync::at_sync`] (not `Send`: browser GPU handles
+/// are not).
+pub type SyncFuture<'a> = Pin<Box<dyn Future<Output = Result<(), BackendError>> + 'a>>;
+
+/// What the host does at a plan's sync points.
+pub trait HostSync {
+    /// Acts on the buffers read back at `point` (`data[i]`: the bytes of
+    /// `point.read[i]`) before the rest of the plan runs.
+    fn at_sync<'a>(&'a mut self, point: &'a SyncPoint, data: Vec<Vec<u8>>) -> SyncFuture<'a>;
+}
+
+/// The host of a plan without sync points: stopping is an error.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NoSync;
+
+impl HostSync for NoSync {
+    fn at_sync<'a>(&'a mut self, point: &'a SyncPoint, _: Vec<Vec<u8>>) -> SyncFuture<'a> {
+        let e = BackendError::Shape(format!("the plan stops at {point:?}, which nothing serves"));
+        Box::pin(std::future::ready(Err(e)))
+    }
+}
+
+/// Runs `plan` on `backend` with the step's `inputs`, op by op (the
+/// default [`Backend::run_plan`]): allocates and uploads its activations,
+/// records every step, stops at each sync point for `host`, submits, and
+/// reads back the result buffer (empty when none).
 pub async fn execute<B: Backend>(
     backend: &mut B,
     plan: &Plan,
+    inputs: &StepInputs,
     held: &Held<'_, B::Buffer>,
+    host: &mut dyn HostSync,
 ) -> Result<Vec<u8>, BackendError> {
     plan.check(held.weights.len(), held.kv.len())?;
-    let sizes: Vec<u64> = plan.acts.iter().map(|a| a.bytes).collect();
+    if let Some(s) = plan.steps.iter().find(|s| !backend.supports(&s.op)) {
+        return Err(BackendError::unsupported_op(backend.caps(), &s.op));
+    }
+    let sizes = plan.sizes(inputs);
     let acts = backend.step_buffers(&sizes)?;
     for (a, buf) in plan.acts.iter().zip(&acts) {
-        if let Some(data) = &a.init {
-            backend.upload(buf, 0, data)?;
+        if let Some(input) = a.input {
+            backend.upload(buf, 0, bytemuck::cast_slice(inputs.get(input)))?;
         }
     }
     let get = |b: &BufId| -> &B::Buffer {
@@ -195,26 +368,26 @@ pub async fn execute<B: Backend>(
             BufId::KvV(i) => &held.kv[i][1],
         }
     };
-    if let Some(s) = plan.steps.iter().find(|s| !backend.supports(&s.op)) {
-        return Err(BackendError::unsupported_op(backend.caps(), &s.op));
+    let mut syncs = plan.syncs.iter().peekable();
+    for (i, s) in plan.steps.iter().enumerate() {
+        while let Some(point) = syncs.next_if(|p| p.before == i) {
+            let data = read_back(backend, point, &acts, &sizes).await?;
+            host.at_sync(point, data).await?;
+        }
+        let inputs: Vec<&B::Buffer> = s.inputs.iter().map(get).collect();
+        let outputs: Vec<&B::Buffer> = s.outputs.iter().map(get).collect();
+        backend.record(
+            &s.op,
+            &OpIo {
+                inputs: &inputs,
+                outputs: &outputs,
+            },
+        )?;
     }
-    type Bufs<'a, T> = Vec<(Vec<&'a T>, Vec<&'a T>)>;
-    let bufs: Bufs<'_, B::Buffer> = plan
-        .steps
-        .iter()
-        .map(|s| {
-            (
-                s.inputs.iter().map(get).collect(),
-                s.outputs.iter().map(get).collect(),
-            )
-        })
-        .collect();
-    fn io<'a, T>((inputs, outputs): &'a (Vec<&'a T>, Vec<&'a T>)) -> OpIo<'a, T> {
-        OpIo { inputs, outputs }
-    }
-    for (i, (s, b)) in plan.steps.iter().zip(&bufs).enumerate() {
-        let next = plan.steps.get(i + 1).zip(bufs.get(i + 1).map(io));
-        backend.record_with_next(&s.op, &io(b), next.as_ref().map(|(n, nio)| (&n.op, nio)))?;
+    if let Some(point) = syncs.next() {
+        return Err(BackendError::Shape(format!(
+            "sync point {point:?} is past the plan's steps"
+        )));
     }
     match plan.result {
         Some((i, n)) => backend.submit_read(&acts[i], 0..n).await,
@@ -223,4 +396,25 @@ pub async fn execute<B: Backend>(
             Ok(Vec::new())
         }
     }
+}
+
+/// Submits what was recorded and reads back the buffers of `point`
+/// (`sizes`: the plan's activation sizes).
+async fn read_back<B: Backend>(
+    backend: &mut B,
+    point: &SyncPoint,
+    acts: &[B::Buffer],
+    sizes: &[u64],
+) -> Result<Vec<Vec<u8>>, BackendError> {
+    let mut data = Vec::with_capacity(point.read.len());
+    for (j, &r) in point.read.iter().enumerate() {
+        let (buf, len) = (&acts[r], sizes[r]);
+        let bytes = if j == 0 {
+            backend.submit_read(buf, 0..len).await?
+        } else {
+            backend.download(buf, 0..len).await?
+        };
+        data.push(bytes);
+    }
+    Ok(data)
 }

@@ -1,98 +1,20 @@
-//! [`Model`]: a transformer on any [`Backend`]. Each forward pass builds the
-//! step's [`Plan`] from the architecture's spec
-//! ([`super::arch::plan`]), runs it through the generic executor, and reads
-//! back the logits rows with ONE download.
+//! [`Model`]: a transformer on any [`Backend`]. A forward pass takes the
+//! plan of its shape of step (built and fused once, [`super::plans`]),
+//! builds the step's host data, has the backend run the plan
+//! ([`Backend::run_plan`]), and reads back the logits rows (or what the
+//! device picked of them) with ONE download.
 
-use crate::graph::KvCacheConfig;
 use std::fmt;
 
 use crate::backend::{Backend, BackendError};
-use crate::graph::plan::{execute, Held, Plan};
-use crate::model::arch::{plan::build_plan, ArchSpec};
+use crate::graph::plan::Held;
+use crate::graph::KvCacheConfig;
+use crate::model::arch::plan::{step_inputs, PlanOptions, PlanSource, StepShape};
+use crate::model::arch::ArchSpec;
+use crate::model::plans::{plan_for, PlanRecipe, Plans, Readout, StoreSync};
+use crate::model::weights::ModelWeights;
 use crate::model::{Batch, ForwardModel, LogitsWanted, ModelConfig};
-use crate::quant::GgmlType;
-
-/// One weight the model holds on its backend.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct WeightInfo {
-    /// Index of its buffer ([`crate::graph::plan::BufId::Weight`]).
-    pub id: usize,
-    /// Element type (norm weights and biases are F32).
-    pub ty: GgmlType,
-    /// Elements per row.
-    pub cols: usize,
-    /// Rows (product of the other dimensions).
-    pub rows: usize,
-}
-
-/// The feed-forward weights of a layer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FfnWeights {
-    /// `down(act(gate x) * up x)`.
-    Dense {
-        /// `[n_ff, n_embd]`.
-        gate: WeightInfo,
-        /// `[n_ff, n_embd]`.
-        up: WeightInfo,
-        /// `[n_embd, n_ff]`.
-        down: WeightInfo,
-    },
-    /// Router and stacked experts.
-    Moe {
-        /// `[n_expert, n_embd]`.
-        router: WeightInfo,
-        /// `[n_expert * n_ff, n_embd]`.
-        gate: WeightInfo,
-        /// `[n_expert * n_ff, n_embd]`.
-        up: WeightInfo,
-        /// `[n_expert * n_embd, n_ff]`.
-        down: WeightInfo,
-        /// Hidden width of one expert.
-        n_ff: usize,
-    },
-}
-
-/// One transformer block's weights.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LayerWeights {
-    /// Attention input norm.
-    pub attn_norm: WeightInfo,
-    /// Query projection.
-    pub wq: WeightInfo,
-    /// Key projection.
-    pub wk: WeightInfo,
-    /// Value projection.
-    pub wv: WeightInfo,
-    /// Output projection.
-    pub wo: WeightInfo,
-    /// q/k/v biases (qwen2).
-    pub bias: Option<[WeightInfo; 3]>,
-    /// q/k head norms (qwen3, gemma3).
-    pub qk_norm: Option<[WeightInfo; 2]>,
-    /// Norm of the attention output (gemma3).
-    pub post_attn_norm: Option<WeightInfo>,
-    /// FFN input norm.
-    pub ffn_norm: WeightInfo,
-    /// The FFN.
-    pub ffn: FfnWeights,
-    /// Norm of the FFN output (gemma3).
-    pub post_ffn_norm: Option<WeightInfo>,
-}
-
-/// Every weight of a model, by buffer.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ModelWeights {
-    /// Token embeddings `[n_vocab, n_embd]`.
-    pub tok_embd: WeightInfo,
-    /// Final norm.
-    pub output_norm: WeightInfo,
-    /// Output projection; `None`: tied to `tok_embd`.
-    pub output: Option<WeightInfo>,
-    /// Llama 3.1+ per-pair RoPE divisors, when present.
-    pub rope_freqs: Option<WeightInfo>,
-    /// The blocks.
-    pub layers: Vec<LayerWeights>,
-}
+use crate::moe::ExpertStore;
 
 /// A model loaded on backend `B`, with its K/V cache.
 ///
@@ -106,6 +28,12 @@ pub struct Model<B: Backend> {
     pub(crate) weights: ModelWeights,
     pub(crate) kv: Vec<[B::Buffer; 2]>,
     pub(crate) kv_cfg: KvCacheConfig,
+    /// Whether plans fuse ops for the backend ([`Model::set_fusion`]).
+    pub(crate) fuse: bool,
+    /// Where routed experts live, when not all on the device.
+    pub(crate) experts: Option<Box<dyn ExpertStore>>,
+    /// The plans built so far.
+    pub(crate) plans: Plans,
 }
 
 impl<B: Backend> fmt::Debug for Model<B> {
@@ -183,38 +111,91 @@ impl<B: Backend> Model<B> {
         Ok(())
     }
 
-    /// One forward pass: builds the step's plan, lets `finish` replace its
-    /// result (the logits rows) by what the caller reads back, runs it, and
-    /// returns the bytes read back (none for a batch without tokens).
-    async fn run_plan(
+    /// Whether plans fuse runs of ops into the fused variants the backend
+    /// supports ([`crate::graph::fuse`]; on by default). A backend's fused
+    /// kernels give the results of the ops apart, bit for bit on the CPU,
+    /// which the tests check with this.
+    pub fn set_fusion(&mut self, on: bool) {
+        self.fuse = on;
+        self.plans.clear();
+    }
+
+    /// Gives the model an expert store (`None`: every expert on the
+    /// device): plans then stop after the routing of each MoE layer the
+    /// store asks for, and the store prepares the routed experts.
+    pub fn set_expert_store(&mut self, store: Option<Box<dyn ExpertStore>>) {
+        self.experts = store;
+        self.plans.clear();
+    }
+
+    /// One forward pass reading back `readout`: the bytes read back (none
+    /// for a batch without tokens).
+    async fn forward_plan(
         &mut self,
         batch: &Batch<'_>,
-        finish: impl FnOnce(&mut Plan, usize),
+        readout: Readout,
     ) -> crate::Result<Vec<u8>> {
         self.check_batch(batch)?;
         if batch.num_tokens() == 0 {
             return Ok(Vec::new());
         }
-        let mut plan = build_plan(&*self, batch)?;
-        finish(&mut plan, self.cfg.n_vocab);
-        let held = Held {
-            weights: &self.buffers,
-            kv: &self.kv,
+        let Model {
+            cfg,
+            spec,
+            backend,
+            exact,
+            buffers,
+            weights,
+            kv,
+            kv_cfg,
+            fuse,
+            experts,
+            plans,
+        } = self;
+        let src = PlanSource {
+            cfg,
+            spec,
+            weights,
+            kv: kv_cfg,
+            exact: *exact,
         };
-        Ok(execute(&mut self.backend, &plan, &held).await?)
+        let inputs = step_inputs(&src, batch);
+        let moe_routes = spec.moe
+            && experts
+                .as_ref()
+                .is_some_and(|s| (0..cfg.n_layer).any(|l| s.needs_routes(l)));
+        let recipe = PlanRecipe {
+            src,
+            n_weights: buffers.len(),
+            opts: PlanOptions { moe_routes },
+            fused: *fuse,
+        };
+        let shape = StepShape::of(batch);
+        let plan = plans.get_or_build((shape, readout), || {
+            plan_for(&recipe, shape, readout, &*backend)
+        })?;
+        let held = Held {
+            weights: buffers,
+            kv,
+        };
+        let mut host = StoreSync {
+            store: experts.as_deref_mut(),
+            k: cfg.n_expert_used,
+        };
+        Ok(backend.run_plan(plan, &inputs, &held, &mut host).await?)
     }
 
     /// One forward pass: builds the step's plan, runs it, returns the
     /// wanted logits rows `[batch.logits_rows()][n_vocab]`.
     pub async fn run(&mut self, batch: &Batch<'_>) -> crate::Result<Vec<f32>> {
-        let bytes = self.run_plan(batch, |_, _| {}).await?;
+        let bytes = self.forward_plan(batch, Readout::Logits).await?;
         Ok(bytemuck::pod_collect_to_vec(&bytes))
     }
 
     /// A greedy forward pass: the argmax of each wanted logits row,
     /// computed on the backend, so the step reads back one u32 per row.
     pub async fn run_argmax(&mut self, batch: &Batch<'_>) -> crate::Result<Vec<u32>> {
-        let bytes = self.run_plan(batch, Plan::argmax_result).await?;
+        let bytes = self.forward_plan(batch, Readout::Argmax).await?;
         Ok(bytemuck::pod_collect_to_vec(&bytes))
     }
 
@@ -226,9 +207,7 @@ impl<B: Backend> Model<B> {
         batch: &Batch<'_>,
         k: usize,
     ) -> crate::Result<Vec<Vec<(u32, f32)>>> {
-        let bytes = self
-            .run_plan(batch, |plan, width| plan.top_k_result(width, k))
-            .await?;
+        let bytes = self.forward_plan(batch, Readout::TopK(k)).await?;
         let words: Vec<u32> = bytemuck::pod_collect_to_vec(&bytes);
         Ok(words
             .chunks_exact(2 * k.max(1))

@@ -7,8 +7,8 @@ use std::collections::HashMap;
 use crate::backend::BackendError;
 use crate::gguf::{GgufModel, TensorInfo};
 use crate::model::arch::ArchSpec;
-use crate::model::generic::{FfnWeights, LayerWeights, ModelWeights, WeightInfo};
 use crate::model::load::LoadError;
+use crate::model::weights::{FfnWeights, LayerWeights, ModelWeights, WeightInfo};
 use crate::model::ModelConfig;
 use crate::quant::GgmlType;
 

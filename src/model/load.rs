@@ -19,13 +19,14 @@ use crate::backend::{Backend, BackendError, BufKind, MemoryNeed};
 use crate::gguf::{ByteSource, GgufModel, TensorStream};
 use crate::graph::plan::BufId;
 use crate::graph::Op;
-use crate::model::arch::plan::{build_plan, PlanSource};
+use crate::model::arch::plan::{PlanOptions, PlanSource, StepShape};
 use crate::model::arch::{spec_for, ArchSpec};
-use crate::model::generic::{Model, ModelWeights};
+use crate::model::generic::Model;
 use crate::model::layout::{Layout, Slot, SlotKind};
 use crate::model::memory::memory_need;
+use crate::model::plans::{plan_for, PlanRecipe, Readout};
+use crate::model::weights::ModelWeights;
 use crate::model::ModelConfig;
-use crate::model::{Batch, LogitsWanted, SeqInput};
 use crate::quant::GgmlType;
 
 /// Bytes per streamed chunk.
@@ -361,29 +362,31 @@ pub fn check_model<B: Backend>(
     })
 }
 
-/// Checks that `backend` runs every op of the model's forward passes: a
-/// decode step and a prompt of several tokens, whose fused ops differ.
-/// A product or a lookup it refuses is reported as its weight's type.
+/// Checks that `backend` runs every op of the plans the model will run
+/// (fused as they will be): a decode step and a prompt of several tokens,
+/// reading back logits, their argmax or their best pairs. A product or a
+/// lookup it refuses is reported as its weight's type.
 fn check_support<B: Backend>(
     src: &PlanSource<'_>,
     backend: &B,
     slots: &[Slot],
 ) -> Result<(), BackendError> {
-    for tokens in [1, 2] {
-        let ids = vec![0u32; tokens];
-        let block = crate::kv::BlockId(1);
-        let kv_slots: Vec<crate::kv::Slot> = (0..tokens as u32)
-            .map(|offset| crate::kv::Slot { block, offset })
-            .collect();
-        let seqs = [SeqInput {
-            tokens: &ids,
-            start: 0,
-            slots: &kv_slots,
-            block_table: &[block],
-            logits: LogitsWanted::All,
-        }];
-        let plan = build_plan(*src, &Batch { seqs: &seqs })?;
-        if let Some(step) = plan.steps.iter().find(|s| !backend.supports(&s.op)) {
+    let recipe = PlanRecipe {
+        src: *src,
+        n_weights: slots.len(),
+        opts: PlanOptions::default(),
+        fused: true,
+    };
+    let shapes = [1, 2].map(|n| StepShape {
+        tokens: n,
+        logit_rows: n,
+    });
+    for shape in shapes {
+        for readout in [Readout::Logits, Readout::Argmax, Readout::TopK(1)] {
+            let plan = plan_for(&recipe, shape, readout, backend)?;
+            let Some(step) = plan.steps.iter().find(|s| !backend.supports(&s.op)) else {
+                continue;
+            };
             let weight = step.inputs.iter().find_map(|b| match *b {
                 BufId::Weight(i) => slots.get(i),
                 _ => None,
@@ -429,5 +432,8 @@ pub async fn load_model<B: Backend, S: ByteSource>(
         kv,
         kv_cfg: opts.kv,
         cfg: checked.config,
+        fuse: true,
+        experts: None,
+        plans: Default::default(),
     })
 }

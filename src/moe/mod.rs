@@ -1,12 +1,24 @@
-//! Mixture of experts: the router and the seam behind which expert FFNs run.
+//! Mixture of experts: the routing every backend computes, and the seam
+//! where the expert cache lives.
 //!
 //! [`route`] turns router logits into each token's top-k experts and weights
 //! (softmax over all experts, top-k, renormalised, as llama.cpp does for
-//! Mixtral and Qwen3-MoE). [`group_by_expert`] inverts that into per-expert
-//! token lists, so each expert's weights are read once per step.
-//! [`ExpertFfn`] is the ONE seam through which expert computation goes: the
-//! CPU model implements it over weights in memory; an expert cache (device
-//! slots, host compute, prefetch) can take it over without the model changing.
+//! Mixtral and Qwen3-MoE): the reference of [`Op::MoeTopK`]. On the device,
+//! the ids stay where they are made and [`Op::MoeExperts`] runs the experts
+//! as a grouped product over them; [`group_by_expert`] is that grouping on
+//! the host (each expert's weights read once per step).
+//!
+//! [`ExpertStore`] ([`store`]) is where a model's routed experts live when
+//! they are not all on the device: a plan then stops after each MoE layer's
+//! routing ([`crate::graph::plan::SyncKind::MoeRoutes`]) and the store makes
+//! the routed experts resident before the layer's experts run.
+//!
+//! [`Op::MoeTopK`]: crate::graph::Op::MoeTopK
+//! [`Op::MoeExperts`]: crate::graph::Op::MoeExperts
+
+pub mod store;
+
+pub use store::{ExpertStore, Routes};
 
 use crate::graph::reference::softmax as softmax_in_place;
 
@@ -66,70 +78,6 @@ pub fn group_by_expert(routes: &[TokenRoute], n_expert: usize) -> Vec<ExpertBatc
         }
     }
     groups
-}
-
-/// Runs expert FFNs: the seam an expert cache implements.
-pub trait ExpertFfn {
-    /// Computes expert `expert` of layer `layer` on `x` (`[rows, n_embd]`)
-    /// into `out` (`[rows, n_embd]`, overwritten).
-    fn run_expert(
-        &self,
-        layer: usize,
-        expert: usize,
-        x: &[f32],
-        out: &mut [f32],
-    ) -> crate::Result<()>;
-}
-
-/// The MoE FFN of one layer for all rows: routes, groups, runs each used
-/// expert once on its rows, and sums the weighted outputs into `out`
-/// (`[rows, n_embd]`, overwritten).
-pub fn moe_forward(
-    experts: &dyn ExpertFfn,
-    layer: usize,
-    router_logits: &[f32],
-    n_expert: usize,
-    k: usize,
-    x: &[f32],
-    out: &mut [f32],
-) -> crate::Result<()> {
-    let routes = route(router_logits, n_expert, k);
-    moe_apply(experts, layer, &routes, n_expert, x, out)
-}
-
-/// The MoE FFN of one layer for rows already routed (`routes[r]`: row r's
-/// experts): groups, runs each used expert once on its rows, and sums the
-/// weighted outputs into `out` (`[rows, n_embd]`, overwritten).
-pub fn moe_apply(
-    experts: &dyn ExpertFfn,
-    layer: usize,
-    routes: &[TokenRoute],
-    n_expert: usize,
-    x: &[f32],
-    out: &mut [f32],
-) -> crate::Result<()> {
-    let width = x.len() / routes.len().max(1);
-    out.fill(0.0);
-    for (e, g) in group_by_expert(routes, n_expert).iter().enumerate() {
-        if g.rows.is_empty() {
-            continue;
-        }
-        let mut xe = Vec::with_capacity(g.rows.len() * width);
-        for &r in &g.rows {
-            xe.extend_from_slice(&x[r * width..(r + 1) * width]);
-        }
-        let mut ye = vec![0.0f32; xe.len()];
-        experts.run_expert(layer, e, &xe, &mut ye)?;
-        for (i, (&r, &w)) in g.rows.iter().zip(&g.weights).enumerate() {
-            for (o, &v) in out[r * width..(r + 1) * width]
-                .iter_mut()
-                .zip(&ye[i * width..])
-            {
-                *o += w * v;
-            }
-        }
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -101,6 +101,56 @@ pub fn run<B: Backend>(b: &mut B, case: &Case) -> Vec<Vec<u8>> {
         .collect()
 }
 
+/// `steps` over buffers of `bytes` bytes (by index) with the runs `b`
+/// has fused ops for fused, as a model's plan fuses them
+/// ([`hearth::graph::fuse::fuse`]).
+pub fn fuse_steps<B: Backend>(
+    b: &B,
+    steps: &[(Op, Vec<usize>, Vec<usize>)],
+    bytes: &[u64],
+) -> Vec<(Op, Vec<usize>, Vec<usize>)> {
+    use hearth::graph::plan::{BufId, Plan};
+    let mut plan = Plan::default();
+    for &n in bytes {
+        plan.act(n as usize);
+    }
+    let ids = |v: &[usize]| v.iter().map(|&i| BufId::Act(i)).collect::<Vec<_>>();
+    for (op, ins, outs) in steps {
+        plan.push(op.clone(), &ids(ins), &ids(outs));
+    }
+    hearth::graph::fuse::fuse(&mut plan, &|op| b.supports(op));
+    let idx = |v: &[BufId]| {
+        v.iter()
+            .map(|b| match b {
+                BufId::Act(i) => *i,
+                other => panic!("{other:?} in a test plan"),
+            })
+            .collect::<Vec<_>>()
+    };
+    plan.steps
+        .iter()
+        .map(|s| (s.op.clone(), idx(&s.inputs), idx(&s.outputs)))
+        .collect()
+}
+
+/// `case` with its runs fused for `b` ([`fuse_steps`]).
+pub fn fused_case<B: Backend>(b: &B, case: &Case) -> Case {
+    let bytes: Vec<u64> = case.bufs.iter().map(|d| d.bytes).collect();
+    Case {
+        bufs: case
+            .bufs
+            .iter()
+            .map(|d| Buf {
+                init: d.init.clone(),
+                bytes: d.bytes,
+                kind: d.kind,
+            })
+            .collect(),
+        steps: fuse_steps(b, &case.steps, &bytes),
+        read: case.read.clone(),
+    }
+}
+
 /// Runs `case` on the CPU and on `gpu`; returns (cpu, gpu) outputs.
 pub fn both(gpu: &mut WebGpuBackend, case: &Case) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
     let mut cpu = CpuBackend::new(1);

@@ -13,7 +13,6 @@ use std::ops::Range;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use super::attn_kernels::AttnKernels;
-use super::fuse::SharedActs;
 use super::hostmem::{HostMem, LargePages};
 use super::kernels::KernelTable;
 use super::matmul::{matmul, Weight};
@@ -22,9 +21,10 @@ use super::profile::Profile;
 use super::rope::{Angles, RopeAngles};
 use super::rowops::{RowOps, PAR_MIN};
 use super::threads::Threads;
-use crate::backend::{Backend, BackendError, BufKind, Caps, OpIo};
+use crate::backend::{part_buffers, Backend, BackendError, BufKind, Caps, OpIo};
+use crate::graph::fuse::expand;
 use crate::graph::reference;
-use crate::graph::Op;
+use crate::graph::{Op, Prologue};
 use crate::quant::GgmlType;
 
 /// A host buffer.
@@ -182,15 +182,12 @@ pub struct CpuBackend {
     /// attention ([`CpuOptions::scalar_attention`], for comparisons).
     pub(super) attn: Option<AttnKernels>,
     profile: Profile,
-    /// Whether neighbouring ops fuse ([`Self::set_fusion`]).
+    /// Whether the fused ops of steps of several tokens run fused
+    /// ([`CpuOptions::fusion`]; the plans ask for them through
+    /// [`Backend::supports`]).
     fuse: bool,
-    /// Quantized activations shared by the products that read them.
-    pub(super) shared: RefCell<SharedActs>,
     /// RoPE's angles for the rope ops of a step.
     pub(super) rope: RefCell<RopeAngles>,
-    /// An op already done with the op before it (a K/V write with the rope
-    /// of K), skipped when it is recorded: the op and its buffers.
-    done_ahead: Option<(Op, Vec<usize>)>,
     /// Memory of the weights, the K/V cache and the step buffers (large
     /// pages where the OS has them: decode streams the first two).
     pages: LargePages,
@@ -226,21 +223,10 @@ impl CpuBackend {
             profile: Profile::new(opts.profile),
             // For steps of several tokens: docs/perf.md, "CPU fusion".
             fuse: opts.fusion,
-            shared: RefCell::default(),
             rope: RefCell::default(),
-            done_ahead: None,
             pages: LargePages::new(opts.large_pages),
             acts: ActSlots::default(),
         }
-    }
-
-    /// Turns the fusion of neighbouring ops (`super::fuse`) on (natively
-    /// the default, for steps of several tokens) or off: the results are
-    /// the same either way, which the tests check with this.
-    pub fn set_fusion(&mut self, on: bool) {
-        self.fuse = on;
-        self.done_ahead = None;
-        self.shared.get_mut().clear();
     }
 }
 
@@ -250,15 +236,6 @@ fn words_of(bytes: u64) -> Result<usize, BackendError> {
         range: 0..bytes,
         len: 0,
     })
-}
-
-/// The addresses of an op's buffers, to know it again.
-fn buffer_ids(io: &OpIo<'_, CpuBuffer>) -> Vec<usize> {
-    io.inputs
-        .iter()
-        .chain(io.outputs)
-        .map(|&b| std::ptr::from_ref(b) as usize)
-        .collect()
 }
 
 /// The `i`th buffer of `list`, or a shape error naming the op.
@@ -381,9 +358,6 @@ impl CpuBackend {
                 x.len(),
                 y.len()
             )));
-        }
-        if self.fuse && !*exact && rows > 1 {
-            return self.shared_product(&w, xb, x, y);
         }
         matmul(&self.threads, &self.table, &w, 0..*n, x, y, *exact)
     }
@@ -626,8 +600,23 @@ impl CpuBackend {
         RowOps::for_isa(self.table.isa())
     }
 
+    /// Runs the ops a fused `op` stands for, one by one.
+    fn run_parts(&self, op: &Op, io: &OpIo<'_, CpuBuffer>) -> Result<(), BackendError> {
+        for part in expand(op).unwrap_or_default() {
+            let (inputs, outputs) = part_buffers(&part, io);
+            self.run_op(
+                &part.op,
+                &OpIo {
+                    inputs: &inputs,
+                    outputs: &outputs,
+                },
+            )?;
+        }
+        Ok(())
+    }
+
     /// Runs one op.
-    fn run_op(&self, op: &Op, io: &OpIo<'_, CpuBuffer>) -> Result<(), BackendError> {
+    pub(super) fn run_op(&self, op: &Op, io: &OpIo<'_, CpuBuffer>) -> Result<(), BackendError> {
         match op {
             Op::GetRows { .. } => self.get_rows(op, io),
             Op::MatMul { .. } => self.mat_mul(op, io),
@@ -646,6 +635,18 @@ impl CpuBackend {
             Op::MoeExperts { .. } => self.moe_experts(op, io),
             Op::Argmax { width } => argmax_rows(op, io, *width),
             Op::TopK { width, k } => top_k_rows(op, io, *width, *k),
+            Op::FusedMatMul { .. } => {
+                if !self.fused_matmul(op, io)? {
+                    self.run_parts(op, io)?;
+                }
+                Ok(())
+            }
+            Op::RopeKvWrite { .. } => {
+                if !self.rope_kv_write(op, io)? {
+                    self.run_parts(op, io)?;
+                }
+                Ok(())
+            }
             _ if self.supports(op) => self.unary(op, io),
             _ => Err(BackendError::UnsupportedOp {
                 backend: "CPU".into(),
@@ -736,7 +737,6 @@ impl Backend for CpuBackend {
                 len: dst.len,
             });
         }
-        self.shared.borrow_mut().forget(dst);
         if dst.weight.get().is_some() {
             return Err(BackendError::Shape(
                 "a weight buffer cannot be written once its kernel view is built (at load, or by the first op that used it)".into(),
@@ -748,66 +748,46 @@ impl Backend for CpuBackend {
         Ok(())
     }
 
+    /// Every op; the fused ops where fusion is on, for steps of several
+    /// tokens (decode steps ran 3-6% slower fused: docs/perf.md, "CPU
+    /// fusion"), with quantized activations, and without the residual add
+    /// (it has no fused kernel here).
     fn supports(&self, op: &Op) -> bool {
         match op {
             Op::GetRows { ty, .. } | Op::MatMul { ty, .. } => self.table.supports(*ty),
             Op::MoeExperts { tys, .. } => tys.iter().all(|t| self.table.supports(*t)),
+            Op::FusedMatMul {
+                pre,
+                parts,
+                exact,
+                rows,
+                ..
+            } => {
+                self.fuse
+                    && !exact
+                    && *rows > 1
+                    && !matches!(pre, Prologue::AddRmsNorm { .. })
+                    && parts.iter().all(|&(t, _)| self.table.supports(t))
+            }
+            Op::RopeKvWrite { rows, .. } => self.fuse && *rows > 1,
             _ => true,
         }
     }
 
     fn record(&mut self, op: &Op, io: &OpIo<'_, CpuBuffer>) -> Result<(), BackendError> {
-        self.record_with_next(op, io, None)
-    }
-
-    fn record_with_next(
-        &mut self,
-        op: &Op,
-        io: &OpIo<'_, CpuBuffer>,
-        next: Option<(&Op, &OpIo<'_, CpuBuffer>)>,
-    ) -> Result<(), BackendError> {
-        if let Some((done, ids)) = self.done_ahead.take() {
-            if done == *op && ids == buffer_ids(io) {
-                return Ok(());
-            }
+        if !self.profile.on() {
+            return self.run_op(op, io);
         }
-        {
-            let shared = self.shared.get_mut();
-            for &b in io.outputs {
-                shared.forget(b);
+        let tokens = match (op, io.inputs) {
+            (Op::GetRows { .. }, [table, ids]) if table.kind == BufKind::Weights => {
+                Some(ids.len / 4)
             }
-        }
-        // Whether `op` ran fused with `next`.
-        let run = |this: &Self| -> Result<bool, BackendError> {
-            if let Some(next) = next.filter(|_| this.fuse) {
-                if this.try_fused(op, io, next)? {
-                    return Ok(true);
-                }
-            }
-            this.run_op(op, io).map(|()| false)
+            _ => None,
         };
-        let fused_ahead = if self.profile.on() {
-            let tokens = match (op, io.inputs) {
-                (Op::GetRows { .. }, [table, ids]) if table.kind == BufKind::Weights => {
-                    Some(ids.len / 4)
-                }
-                _ => None,
-            };
-            let this = &*self;
-            this.profile.time(op, tokens, || run(this))?
-        } else {
-            run(self)?
-        };
-        // A fused rope did the K/V write after it.
-        if let (true, Some((nop @ Op::KvWrite { .. }, nio))) = (fused_ahead, next) {
-            self.done_ahead = Some((nop.clone(), buffer_ids(nio)));
-        }
-        Ok(())
+        self.profile.time(op, tokens, || self.run_op(op, io))
     }
 
     fn submit(&mut self) -> Result<(), BackendError> {
-        self.done_ahead = None;
-        self.shared.get_mut().clear();
         self.profile.end_pass();
         Ok(())
     }

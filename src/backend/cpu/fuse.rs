@@ -1,23 +1,21 @@
-//! Fused row ops of the CPU backend: where an op's result is read at once
-//! by the next op, the two run as one pass over the rows, each thread
-//! finishing its rows while they are in its cache. The backend sees the
-//! next op through [`Backend::record_with_next`](crate::backend::Backend::record_with_next).
+//! The CPU backend's fused ops ([`crate::graph::fuse`] emits them where
+//! [`CpuBackend::supports`](crate::backend::Backend::supports) accepts
+//! them: steps of several tokens, with fusion on): each thread finishes
+//! its rows while they are in its cache.
 //!
-//! - An RMS norm read by a matrix product: each thread norms its rows and
-//!   quantizes them at once to the product's activation type; the product
-//!   takes them quantized ([`SharedActs`]).
-//! - A gated activation (SwiGLU, GeGLU) read by a product: likewise.
-//! - The RoPE of K followed by the K/V write: each thread rotates its
+//! - [`Op::FusedMatMul`]: the prologue (RMS norm, or a gated activation)
+//!   and the quantizing of its rows for the first product run as one pass
+//!   over the rows; every product reads those quantized rows (one
+//!   quantizing per activation type, not one per product).
+//! - [`Op::RopeKvWrite`]: the RoPE of q, then each thread rotates its
 //!   tokens' K rows and writes them, and their V rows, into the cache.
-//!
-//! Quantized activations are also shared: the Q, K and V products (gate
-//! and up) of one normed input quantize it once, not three times (twice).
 //!
 //! Each fused path computes every value with the kernels of the ops apart,
 //! on the same rows (a gated product in pieces starting at multiples of
 //! 16 values, as [`super::rowops`] splits it): the results are bit for bit
-//! those of the ops one by one ([`CpuBackend::set_fusion`] turns fusion
-//! off, for comparisons).
+//! those of the ops one by one ([`crate::model::Model::set_fusion`] turns
+//! fusion off, for comparisons). Where a fused path's preconditions do not
+//! hold, the op runs as its parts ([`crate::graph::fuse::expand`]).
 
 use super::backend::{nth, rope_inputs, rope_params, CpuBackend, CpuBuffer};
 use super::matmul::{act_format, grow_bytes, product, quantize_into, Weight};
@@ -25,116 +23,15 @@ use super::record::{with_cache_mut, write_cache};
 use super::rowops::PAR_MIN;
 use crate::backend::{BackendError, OpIo};
 use crate::graph::reference;
-use crate::graph::Op;
+use crate::graph::{Activation, Op, Prologue};
 use crate::quant::GgmlType;
 
-/// What a set of quantized activations was made from: the rows of one
-/// buffer (by address; valid until an op writes the buffer, or the step
-/// ends) for one activation type.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Key {
-    src: usize,
+/// Activations quantized for one activation type: `rows` rows of
+/// `row_bytes` in `data`.
+struct Quantized {
     ty: GgmlType,
-    cols: usize,
-    rows: usize,
-}
-
-impl Key {
-    fn new(src: &CpuBuffer, w: &Weight, rows: usize) -> Self {
-        Self {
-            src: std::ptr::from_ref(src) as usize,
-            ty: w.act_type(),
-            cols: w.cols,
-            rows,
-        }
-    }
-}
-
-/// Quantized activations of one buffer's rows.
-#[derive(Debug)]
-struct Entry {
-    key: Key,
     row_bytes: usize,
     data: Vec<u32>,
-}
-
-/// The activations quantized last, for the products that read the same
-/// rows after the first (and the quantizing a fused op did for them).
-#[derive(Debug, Default)]
-pub(super) struct SharedActs {
-    /// Most recent first, at most [`Self::KEEP`].
-    entries: Vec<Entry>,
-    /// Buffers of forgotten entries, reused.
-    spare: Vec<Vec<u32>>,
-}
-
-impl SharedActs {
-    /// Entries kept: a model whose products want two activation types
-    /// (Q8_0 beside Q8_K) then still quantizes each input once per type.
-    const KEEP: usize = 2;
-
-    /// The quantized rows of `key` and their row length: those held, or
-    /// what `fill` quantizes into a buffer (returning its row length),
-    /// then held.
-    fn get_or_fill(
-        &mut self,
-        key: Key,
-        fill: impl FnOnce(&mut Vec<u32>) -> Result<usize, BackendError>,
-    ) -> Result<(&[u8], usize), BackendError> {
-        let i = match self.entries.iter().position(|e| e.key == key) {
-            Some(i) => i,
-            None => {
-                let mut data = self.buffer();
-                let row_bytes = fill(&mut data)?;
-                self.put(key, row_bytes, data);
-                0
-            }
-        };
-        let e = &self.entries[i];
-        let bytes: &[u8] = bytemuck::cast_slice(&e.data);
-        Ok((&bytes[..key.rows * e.row_bytes], e.row_bytes))
-    }
-
-    /// A buffer to quantize into (a forgotten entry's, when there is one).
-    fn buffer(&mut self) -> Vec<u32> {
-        self.spare.pop().unwrap_or_default()
-    }
-
-    /// Holds `data` as the rows of `key`, dropping the oldest entry past
-    /// [`Self::KEEP`].
-    fn put(&mut self, key: Key, row_bytes: usize, data: Vec<u32>) {
-        self.entries.retain(|e| e.key != key);
-        self.entries.insert(
-            0,
-            Entry {
-                key,
-                row_bytes,
-                data,
-            },
-        );
-        while self.entries.len() > Self::KEEP {
-            if let Some(e) = self.entries.pop() {
-                self.spare.push(e.data);
-            }
-        }
-    }
-
-    /// Forgets what was quantized from `buf` (about to be written).
-    pub(super) fn forget(&mut self, buf: &CpuBuffer) {
-        let src = std::ptr::from_ref(buf) as usize;
-        while let Some(i) = self.entries.iter().position(|e| e.key.src == src) {
-            let e = self.entries.remove(i);
-            self.spare.push(e.data);
-        }
-    }
-
-    /// Forgets everything (the end of a step: its buffers may be freed, and
-    /// their addresses reused).
-    pub(super) fn clear(&mut self) {
-        for e in self.entries.drain(..) {
-            self.spare.push(e.data);
-        }
-    }
 }
 
 /// A piece of [`CpuBackend::then_quantize`]'s work: its index, its rows
@@ -153,6 +50,11 @@ fn same(a: &CpuBuffer, b: &CpuBuffer) -> bool {
     std::ptr::eq(a, b)
 }
 
+/// The error of a buffer that cannot be borrowed as `op` needs it.
+fn busy(op: &Op) -> BackendError {
+    BackendError::Shape(format!("{op:?}: a buffer is in use or too short"))
+}
+
 impl CpuBackend {
     /// Runs `f` on each job: on the threads, or on the calling thread
     /// where the work is below [`PAR_MIN`] values (a decode step's rows,
@@ -166,75 +68,74 @@ impl CpuBackend {
         }
     }
 
-    /// Runs `op` fused with `next` where they fuse, and says whether it did
-    /// (`false`: nothing was run, the caller runs `op` alone).
-    pub(super) fn try_fused(
+    /// [`Op::FusedMatMul`]: the prologue fused with quantizing its rows for
+    /// the first weight, then every product on the quantized rows.
+    pub(super) fn fused_matmul(
         &self,
         op: &Op,
         io: &OpIo<'_, CpuBuffer>,
-        next: (&Op, &OpIo<'_, CpuBuffer>),
     ) -> Result<bool, BackendError> {
-        let (nop, nio) = next;
-        let (Some(&out), Some(&read)) = (io.outputs.first(), nio.inputs.first()) else {
+        let Op::FusedMatMul {
+            pre,
+            k,
+            parts,
+            exact: false,
+            ..
+        } = op
+        else {
             return Ok(false);
         };
-        if !same(out, read) {
+        let (ins, outs) = pre.arity();
+        let weights = parts
+            .iter()
+            .enumerate()
+            .map(|(i, &(ty, _))| nth(io.inputs, ins + i, op)?.weight(&self.table, ty, *k))
+            .collect::<Result<Vec<_>, _>>()?;
+        if weights.iter().zip(parts).any(|(w, &(_, n))| w.rows != n) {
             return Ok(false);
         }
-        // Whether `out` holds one row of `width` values: a step of one
-        // token (decode) runs apart. Fused, SmolLM2's and Gemma-3's decode
-        // at one thread ran 3-6% slower; their prompts 1-4% faster.
-        let one_row = |width: usize| out.len as usize <= 4 * width;
-        match (op, nop) {
-            (Op::RmsNorm { width, .. }, _) if one_row(*width) => Ok(false),
-            (Op::SiluMul | Op::GeluTanhMul, Op::MatMul { k, .. }) if one_row(*k) => Ok(false),
-            (Op::Rope { .. }, Op::KvWrite { k_width, .. }) if one_row(*k_width) => Ok(false),
-            (
-                Op::RmsNorm { width, eps },
-                Op::MatMul {
-                    ty,
-                    k,
-                    exact: false,
-                    ..
-                },
-            ) if width == k => {
-                let w = nth(nio.inputs, 1, nop)?.weight(&self.table, *ty, *k)?;
-                self.norm_quantize(op, io, &w, *eps)
-            }
-            (
-                Op::SiluMul | Op::GeluTanhMul,
-                Op::MatMul {
-                    ty,
-                    k,
-                    exact: false,
-                    ..
-                },
-            ) => {
-                let w = nth(nio.inputs, 1, nop)?.weight(&self.table, *ty, *k)?;
-                self.gated_quantize(op, io, &w)
-            }
-            (Op::Rope { .. }, Op::KvWrite { .. }) => self.rope_kv_write(op, io, nop, nio),
-            _ => Ok(false),
+        let first = match *pre {
+            Prologue::RmsNorm { eps } => self.norm_quantize(op, io, &weights[0], eps)?,
+            Prologue::Glu(act) => self.gated_quantize(op, io, &weights[0], act)?,
+            Prologue::None => None,
+            Prologue::AddRmsNorm { .. } => return Ok(false),
+        };
+        if first.is_none() && *pre != Prologue::None {
+            return Ok(false);
         }
-    }
-
-    /// A matrix product whose activations may have been quantized already
-    /// (by a fused op, or the product before it on the same rows); what it
-    /// quantizes itself is kept for the next.
-    pub(super) fn shared_product(
-        &self,
-        w: &Weight,
-        xb: &CpuBuffer,
-        x: &[f32],
-        y: &mut [f32],
-    ) -> Result<(), BackendError> {
-        let key = Key::new(xb, w, x.len() / w.cols.max(1));
-        let mut shared = self.shared.borrow_mut();
-        let (a, row_bytes) = shared.get_or_fill(key, |data| {
-            quantize_into(&self.threads, &self.table, w, x, data)
-        })?;
-        product(&self.threads, w, 0..w.rows, a, row_bytes, y);
-        Ok(())
+        // The products' input: the prologue's output, or input 0.
+        let xb = if outs == 0 {
+            nth(io.inputs, 0, op)?
+        } else {
+            nth(io.outputs, outs - 1, op)?
+        };
+        let mut quantized: Vec<Quantized> = first.into_iter().collect();
+        for (i, w) in weights.iter().enumerate() {
+            let at = w.act_type();
+            if !quantized.iter().any(|q| q.ty == at) {
+                let mut data = Vec::new();
+                let row_bytes =
+                    xb.with_f32s(|x| quantize_into(&self.threads, &self.table, w, x, &mut data))??;
+                quantized.push(Quantized {
+                    ty: at,
+                    row_bytes,
+                    data,
+                });
+            }
+            let q = quantized
+                .iter()
+                .find(|q| q.ty == at)
+                .ok_or_else(|| busy(op))?;
+            let rows = xb.len as usize / 4 / k.max(&1);
+            let a = &bytemuck::cast_slice::<u32, u8>(&q.data)[..rows * q.row_bytes];
+            let yb = nth(io.outputs, outs + i, op)?;
+            let mut yd = yb.data.try_borrow_mut().map_err(|_| busy(op))?;
+            let y = bytemuck::cast_slice_mut::<u32, f32>(&mut yd)
+                .get_mut(..rows * w.rows)
+                .ok_or_else(|| busy(op))?;
+            product(&self.threads, w, 0..w.rows, a, q.row_bytes, y);
+        }
+        Ok(true)
     }
 
     /// RMS norm (into output 0) fused with quantizing its rows for `w`.
@@ -244,11 +145,11 @@ impl CpuBackend {
         io: &OpIo<'_, CpuBuffer>,
         w: &Weight,
         eps: f32,
-    ) -> Result<bool, BackendError> {
+    ) -> Result<Option<Quantized>, BackendError> {
         let norm = self.rows().norm_kernel();
         nth(io.inputs, 1, op)?.with_f32s(|gamma| match gamma.get(..w.cols) {
             Some(gamma) => self.then_quantize(op, io, w, |x, _| norm(x, gamma, eps)),
-            None => Ok(false),
+            None => Ok(None),
         })?
     }
 
@@ -259,15 +160,14 @@ impl CpuBackend {
         op: &Op,
         io: &OpIo<'_, CpuBuffer>,
         w: &Weight,
-    ) -> Result<bool, BackendError> {
-        let (Some(gated), yb) = (self.rows().gated_kernel(op), nth(io.inputs, 1, op)?) else {
-            return Ok(false);
-        };
+        act: Activation,
+    ) -> Result<Option<Quantized>, BackendError> {
+        let (gated, yb) = (self.rows().gated_kernel(act), nth(io.inputs, 1, op)?);
         // Pieces of whole rows then start at multiples of 16 values, where
         // `RowOps` starts its pieces (always: quantized rows are whole
         // blocks of 32 or 256).
         if !w.cols.is_multiple_of(16) || yb.len != nth(io.inputs, 0, op)?.len {
-            return Ok(false);
+            return Ok(None);
         }
         // `in_output` declines an output that is input 1, so `y` may stay
         // borrowed.
@@ -275,9 +175,8 @@ impl CpuBackend {
     }
 
     /// Runs the row op `f(piece, offset)` on output 0 (input 0's values,
-    /// [`Self::in_output`]) in pieces of whole rows of `w.cols`, each piece
-    /// quantized for `w` as soon as `f` is done with it; the quantized
-    /// rows are held for the product that reads output 0. `false` where
+    /// [`CpuBackend::in_output`]) in pieces of whole rows of `w.cols`, each
+    /// piece quantized for `w` as soon as `f` is done with it. `None` where
     /// output 0 cannot hold the work.
     fn then_quantize(
         &self,
@@ -285,15 +184,14 @@ impl CpuBackend {
         io: &OpIo<'_, CpuBuffer>,
         w: &Weight,
         f: impl Fn(&mut [f32], usize) + Sync + Send,
-    ) -> Result<bool, BackendError> {
+    ) -> Result<Option<Quantized>, BackendError> {
         let (quantize, row_bytes) = act_format(&self.table, w)?;
         let (out, width) = (nth(io.outputs, 0, op)?, w.cols);
         if width == 0 || !(out.len as usize / 4).is_multiple_of(width) {
-            return Ok(false);
+            return Ok(None);
         }
         let rows = out.len as usize / 4 / width;
-        let mut shared = self.shared.borrow_mut();
-        let mut data = shared.buffer();
+        let mut data = Vec::new();
         let done = Self::in_output(op, io, |x| {
             let q = grow_bytes(&mut data, rows * row_bytes);
             let per = rows_per_task(rows, self.threads.count());
@@ -310,80 +208,94 @@ impl CpuBackend {
             });
             Ok(())
         })?;
-        if done {
-            shared.put(Key::new(out, w, rows), row_bytes, data);
-        } else {
-            shared.spare.push(data);
-        }
-        Ok(done)
+        Ok(done.then(|| Quantized {
+            ty: w.act_type(),
+            row_bytes,
+            data,
+        }))
     }
 
-    /// The RoPE of K in place fused with the K/V write after it (`kv`,
-    /// `kv_io`): each thread rotates its tokens' K rows and writes them and
-    /// their V rows to the cache. The write is then done, and
-    /// [`CpuBackend::record_with_next`](crate::backend::Backend::record_with_next)
-    /// skips it when it is recorded.
-    fn rope_kv_write(
+    /// [`Op::RopeKvWrite`]: the RoPE of q in place, then the RoPE of k in
+    /// place fused with the K/V write: each thread rotates its tokens' K
+    /// rows and writes them and their V rows to the cache.
+    pub(super) fn rope_kv_write(
         &self,
         op: &Op,
         io: &OpIo<'_, CpuBuffer>,
-        kv: &Op,
-        kv_io: &OpIo<'_, CpuBuffer>,
     ) -> Result<bool, BackendError> {
-        let Op::KvWrite {
+        let Op::RopeKvWrite {
+            rope,
             k_width,
             v_width,
             dtype,
             ..
-        } = *kv
+        } = *op
         else {
             return Ok(false);
         };
-        let kb = nth(io.outputs, 0, op)?;
-        let vb = nth(kv_io.inputs, 1, kv)?;
-        let (kc, vc) = (nth(kv_io.outputs, 0, kv)?, nth(kv_io.outputs, 1, kv)?);
-        let others = [vb, kc, vc, nth(kv_io.inputs, 2, kv)?];
+        let rope_op = rope.op();
+        // The rope's buffers: x, positions, factors (when given).
+        let rope_ins = |x: usize| {
+            let mut v = vec![nth(io.inputs, x, op), nth(io.inputs, 3, op)];
+            v.extend(io.inputs.get(5).map(|&b| Ok(b)));
+            v.into_iter().collect::<Result<Vec<_>, _>>()
+        };
+        let (kb, vb) = (nth(io.inputs, 1, op)?, nth(io.inputs, 2, op)?);
+        let (kc, vc) = (nth(io.outputs, 2, op)?, nth(io.outputs, 3, op)?);
+        let slots_b = nth(io.inputs, 4, op)?;
+        let k_ins = rope_ins(1)?;
+        let others = [vb, kc, vc, slots_b];
         // In place, and no buffer of the write one of the rope's.
-        if !same(nth(io.inputs, 0, op)?, kb)
+        if !same(nth(io.outputs, 1, op)?, kb)
             || others
                 .iter()
-                .any(|&b| same(b, kb) || io.inputs[1..].iter().any(|&i| same(i, b)))
+                .any(|&b| same(b, kb) || k_ins[1..].iter().any(|&i| same(i, b)))
             || same(kc, vc)
             || same(vb, kc)
             || same(vb, vc)
         {
             return Ok(false);
         }
-        let slots: Vec<usize> = others[3].u32s()?.iter().map(|&s| s as usize).collect();
+        let slots: Vec<usize> = slots_b.u32s()?.iter().map(|&s| s as usize).collect();
         let tokens = slots.len();
-        let mut kd = kb.data.try_borrow_mut().map_err(|_| busy(op))?;
-        let k = bytemuck::cast_slice_mut::<u32, f32>(&mut kd)
-            .get_mut(..kb.len as usize / 4)
-            .ok_or_else(|| busy(op))?;
-        let (pos, factors) = rope_inputs(op, io, k.len())?;
-        let p = rope_params(op, factors.as_deref()).ok_or_else(|| busy(op))?;
+        let k_io = OpIo {
+            inputs: &k_ins,
+            outputs: &[kb],
+        };
+        let (pos, factors) = rope_inputs(&rope_op, &k_io, kb.len as usize / 4)?;
+        let p = rope_params(&rope_op, factors.as_deref()).ok_or_else(|| busy(op))?;
         if k_width == 0
             || v_width == 0
             || pos.len() != tokens
-            || k.len() != tokens * k_width
+            || kb.len as usize / 4 != tokens * k_width
             || !p.rotates()
         {
             return Ok(false);
         }
+        let q_ins = rope_ins(0)?;
+        let q_io = OpIo {
+            inputs: &q_ins,
+            outputs: &[nth(io.outputs, 0, op)?],
+        };
+        self.run_op(&rope_op, &q_io)?;
+        let mut kd = kb.data.try_borrow_mut().map_err(|_| busy(op))?;
+        let k = bytemuck::cast_slice_mut::<u32, f32>(&mut kd)
+            .get_mut(..tokens * k_width)
+            .ok_or_else(|| busy(op))?;
         let angles = self.rope_angles(&pos, &p);
         let half = p.n_rot / 2;
         vb.with_f32s(|v| {
             if v.len() < tokens * v_width {
                 return Err(BackendError::Shape(format!(
-                    "{kv:?}: {} V values for {tokens} tokens",
+                    "{op:?}: {} V values for {tokens} tokens",
                     v.len()
                 )));
             }
             let v = &v[..tokens * v_width];
             // Threads write the rows of distinct slots inside the caches;
-            // a step's few rows (decode), or slots outside or named twice,
-            // take the ops' own order (the write reports the first and
-            // writes the second in order).
+            // a step's few rows, or slots outside or named twice, take the
+            // ops' own order (the write reports the first and writes the
+            // second in order).
             let parallel = tokens * (k_width + v_width) >= PAR_MIN && self.threads.count() > 1;
             let split = parallel
                 && with_cache_mut(kc, dtype, |kcache| {
@@ -422,9 +334,4 @@ impl CpuBackend {
         })??;
         Ok(true)
     }
-}
-
-/// The error of a buffer that cannot be borrowed as `op` needs it.
-fn busy(op: &Op) -> BackendError {
-    BackendError::Shape(format!("{op:?}: a buffer is in use or too short"))
 }

@@ -13,6 +13,7 @@ mod fuse;
 pub mod hostmem;
 pub mod kernels;
 pub mod matmul;
+mod moe;
 pub mod options;
 #[cfg(any(not(target_arch = "wasm32"), target_feature = "atomics"))]
 mod pool;

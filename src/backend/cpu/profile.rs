@@ -16,9 +16,11 @@ use std::cell::RefCell;
 use crate::graph::Op;
 
 /// Op kinds, in the order they are printed.
-const KINDS: [&str; 15] = [
+const KINDS: [&str; 17] = [
     "GetRows",
     "MatMul",
+    "Norm|GLU+MatMul",
+    "Rope+KvWrite",
     "RmsNorm",
     "Rope",
     "Add",
@@ -39,18 +41,20 @@ fn kind(op: &Op) -> usize {
     match op {
         Op::GetRows { .. } => 0,
         Op::MatMul { .. } => 1,
-        Op::RmsNorm { .. } => 2,
-        Op::Rope { .. } => 3,
-        Op::Add => 4,
-        Op::Mul | Op::Scale(_) | Op::BiasAdd => 5,
-        Op::SiluMul => 6,
-        Op::GeluTanhMul => 7,
-        Op::Softmax { .. } => 8,
-        Op::KvWrite { .. } => 9,
-        Op::PagedAttention { .. } => 10,
-        Op::MoeTopK { .. } | Op::MoeExperts { .. } => 11,
-        Op::LogitSoftcap(_) => 12,
-        Op::Argmax { .. } | Op::TopK { .. } => 13,
+        Op::FusedMatMul { .. } => 2,
+        Op::RopeKvWrite { .. } => 3,
+        Op::RmsNorm { .. } => 4,
+        Op::Rope { .. } => 5,
+        Op::Add => 6,
+        Op::Mul | Op::Scale(_) | Op::BiasAdd => 7,
+        Op::SiluMul => 8,
+        Op::GeluTanhMul => 9,
+        Op::Softmax { .. } => 10,
+        Op::KvWrite { .. } => 11,
+        Op::PagedAttention { .. } => 12,
+        Op::MoeTopK { .. } | Op::MoeExperts { .. } => 13,
+        Op::LogitSoftcap(_) => 14,
+        Op::Argmax { .. } | Op::TopK { .. } => 15,
     }
 }
 

@@ -1,8 +1,7 @@
-//! The CPU backend's K/V, paged-attention and MoE ops: the same kernels the
-//! rest of the backend uses ([`super::attention`], [`super::matmul`],
-//! [`crate::moe`]), over the buffers of an [`OpIo`].
+//! The CPU backend's K/V and paged-attention ops: the kernels of
+//! [`super::attention`] over the buffers of an [`OpIo`].
 
-use crate::graph::{Activation, KvType};
+use crate::graph::KvType;
 use half::f16;
 
 use super::attention::{
@@ -10,12 +9,9 @@ use super::attention::{
     KvRef, LayerKv,
 };
 use super::backend::{nth, CpuBackend, CpuBuffer};
-use super::matmul::{matmul, Weight};
 use crate::backend::{BackendError, OpIo};
 use crate::graph::Op;
 use crate::kv::BlockId;
-
-use crate::moe::{moe_apply, route, ExpertFfn, TokenRoute};
 
 fn busy() -> BackendError {
     BackendError::Shape("an op reads and writes the same buffer where it may not".into())
@@ -192,125 +188,5 @@ impl CpuBackend {
             });
         }
         Ok((seqs, slots))
-    }
-
-    pub(super) fn moe_top_k(&self, op: &Op, io: &OpIo<'_, CpuBuffer>) -> Result<(), BackendError> {
-        let Op::MoeTopK { n_expert, k } = *op else {
-            return Err(unsupported(op));
-        };
-        let logits = nth(io.inputs, 0, op)?.f32s()?;
-        if n_expert == 0 || k == 0 || k > n_expert || logits.len() % n_expert != 0 {
-            return Err(BackendError::Shape(format!(
-                "{op:?}: {} logits",
-                logits.len()
-            )));
-        }
-        let routes = route(&logits, n_expert, k);
-        let ids: Vec<u32> = routes
-            .iter()
-            .flat_map(|r| r.experts.iter().map(|&e| e as u32))
-            .collect();
-        let weights: Vec<f32> = routes.iter().flat_map(|r| r.weights.clone()).collect();
-        nth(io.outputs, 0, op)?.set_f32s(bytemuck::cast_slice(&ids))?;
-        nth(io.outputs, 1, op)?.set_f32s(&weights)
-    }
-
-    pub(super) fn moe_experts(
-        &self,
-        op: &Op,
-        io: &OpIo<'_, CpuBuffer>,
-    ) -> Result<(), BackendError> {
-        let Op::MoeExperts {
-            layer,
-            n_expert,
-            k,
-            n_embd,
-            n_ff,
-            act,
-            tys,
-            exact,
-        } = *op
-        else {
-            return Err(unsupported(op));
-        };
-        let x = nth(io.inputs, 0, op)?.f32s()?;
-        let ids = nth(io.inputs, 1, op)?.u32s()?;
-        let wts = nth(io.inputs, 2, op)?.f32s()?;
-        let tokens = x.len() / n_embd.max(1);
-        if k == 0 || x.len() != tokens * n_embd || ids.len() != tokens * k || wts.len() != ids.len()
-        {
-            return Err(BackendError::Shape(format!(
-                "{op:?}: x of {}, ids of {}, weights of {}",
-                x.len(),
-                ids.len(),
-                wts.len()
-            )));
-        }
-        let routes = routes_of(&ids, &wts, k);
-        let w =
-            |i: usize, cols: usize| nth(io.inputs, 3 + i, op)?.weight(&self.table, tys[i], cols);
-        let (gate, up, down) = (w(0, n_embd)?, w(1, n_embd)?, w(2, n_ff)?);
-        if gate.rows != n_expert * n_ff || up.rows != gate.rows || down.rows != n_expert * n_embd {
-            return Err(BackendError::Shape(format!(
-                "{op:?}: expert weights of other shapes"
-            )));
-        }
-        let experts = Experts {
-            backend: self,
-            gate: &gate,
-            up: &up,
-            down: &down,
-            n_ff,
-            n_embd,
-            act,
-            exact,
-        };
-        let mut out = vec![0.0f32; x.len()];
-        moe_apply(&experts, layer, &routes, n_expert, &x, &mut out)
-            .map_err(|e| BackendError::Shape(format!("{op:?}: {e}")))?;
-        nth(io.outputs, 0, op)?.set_f32s(&out)
-    }
-}
-
-/// The routes of [`Op::MoeTopK`]'s outputs (`ids`, `wts`: `[tokens, k]`).
-fn routes_of(ids: &[u32], wts: &[f32], k: usize) -> Vec<TokenRoute> {
-    ids.chunks_exact(k)
-        .zip(wts.chunks_exact(k))
-        .map(|(e, w)| TokenRoute {
-            experts: e.iter().map(|&e| e as usize).collect(),
-            weights: w.to_vec(),
-        })
-        .collect()
-}
-
-/// Expert FFNs over stacked weights in host memory: the CPU side of the MoE seam.
-struct Experts<'a> {
-    backend: &'a CpuBackend,
-    gate: &'a Weight,
-    up: &'a Weight,
-    down: &'a Weight,
-    n_ff: usize,
-    n_embd: usize,
-    act: Activation,
-    exact: bool,
-}
-
-impl ExpertFfn for Experts<'_> {
-    fn run_expert(&self, _layer: usize, e: usize, x: &[f32], out: &mut [f32]) -> crate::Result<()> {
-        let (b, ff, d) = (self.backend, self.n_ff, self.n_embd);
-        let n = x.len() / d.max(1);
-        let (mut g, mut u) = (vec![0.0; n * ff], vec![0.0; n * ff]);
-        let mm = |w: &Weight, rows: std::ops::Range<usize>, x: &[f32], y: &mut [f32]| {
-            matmul(&b.threads, &b.table, w, rows, x, y, self.exact)
-        };
-        mm(self.gate, e * ff..(e + 1) * ff, x, &mut g)?;
-        mm(self.up, e * ff..(e + 1) * ff, x, &mut u)?;
-        let rows = b.rows();
-        match self.act {
-            Activation::Silu => rows.silu_mul(&b.threads, &mut g, &u),
-            Activation::GeluTanh => rows.gelu_mul(&b.threads, &mut g, &u),
-        }
-        mm(self.down, e * d..(e + 1) * d, &g, out)?;
-        Ok(())
     }
 }

@@ -96,15 +96,13 @@ impl RowOps {
         self.isa
     }
 
-    /// The single-threaded kernel of a gated product (`Op::SiluMul` or
-    /// `Op::GeluTanhMul`; `None` for other ops), for callers that split
-    /// the work themselves. Pieces starting at multiples of 16 values give
+    /// The single-threaded kernel of the gated product of `act`, for
+    /// callers that split the work themselves. Pieces starting at multiples of 16 values give
     /// the values [`Self::silu_mul`] and [`Self::gelu_mul`] give.
-    pub fn gated_kernel(&self, op: &crate::graph::Op) -> Option<BinaryFn> {
-        match op {
-            crate::graph::Op::SiluMul => Some(self.silu_mul),
-            crate::graph::Op::GeluTanhMul => Some(self.gelu_mul),
-            _ => None,
+    pub fn gated_kernel(&self, act: crate::graph::Activation) -> BinaryFn {
+        match act {
+            crate::graph::Activation::Silu => self.silu_mul,
+            crate::graph::Activation::GeluTanh => self.gelu_mul,
         }
     }
 

@@ -109,13 +109,11 @@ pub struct WebGpuBackend {
     prof: Option<Arc<Mutex<Profiler>>>,
     /// Dispatches per submitted piece of a step (0: whole steps).
     submit_every: usize,
-    /// An op held back for fusion with the next (the `fuse` module).
-    pub(super) held: Option<super::fuse::Held>,
     /// A small buffer bound where a kernel uses no buffer.
     pub(super) unused: Option<GpuBuffer>,
-    /// A gated activation offered to the matrix product being recorded
-    /// (the `fuse` module); queued before that product's first dispatch
-    /// unless its quantizer takes it.
+    /// The prologue of the fused product being recorded, offered to its
+    /// quantizer (the `fuse` module); queued before that product's first
+    /// dispatch unless the quantizer takes it.
     pub(super) offer: Option<super::fuse::Held>,
 }
 
@@ -168,7 +166,6 @@ impl WebGpuBackend {
             sel_partials: None,
             prof,
             submit_every,
-            held: None,
             unused: None,
             offer: None,
         }
@@ -291,12 +288,6 @@ impl WebGpuBackend {
         if let Err(e) = quant.flush_join(self) {
             return Err(GpuError::Device {
                 during: "queueing a joined matvec".into(),
-                detail: e.to_string(),
-            });
-        }
-        if let Err(e) = self.emit_held() {
-            return Err(GpuError::Device {
-                during: "queueing a held op".into(),
                 detail: e.to_string(),
             });
         }

@@ -1,26 +1,26 @@
-//! Fusion of neighbouring ops into one dispatch, where a decode step's
-//! layers pay a launch (and a barrier) per dispatch: a rope or a residual
-//! add is held back until the next op is recorded, and
-//! - the rope of k at the positions of the rope of q joins it;
-//! - an RMS norm of the add's result is done with the add
-//!   (`rms_norm.wgsl` with its add, which writes both);
-//! - an RMS norm (with its add, if any) is offered to the next matrix
-//!   product: when that product quantizes its activations to int8, the
-//!   norm's workgroups quantize the rows they normed
-//!   (`norm_quantize.wgsl`), one dispatch fewer;
-//! - a gated activation (SwiGLU, GeGLU) is offered to the next matrix
-//!   product: when that product quantizes it to int8, the quantizer
-//!   computes the activation itself (`matmul_quantize_x_gated.wgsl`,
-//!   which also writes the op's result); otherwise the activation is
-//!   queued just before the product's first dispatch.
+//! The fused ops of the plan ([`crate::graph::fuse`]) in as few
+//! dispatches as the kernels allow, where a decode step's layers pay a
+//! launch (and a barrier) per dispatch:
+//! - [`Op::RopeKvWrite`]: the ropes of q and k in one dispatch (`rope.wgsl`
+//!   over two tensors), then the K/V write;
+//! - [`Op::FusedMatMul`]: its prologue (an RMS norm with its residual add,
+//!   `rms_norm.wgsl` writing both, or a gated activation) is offered to the
+//!   products: when they quantize their activations to int8, the
+//!   quantizer's dispatch does the prologue too (`norm_quantize.wgsl`,
+//!   `matmul_quantize_x_gated.wgsl`, which also write the prologue's
+//!   result); otherwise the prologue is queued just before the first
+//!   product. One-token products of one input whose weights lie side by
+//!   side join into one dispatch (the `quant` module).
 //!
-//! Anything else first queues what is held, so the order of the dispatches
-//! is the order of the ops.
+//! The offer lives only while the fused op records: no state crosses ops.
 
 use super::backend::{Bind, Dispatch, WebGpuBackend};
 use super::buffer::GpuBuffer;
+use super::ops::nth;
 use super::shader::{ConstValue, PipelineKey};
-use crate::backend::{Backend, BackendError, BufKind};
+use crate::backend::{part_buffers, Backend, BackendError, BufKind, OpIo};
+use crate::graph::fuse::expand;
+use crate::graph::{Activation, Op, Prologue};
 
 /// An RMS norm (of an add's sum or not) fused with the int8 quantizer
 /// (after the row kernels' shared part and the quantizer).
@@ -48,20 +48,9 @@ pub const QUANTIZE_X_GATED: &str = concat!(
 /// Workgroup size of element-wise kernels (as `ops`).
 const WG_ELEM: u32 = 256;
 
-/// An op recorded but not yet queued.
+/// A fused product's prologue, offered to its activation quantizer.
 #[derive(Debug)]
 pub enum Held {
-    /// A rope.
-    Rope(RopeJob),
-    /// A residual add `out = x + y` of `n` values each.
-    Add {
-        /// The binary kernel's key.
-        key: PipelineKey,
-        /// x, y, out.
-        bufs: [GpuBuffer; 3],
-        /// Values.
-        n: u64,
-    },
     /// A gated activation.
     Gated(GatedJob),
     /// An RMS norm, of a residual add's sum if `add`.
@@ -133,37 +122,8 @@ impl RopeJob {
 }
 
 impl WebGpuBackend {
-    /// Queues what is held, if anything.
-    pub(super) fn emit_held(&mut self) -> Result<(), BackendError> {
-        match self.held.take() {
-            Some(Held::Rope(job)) => self.emit_rope(job, None),
-            Some(Held::Add { key, bufs, n }) => {
-                let [x, y, out] = &bufs;
-                let params = vec![n as u32, n as u32, 0, 0];
-                self.queue(
-                    &key,
-                    super::ops::BINARY,
-                    params,
-                    &[x, y, out],
-                    n as u32,
-                    WG_ELEM,
-                );
-                Ok(())
-            }
-            Some(Held::Gated(job)) => {
-                self.emit_gated(job);
-                Ok(())
-            }
-            Some(Held::Norm(job)) => {
-                self.emit_norm(job);
-                Ok(())
-            }
-            None => Ok(()),
-        }
-    }
-
     /// Queues the norm `job` on its own (with its add, if any).
-    fn emit_norm(&mut self, job: NormJob) {
+    pub(super) fn emit_norm(&mut self, job: NormJob) {
         let (rows, width, eps) = job.shape;
         let ([a, b, sum], add) = job.inputs();
         let [_, w, out] = &job.bufs;
@@ -178,10 +138,6 @@ impl WebGpuBackend {
         match self.offer.take() {
             Some(Held::Gated(job)) => self.emit_gated(job),
             Some(Held::Norm(job)) => self.emit_norm(job),
-            Some(other) => {
-                self.held = Some(other);
-                let _ = self.emit_held();
-            }
             None => {}
         }
     }
@@ -222,24 +178,6 @@ impl WebGpuBackend {
         self.queue(&key, GATED, params, &[g, u, out], job.n as u32, WG_ELEM);
     }
 
-    /// Holds `job` (after queueing what was held).
-    pub(super) fn hold_gated(&mut self, job: GatedJob) -> Result<(), BackendError> {
-        self.emit_held()?;
-        self.held = Some(Held::Gated(job));
-        Ok(())
-    }
-
-    /// Before a matrix product: offers a held gated activation or norm
-    /// to its activation quantizer ([`Self::take_offer`]); anything else
-    /// held is queued.
-    pub(super) fn offer_held(&mut self) -> Result<(), BackendError> {
-        if let Some(Held::Gated(_) | Held::Norm(_)) = &self.held {
-            self.offer = self.held.take();
-            return Ok(());
-        }
-        self.emit_held()
-    }
-
     /// The offered gated activation or norm, if it wrote exactly the
     /// `m x k` activations `x` from its start (a norm: rows of `k`).
     pub(super) fn take_offer(
@@ -266,68 +204,8 @@ impl WebGpuBackend {
         }
     }
 
-    /// Holds the RMS norm of `x` (`shape` = rows, width, eps) into `out`,
-    /// taking in the held add if that add wrote `x`.
-    pub(super) fn hold_norm(
-        &mut self,
-        bufs: [GpuBuffer; 3],
-        shape: (u32, u32, f32),
-    ) -> Result<(), BackendError> {
-        // First, so that a failure leaves what is held as it was.
-        let spare = self.unused_buffer()?;
-        let n = u64::from(shape.0) * u64::from(shape.1);
-        let fits = matches!(&self.held, Some(Held::Add { bufs: add, n: an, .. })
-            if add[2].raw == bufs[0].raw && *an == n);
-        let add = if fits {
-            match self.held.take() {
-                Some(Held::Add {
-                    bufs: [a, b, _], ..
-                }) => Some([a, b]),
-                _ => None,
-            }
-        } else {
-            self.emit_held()?;
-            None
-        };
-        self.held = Some(Held::Norm(NormJob {
-            add,
-            bufs,
-            shape,
-            spare,
-        }));
-        Ok(())
-    }
-
-    /// Holds `job`, or queues it with the held rope it joins.
-    pub(super) fn hold_rope(&mut self, job: RopeJob) -> Result<(), BackendError> {
-        if let Some(Held::Rope(prev)) = &self.held {
-            if prev.joins(&job) {
-                let Some(Held::Rope(prev)) = self.held.take() else {
-                    return Ok(());
-                };
-                return self.emit_rope(prev, Some(job));
-            }
-        }
-        self.emit_held()?;
-        self.held = Some(Held::Rope(job));
-        Ok(())
-    }
-
-    /// Holds the add `out = x + y` (`n` values each), after queueing what
-    /// was held.
-    pub(super) fn hold_add(
-        &mut self,
-        key: PipelineKey,
-        bufs: [GpuBuffer; 3],
-        n: u64,
-    ) -> Result<(), BackendError> {
-        self.emit_held()?;
-        self.held = Some(Held::Add { key, bufs, n });
-        Ok(())
-    }
-
     /// Queues rope `a`, and `b` in the same dispatch if given.
-    fn emit_rope(&mut self, a: RopeJob, b: Option<RopeJob>) -> Result<(), BackendError> {
+    pub(super) fn emit_rope(&mut self, a: RopeJob, b: Option<RopeJob>) -> Result<(), BackendError> {
         let mut params = a.params.clone();
         let (x2, out2, pairs) = match &b {
             Some(b) => {
@@ -346,7 +224,7 @@ impl WebGpuBackend {
     }
 
     /// Queues `source` over `items.div_ceil(per_group)` workgroups.
-    fn queue(
+    pub(super) fn queue(
         &mut self,
         key: &PipelineKey,
         source: &str,
@@ -376,6 +254,168 @@ impl WebGpuBackend {
         let b = self.alloc(16, BufKind::Activations)?;
         self.unused = Some(b.clone());
         Ok(b)
+    }
+}
+
+impl WebGpuBackend {
+    /// Records [`Op::FusedMatMul`]: the prologue offered to the products'
+    /// quantizer (queued before the first product where not taken), the
+    /// products, and their joined dispatch where they join.
+    pub(super) fn fused_matmul(
+        &mut self,
+        op: &Op,
+        io: &OpIo<'_, GpuBuffer>,
+    ) -> Result<(), BackendError> {
+        let Op::FusedMatMul { pre, k, .. } = *op else {
+            return Err(BackendError::Shape(format!("{op:?}: not a fused product")));
+        };
+        let parts = expand(op).unwrap_or_default();
+        // The prologue's parts run as the offer; the rest are products.
+        let (prologue, products) = parts.split_at(parts.len() - products_of(op));
+        let offer = match pre {
+            Prologue::None => None,
+            Prologue::Glu(act) => {
+                let (g, u, out) = (
+                    nth(io.inputs, 0, op)?,
+                    nth(io.inputs, 1, op)?,
+                    nth(io.outputs, 0, op)?,
+                );
+                Some(Held::Gated(self.gated_job(op, [g, u, out], act)?))
+            }
+            Prologue::RmsNorm { eps } | Prologue::AddRmsNorm { eps } => {
+                let [.., norm] = prologue else {
+                    return Err(BackendError::Shape(format!("{op:?}: no norm")));
+                };
+                let (ins, outs) = part_buffers(norm, io);
+                let add = match pre {
+                    Prologue::AddRmsNorm { .. } => Some([
+                        nth(io.inputs, 0, op)?.clone(),
+                        nth(io.inputs, 1, op)?.clone(),
+                    ]),
+                    _ => None,
+                };
+                let (x, w, out) = (nth(&ins, 0, op)?, nth(&ins, 1, op)?, nth(&outs, 0, op)?);
+                Some(Held::Norm(self.norm_job(op, [x, w, out], k, eps, add)?))
+            }
+        };
+        self.offer = offer;
+        let mut result = Ok(());
+        for part in products {
+            let (inputs, outputs) = part_buffers(part, io);
+            let io = OpIo {
+                inputs: &inputs,
+                outputs: &outputs,
+            };
+            result = self.record_product(&part.op, &io);
+            if result.is_err() {
+                break;
+            }
+        }
+        // Not taken and nothing queued (empty products): queue it.
+        self.emit_offer();
+        let quant = self.quant.clone();
+        result.and(quant.flush_join(self))
+    }
+
+    /// Records [`Op::RopeKvWrite`]: both ropes in one dispatch where they
+    /// join, then the K/V write.
+    pub(super) fn rope_kv_write(
+        &mut self,
+        op: &Op,
+        io: &OpIo<'_, GpuBuffer>,
+    ) -> Result<(), BackendError> {
+        let parts = expand(op).unwrap_or_default();
+        let [rq, rk, write] = parts.as_slice() else {
+            return Err(BackendError::Shape(format!("{op:?}: not a fused rope")));
+        };
+        let job = |be: &Self, part: &crate::graph::fuse::Part| {
+            let (inputs, outputs) = part_buffers(part, io);
+            be.rope_job(
+                &part.op,
+                &OpIo {
+                    inputs: &inputs,
+                    outputs: &outputs,
+                },
+            )
+        };
+        let (q, k) = (job(self, rq)?, job(self, rk)?);
+        if q.joins(&k) {
+            self.emit_rope(q, Some(k))?;
+        } else {
+            self.emit_rope(q, None)?;
+            self.emit_rope(k, None)?;
+        }
+        let (inputs, outputs) = part_buffers(write, io);
+        self.kv_write(
+            &write.op,
+            &OpIo {
+                inputs: &inputs,
+                outputs: &outputs,
+            },
+        )
+    }
+
+    /// The norm job of `x` into `out` with weight `w` (rows of `width`),
+    /// of `add`'s sum (written to `x`) when given; checked.
+    pub(super) fn norm_job(
+        &mut self,
+        op: &Op,
+        [x, w, out]: [&GpuBuffer; 3],
+        width: usize,
+        eps: f32,
+        add: Option<[GpuBuffer; 2]>,
+    ) -> Result<NormJob, BackendError> {
+        let n = x.len / 4;
+        if width == 0
+            || !n.is_multiple_of(width as u64)
+            || w.len / 4 < width as u64
+            || out.len / 4 < n
+        {
+            return Err(BackendError::Shape(format!(
+                "{op:?}: {n} values, weight of {}",
+                w.len / 4
+            )));
+        }
+        let rows = (n / width as u64) as u32;
+        Ok(NormJob {
+            add,
+            bufs: [x, w, out].map(|b| b.clone()),
+            shape: (rows, width as u32, eps),
+            spare: self.unused_buffer()?,
+        })
+    }
+
+    /// The gated activation job `out = act(g) * u`; checked.
+    pub(super) fn gated_job(
+        &self,
+        op: &Op,
+        [g, u, out]: [&GpuBuffer; 3],
+        act: Activation,
+    ) -> Result<GatedJob, BackendError> {
+        let n = g.len / 4;
+        if u.len / 4 != n || out.len / 4 < n {
+            return Err(BackendError::Shape(format!(
+                "{op:?}: gate of {n} values, up of {}",
+                u.len / 4
+            )));
+        }
+        let mode = match act {
+            Activation::Silu => 0,
+            Activation::GeluTanh => 1,
+        };
+        Ok(GatedJob {
+            mode,
+            bufs: [g, u, out].map(|b| b.clone()),
+            n,
+        })
+    }
+}
+
+/// Products a fused product op has.
+fn products_of(op: &Op) -> usize {
+    match op {
+        Op::FusedMatMul { parts, .. } => parts.len(),
+        _ => 0,
     }
 }
 

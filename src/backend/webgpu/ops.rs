@@ -1,16 +1,15 @@
 //! Recording of every op except the weight kernels: one function per op,
 //! each checking its buffers' sizes, picking the pipeline variant and
-//! queueing one dispatch; ropes and residual adds wait for the next op
-//! (the `fuse` module).
+//! queueing its dispatch (the fused ops are the `fuse` module's).
 
 use super::backend::{Bind, Dispatch, WebGpuBackend};
 use super::buffer::GpuBuffer;
-use super::fuse::{GatedJob, RopeJob};
+use super::fuse::RopeJob;
 use super::shader::{ConstValue, PipelineKey};
 use super::KernelSource;
 use crate::backend::{BackendError, OpIo};
 use crate::graph::KvType;
-use crate::graph::{Op, RopeMode};
+use crate::graph::{Activation, Op, RopeMode};
 
 /// Kernel sources, one file per op.
 mod src {
@@ -62,9 +61,6 @@ pub fn kernel_sources() -> Vec<KernelSource> {
 const WG_ELEM: u32 = 256;
 /// The RMS norm kernel.
 pub const RMS_NORM: &str = src::RMS_NORM_SRC;
-
-/// The binary kernel (add, mul, bias add).
-pub const BINARY: &str = src::BINARY_SRC;
 
 /// Workgroup size of row kernels (norms, softmax, argmax) and attention.
 pub const WG_ROW: u32 = 64;
@@ -118,6 +114,15 @@ impl WebGpuBackend {
             Op::GetRows { ty, width } => super::weights::supports(*ty, *width),
             Op::MatMul { ty, k, .. } => super::weights::supports(*ty, *k),
             Op::MoeExperts { .. } => false,
+            Op::FusedMatMul { k, parts, .. } => parts
+                .iter()
+                .all(|&(ty, _)| super::weights::supports(ty, *k)),
+            Op::RopeKvWrite {
+                k_width,
+                v_width,
+                dtype,
+                ..
+            } => *dtype == KvType::F32 || (k_width % 2 == 0 && v_width % 2 == 0),
             Op::KvWrite {
                 k_width,
                 v_width,
@@ -151,24 +156,17 @@ impl WebGpuBackend {
                 op: op.describe(),
             });
         }
-        match op {
-            Op::Rope { .. } | Op::RmsNorm { .. } => {}
-            Op::MatMul { .. } => self.offer_held()?,
-            _ => self.emit_held()?,
-        }
-        if let (Op::MatMul { k, .. }, Some(x)) = (op, io.inputs.first()) {
-            self.note_rows(f32s(x) / (*k as u64).max(1));
-        }
         let written: Vec<&wgpu::Buffer> = io.outputs.iter().map(|b| &b.raw).collect();
         self.quant.forget_writes(&written);
         match op {
             Op::GetRows { .. } => self.record_weight(op, io),
             Op::MatMul { .. } => {
-                let r = self.record_weight(op, io);
-                // Not taken and nothing queued (an empty product): queue it.
-                self.emit_offer();
-                r
+                self.record_product(op, io)?;
+                let quant = self.quant.clone();
+                quant.flush_join(self)
             }
+            Op::FusedMatMul { .. } => self.fused_matmul(op, io),
+            Op::RopeKvWrite { .. } => self.rope_kv_write(op, io),
             Op::Add => self.binary(op, io, 0),
             Op::Mul => self.binary(op, io, 1),
             Op::BiasAdd => self.binary(op, io, 2),
@@ -189,6 +187,19 @@ impl WebGpuBackend {
                 op: op.describe(),
             }),
         }
+    }
+
+    /// Records one [`Op::MatMul`] (of a fused op or alone), noting its
+    /// token rows for the profile.
+    pub(super) fn record_product(
+        &mut self,
+        op: &Op,
+        io: &OpIo<'_, GpuBuffer>,
+    ) -> Result<(), BackendError> {
+        if let (Op::MatMul { k, .. }, Some(x)) = (op, io.inputs.first()) {
+            self.note_rows(f32s(x) / (*k as u64).max(1));
+        }
+        self.record_weight(op, io)
     }
 
     /// Queues `kernel` over `groups` workgroups.
@@ -235,10 +246,6 @@ impl WebGpuBackend {
         let key = self
             .key("binary", WG_ELEM)
             .with_const("MODE", ConstValue::U32(mode));
-        if mode == 0 {
-            // Held: an RMS norm of the sum may follow (the `fuse` module).
-            return self.hold_add(key, [x, y, out].map(|b| (*b).clone()), n);
-        }
         let params = vec![n as u32, m as u32, 0, 0];
         self.dispatch(
             &key,
@@ -282,16 +289,14 @@ impl WebGpuBackend {
             nth(io.inputs, 1, op)?,
             nth(io.outputs, 0, op)?,
         );
-        let n = f32s(g);
-        if f32s(u) != n || f32s(out) < n {
-            return Err(shape(op, format!("gate of {n} values, up of {}", f32s(u))));
-        }
-        // Held: the down projection's quantizer may compute it (`fuse`).
-        self.hold_gated(GatedJob {
-            mode,
-            bufs: [g, u, out].map(|b| (*b).clone()),
-            n,
-        })
+        let act = if mode == 0 {
+            Activation::Silu
+        } else {
+            Activation::GeluTanh
+        };
+        let job = self.gated_job(op, [g, u, out], act)?;
+        self.emit_gated(job);
+        Ok(())
     }
 
     fn rms_norm(
@@ -306,14 +311,9 @@ impl WebGpuBackend {
             nth(io.inputs, 1, op)?,
             nth(io.outputs, 0, op)?,
         );
-        let n = f32s(x);
-        if width == 0 || !n.is_multiple_of(width as u64) || f32s(w) < width as u64 || f32s(out) < n
-        {
-            return Err(shape(op, format!("{n} values, weight of {}", f32s(w))));
-        }
-        let rows = (n / width as u64) as u32;
-        // Held: the next matrix product's quantizer may do it (`fuse`).
-        self.hold_norm([x, w, out].map(|b| (*b).clone()), (rows, width as u32, eps))
+        let job = self.norm_job(op, [x, w, out], width, eps, None)?;
+        self.emit_norm(job);
+        Ok(())
     }
 
     fn softmax(
@@ -340,6 +340,16 @@ impl WebGpuBackend {
     }
 
     fn rope(&mut self, op: &Op, io: &OpIo<'_, GpuBuffer>) -> Result<(), BackendError> {
+        let job = self.rope_job(op, io)?;
+        self.emit_rope(job, None)
+    }
+
+    /// The rope of `io`'s x at its positions, checked, as a job.
+    pub(super) fn rope_job(
+        &self,
+        op: &Op,
+        io: &OpIo<'_, GpuBuffer>,
+    ) -> Result<RopeJob, BackendError> {
         let Op::Rope {
             mode,
             head_dim,
@@ -393,11 +403,14 @@ impl WebGpuBackend {
             bufs: [x, pos, factors.unwrap_or(pos), out].map(|b| (*b).clone()),
             pairs: rows * (width / head_dim as u64) * (head_dim / 2) as u64,
         };
-        // Held until the next op: the rope of k joins the rope of q.
-        self.hold_rope(job)
+        Ok(job)
     }
 
-    fn kv_write(&mut self, op: &Op, io: &OpIo<'_, GpuBuffer>) -> Result<(), BackendError> {
+    pub(super) fn kv_write(
+        &mut self,
+        op: &Op,
+        io: &OpIo<'_, GpuBuffer>,
+    ) -> Result<(), BackendError> {
         let Op::KvWrite {
             k_width,
             v_width,

@@ -1,17 +1,19 @@
 //! The ops of one forward pass, as the [`ArchSpec`] describes them: builds
-//! the step's [`Plan`] over the model's weights, its K/V cache and the
-//! activation buffers of the batch.
+//! the [`Plan`] of a shape of step ([`StepShape`]) over the model's
+//! weights, its K/V cache and activation buffers, and the host data of one
+//! batch of that shape ([`step_inputs`]).
 //!
 //! Coarse ops: one matmul per weight over all rows of the batch, one
 //! attention op per layer over all sequences (through their block tables).
 //! Scratch buffers (`h`, `q`, `k`, ...) are shared by all layers.
 
 use crate::backend::{Backend, BackendError};
-use crate::graph::plan::{BufId, Plan};
+use crate::graph::plan::{BufId, Input, Plan, StepInputs, SyncKind};
 use crate::graph::KvCacheConfig;
 use crate::graph::Op;
 use crate::model::arch::ArchSpec;
-use crate::model::generic::{FfnWeights, LayerWeights, Model, ModelWeights, WeightInfo};
+use crate::model::generic::Model;
+use crate::model::weights::{FfnWeights, LayerWeights, ModelWeights, WeightInfo};
 use crate::model::{Batch, LogitsWanted, ModelConfig};
 use crate::quant::GgmlType;
 
@@ -42,6 +44,26 @@ impl<'a, B: Backend> From<&'a Model<B>> for PlanSource<'a> {
     }
 }
 
+/// What a plan depends on: the tokens of the step and the logits rows it
+/// reads back. Batches of one shape share a plan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct StepShape {
+    /// Input tokens over all sequences.
+    pub tokens: usize,
+    /// Logits rows read back.
+    pub logit_rows: usize,
+}
+
+impl StepShape {
+    /// The shape of `batch`.
+    pub fn of(batch: &Batch<'_>) -> Self {
+        Self {
+            tokens: batch.num_tokens(),
+            logit_rows: batch.logits_rows(),
+        }
+    }
+}
+
 /// The step's buffers shared by all layers.
 struct Bufs {
     /// Residual stream `[tokens, n_embd]`.
@@ -67,43 +89,82 @@ struct Bufs {
     tables: BufId,
 }
 
-/// Builds the plan of `batch` (checked: slots match tokens, ids in the vocabulary).
+/// What a plan is built with beyond the model: where the host stops the
+/// step ([`SyncKind`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PlanOptions {
+    /// Stop after each MoE layer's routing for the expert store
+    /// ([`SyncKind::MoeRoutes`]).
+    pub moe_routes: bool,
+}
+
+/// Builds the plan of steps of `shape` (unfused; see [`crate::graph::fuse`]).
+pub fn build_template<'a>(
+    src: impl Into<PlanSource<'a>>,
+    shape: StepShape,
+    opts: PlanOptions,
+) -> Result<Plan, BackendError> {
+    let s = src.into();
+    let mut p = Plan::default();
+    let bufs = buffers(&s, &mut p, shape.tokens);
+    embed(&s, &mut p, &bufs);
+    for (il, l) in s.weights.layers.iter().enumerate() {
+        attention(&s, &mut p, &bufs, il, l);
+        feed_forward(&s, &mut p, &bufs, il, l, opts)?;
+    }
+    logits(&s, &mut p, &bufs, shape.logit_rows);
+    Ok(p)
+}
+
+/// Builds the plan of `batch`'s shape: [`build_template`] without sync points.
 pub fn build_plan<'a>(
     src: impl Into<PlanSource<'a>>,
     batch: &Batch<'_>,
 ) -> Result<Plan, BackendError> {
-    let s = src.into();
-    let mut p = Plan::default();
-    let bufs = inputs(&s, &mut p, batch);
-    embed(&s, &mut p, &bufs, batch);
-    for (il, l) in s.weights.layers.iter().enumerate() {
-        attention(&s, &mut p, &bufs, il, l);
-        feed_forward(&s, &mut p, &bufs, il, l)?;
-    }
-    logits(&s, &mut p, &bufs, batch);
-    Ok(p)
+    build_template(src, StepShape::of(batch), PlanOptions::default())
 }
 
-/// The step's host inputs and scratch buffers.
-fn inputs(s: &PlanSource<'_>, p: &mut Plan, batch: &Batch<'_>) -> Bufs {
-    let (c, t) = (s.cfg, batch.num_tokens());
+/// The host data of `batch` for the plans of [`build_template`].
+pub fn step_inputs(s: &PlanSource<'_>, batch: &Batch<'_>) -> StepInputs {
+    let t = batch.num_tokens();
     let bs = s.kv.block_size as u32;
     let mut pos = Vec::with_capacity(t);
     let mut slots = Vec::with_capacity(t);
     let mut seqs = Vec::with_capacity(batch.seqs.len() * 4);
     let mut tables = Vec::new();
+    let mut rows = Vec::with_capacity(batch.logits_rows());
     for q in batch.seqs {
         let row = pos.len() as u32;
-        seqs.extend([
-            row,
-            q.tokens.len() as u32,
-            q.start as u32,
-            tables.len() as u32,
-        ]);
+        let n = q.tokens.len() as u32;
+        seqs.extend([row, n, q.start as u32, tables.len() as u32]);
         tables.extend(q.block_table.iter().map(|b| b.0));
         pos.extend((q.start..q.start + q.tokens.len()).map(|p| p as u32));
         slots.extend(q.slots.iter().map(|s| s.block.0 * bs + s.offset));
+        let wanted = match q.logits {
+            LogitsWanted::None => 0..0,
+            LogitsWanted::Last => n.saturating_sub(1)..n,
+            LogitsWanted::All => 0..n,
+        };
+        rows.extend(wanted.map(|r| row + r));
     }
+    let ids = batch
+        .seqs
+        .iter()
+        .flat_map(|q| q.tokens.iter().copied())
+        .collect();
+    let mut inputs = StepInputs::default();
+    inputs.set(Input::TokenIds, ids);
+    inputs.set(Input::Positions, pos);
+    inputs.set(Input::Slots, slots);
+    inputs.set(Input::Seqs, seqs);
+    inputs.set(Input::BlockTables, tables);
+    inputs.set(Input::LogitRows, rows);
+    inputs
+}
+
+/// The step's scratch buffers for `t` tokens, and its inputs.
+fn buffers(s: &PlanSource<'_>, p: &mut Plan, t: usize) -> Bufs {
+    let c = s.cfg;
     let f32s = |p: &mut Plan, width: usize| p.act(t * width * 4);
     Bufs {
         x: f32s(p, c.n_embd),
@@ -118,10 +179,10 @@ fn inputs(s: &PlanSource<'_>, p: &mut Plan, batch: &Batch<'_>) -> Bufs {
         router: f32s(p, c.n_expert),
         ids: f32s(p, c.n_expert_used),
         wts: f32s(p, c.n_expert_used),
-        pos: p.input_u32(&pos),
-        slots: p.input_u32(&slots),
-        seqs: p.input_u32(&seqs),
-        tables: p.input_u32(&tables),
+        pos: p.input(Input::Positions),
+        slots: p.input(Input::Slots),
+        seqs: p.input(Input::Seqs),
+        tables: p.input(Input::BlockTables),
     }
 }
 
@@ -146,13 +207,8 @@ fn norm(s: &PlanSource<'_>, p: &mut Plan, w: &WeightInfo, x: BufId, y: BufId) {
 }
 
 /// Token embeddings into `x`, scaled when the architecture says so.
-fn embed(s: &PlanSource<'_>, p: &mut Plan, b: &Bufs, batch: &Batch<'_>) {
-    let ids: Vec<u32> = batch
-        .seqs
-        .iter()
-        .flat_map(|q| q.tokens.iter().copied())
-        .collect();
-    let ids = p.input_u32(&ids);
+fn embed(s: &PlanSource<'_>, p: &mut Plan, b: &Bufs) {
+    let ids = p.input(Input::TokenIds);
     let t = &s.weights.tok_embd;
     let op = Op::GetRows {
         ty: t.ty,
@@ -227,6 +283,7 @@ fn feed_forward(
     b: &Bufs,
     il: usize,
     l: &LayerWeights,
+    opts: PlanOptions,
 ) -> Result<(), BackendError> {
     norm(s, p, &l.ffn_norm, b.x, b.h);
     match &l.ffn {
@@ -258,6 +315,9 @@ fn feed_forward(
             let (logits, ids, wts) = (b.router, b.ids, b.wts);
             matmul(s, p, router, b.h, logits);
             p.push(Op::MoeTopK { n_expert: ne, k }, &[logits], &[ids, wts]);
+            if opts.moe_routes {
+                p.sync(&[ids, wts], SyncKind::MoeRoutes { layer: il });
+            }
             let op = Op::MoeExperts {
                 layer: il,
                 n_expert: ne,
@@ -279,26 +339,14 @@ fn feed_forward(
     Ok(())
 }
 
-/// Final norm and output projection of the wanted rows; the plan's result.
-fn logits(s: &PlanSource<'_>, p: &mut Plan, b: &Bufs, batch: &Batch<'_>) {
+/// Final norm and output projection of the `r` wanted rows
+/// ([`Input::LogitRows`]); the plan's result.
+fn logits(s: &PlanSource<'_>, p: &mut Plan, b: &Bufs, r: usize) {
     let (d, nv) = (s.cfg.n_embd, s.cfg.n_vocab);
-    let mut rows = Vec::with_capacity(batch.logits_rows());
-    let mut row = 0u32;
-    for q in batch.seqs {
-        let n = q.tokens.len() as u32;
-        let wanted = match q.logits {
-            LogitsWanted::None => 0..0,
-            LogitsWanted::Last => n.saturating_sub(1)..n,
-            LogitsWanted::All => 0..n,
-        };
-        rows.extend(wanted.map(|r| row + r));
-        row += n;
-    }
-    if rows.is_empty() {
+    if r == 0 {
         return;
     }
-    let r = rows.len();
-    let ids = p.input_u32(&rows);
+    let ids = p.input(Input::LogitRows);
     let sel = p.act(r * d * 4);
     let get = Op::GetRows {
         ty: GgmlType::F32,

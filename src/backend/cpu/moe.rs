@@ -1,0 +1,173 @@
+//! The CPU backend's MoE ops: the router ([`Op::MoeTopK`], as
+//! [`crate::moe::route`] defines it) and the expert FFNs
+//! ([`Op::MoeExperts`]) as a grouped product over the routed ids (ggml's
+//! `mul_mat_id`): the tokens routed to an expert share one pass over its
+//! rows of the stacked weights.
+
+use super::backend::{nth, CpuBackend, CpuBuffer};
+use super::matmul::{matmul, Weight};
+use crate::backend::{BackendError, OpIo};
+use crate::graph::{Activation, Op};
+use crate::moe::{group_by_expert, route, TokenRoute};
+
+fn unsupported(op: &Op) -> BackendError {
+    BackendError::UnsupportedOp {
+        backend: "CPU".into(),
+        op: op.describe(),
+    }
+}
+
+impl CpuBackend {
+    pub(super) fn moe_top_k(&self, op: &Op, io: &OpIo<'_, CpuBuffer>) -> Result<(), BackendError> {
+        let Op::MoeTopK { n_expert, k } = *op else {
+            return Err(unsupported(op));
+        };
+        let logits = nth(io.inputs, 0, op)?.f32s()?;
+        if n_expert == 0 || k == 0 || k > n_expert || logits.len() % n_expert != 0 {
+            return Err(BackendError::Shape(format!(
+                "{op:?}: {} logits",
+                logits.len()
+            )));
+        }
+        let routes = route(&logits, n_expert, k);
+        let ids: Vec<u32> = routes
+            .iter()
+            .flat_map(|r| r.experts.iter().map(|&e| e as u32))
+            .collect();
+        let weights: Vec<f32> = routes.iter().flat_map(|r| r.weights.clone()).collect();
+        nth(io.outputs, 0, op)?.set_f32s(bytemuck::cast_slice(&ids))?;
+        nth(io.outputs, 1, op)?.set_f32s(&weights)
+    }
+
+    pub(super) fn moe_experts(
+        &self,
+        op: &Op,
+        io: &OpIo<'_, CpuBuffer>,
+    ) -> Result<(), BackendError> {
+        let Op::MoeExperts {
+            n_expert,
+            k,
+            n_embd,
+            n_ff,
+            act,
+            tys,
+            exact,
+            ..
+        } = *op
+        else {
+            return Err(unsupported(op));
+        };
+        let x = nth(io.inputs, 0, op)?.f32s()?;
+        let ids = nth(io.inputs, 1, op)?.u32s()?;
+        let wts = nth(io.inputs, 2, op)?.f32s()?;
+        let tokens = x.len() / n_embd.max(1);
+        if k == 0 || x.len() != tokens * n_embd || ids.len() != tokens * k || wts.len() != ids.len()
+        {
+            return Err(BackendError::Shape(format!(
+                "{op:?}: x of {}, ids of {}, weights of {}",
+                x.len(),
+                ids.len(),
+                wts.len()
+            )));
+        }
+        let w =
+            |i: usize, cols: usize| nth(io.inputs, 3 + i, op)?.weight(&self.table, tys[i], cols);
+        let (gate, up, down) = (w(0, n_embd)?, w(1, n_embd)?, w(2, n_ff)?);
+        if gate.rows != n_expert * n_ff || up.rows != gate.rows || down.rows != n_expert * n_embd {
+            return Err(BackendError::Shape(format!(
+                "{op:?}: expert weights of other shapes"
+            )));
+        }
+        let experts = Experts {
+            backend: self,
+            gate: &gate,
+            up: &up,
+            down: &down,
+            n_ff,
+            n_embd,
+            act,
+            exact,
+        };
+        let routes = routes_of(&ids, &wts, k);
+        let mut out = vec![0.0f32; x.len()];
+        experts.apply(&routes, n_expert, &x, &mut out)?;
+        nth(io.outputs, 0, op)?.set_f32s(&out)
+    }
+}
+
+/// The routes of [`Op::MoeTopK`]'s outputs (`ids`, `wts`: `[tokens, k]`).
+fn routes_of(ids: &[u32], wts: &[f32], k: usize) -> Vec<TokenRoute> {
+    ids.chunks_exact(k)
+        .zip(wts.chunks_exact(k))
+        .map(|(e, w)| TokenRoute {
+            experts: e.iter().map(|&e| e as usize).collect(),
+            weights: w.to_vec(),
+        })
+        .collect()
+}
+
+/// One layer's expert FFNs over their stacked weights.
+struct Experts<'a> {
+    backend: &'a CpuBackend,
+    gate: &'a Weight,
+    up: &'a Weight,
+    down: &'a Weight,
+    n_ff: usize,
+    n_embd: usize,
+    act: Activation,
+    exact: bool,
+}
+
+impl Experts<'_> {
+    /// The MoE FFN of all rows already routed (`routes[r]`: row r's
+    /// experts): each used expert runs once on the rows routed to it, in
+    /// expert order, and its weighted outputs are summed into `out`
+    /// (`[rows, n_embd]`, zeroed by the caller).
+    fn apply(
+        &self,
+        routes: &[TokenRoute],
+        n_expert: usize,
+        x: &[f32],
+        out: &mut [f32],
+    ) -> Result<(), BackendError> {
+        let width = self.n_embd;
+        for (e, g) in group_by_expert(routes, n_expert).iter().enumerate() {
+            if g.rows.is_empty() {
+                continue;
+            }
+            let mut xe = Vec::with_capacity(g.rows.len() * width);
+            for &r in &g.rows {
+                xe.extend_from_slice(&x[r * width..(r + 1) * width]);
+            }
+            let mut ye = vec![0.0f32; xe.len()];
+            self.run_expert(e, &xe, &mut ye)?;
+            for (i, (&r, &w)) in g.rows.iter().zip(&g.weights).enumerate() {
+                for (o, &v) in out[r * width..(r + 1) * width]
+                    .iter_mut()
+                    .zip(&ye[i * width..])
+                {
+                    *o += w * v;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Expert `e`'s FFN on `x` (`[rows, n_embd]`) into `out` (overwritten).
+    fn run_expert(&self, e: usize, x: &[f32], out: &mut [f32]) -> Result<(), BackendError> {
+        let (b, ff, d) = (self.backend, self.n_ff, self.n_embd);
+        let n = x.len() / d.max(1);
+        let (mut g, mut u) = (vec![0.0; n * ff], vec![0.0; n * ff]);
+        let mm = |w: &Weight, rows: std::ops::Range<usize>, x: &[f32], y: &mut [f32]| {
+            matmul(&b.threads, &b.table, w, rows, x, y, self.exact)
+        };
+        mm(self.gate, e * ff..(e + 1) * ff, x, &mut g)?;
+        mm(self.up, e * ff..(e + 1) * ff, x, &mut u)?;
+        let rows = b.rows();
+        match self.act {
+            Activation::Silu => rows.silu_mul(&b.threads, &mut g, &u),
+            Activation::GeluTanh => rows.gelu_mul(&b.threads, &mut g, &u),
+        }
+        mm(self.down, e * d..(e + 1) * d, &g, out)
+    }
+}

@@ -1,0 +1,125 @@
+//! A model's plans: one per shape of step and readout, built from the
+//! architecture's spec, fused for the backend and kept, so that a step
+//! builds only its host data ([`super::arch::plan::step_inputs`]) and a
+//! backend sees the same plan, op for op, every time the shape comes back
+//! (what a CUDA graph or a recorded WebGPU step would replay).
+
+use crate::backend::{Backend, BackendError};
+use crate::graph::fuse::fuse;
+use crate::graph::plan::{HostSync, Plan, SyncFuture, SyncKind, SyncPoint};
+use crate::model::arch::plan::{build_template, PlanOptions, PlanSource, StepShape};
+use crate::moe::{ExpertStore, Routes};
+
+/// What a forward pass reads back of its logits rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Readout {
+    /// The rows themselves.
+    Logits,
+    /// Each row's argmax ([`crate::graph::Op::Argmax`]).
+    Argmax,
+    /// Each row's `k` best pairs ([`crate::graph::Op::TopK`]).
+    TopK(usize),
+}
+
+/// How a model's plans are built: the architecture and weights, and what
+/// the model adds (sync points, fusion).
+#[derive(Debug, Clone, Copy)]
+pub struct PlanRecipe<'a> {
+    /// The model's shapes, spec and weights.
+    pub src: PlanSource<'a>,
+    /// Weight buffers the model holds.
+    pub n_weights: usize,
+    /// Sync points.
+    pub opts: PlanOptions,
+    /// Whether to fuse ops for the backend.
+    pub fused: bool,
+}
+
+/// The plan of `shape` and `readout` on `backend`: built, its result
+/// replaced by the readout, fused when the recipe says (with the fused ops
+/// the backend supports) and checked against the model's buffers.
+pub fn plan_for<B: Backend>(
+    recipe: &PlanRecipe<'_>,
+    shape: StepShape,
+    readout: Readout,
+    backend: &B,
+) -> Result<Plan, BackendError> {
+    let src = recipe.src;
+    let mut plan = build_template(src, shape, recipe.opts)?;
+    let width = src.cfg.n_vocab;
+    match readout {
+        Readout::Logits => {}
+        Readout::Argmax => plan.argmax_result(width),
+        Readout::TopK(k) => plan.top_k_result(width, k),
+    }
+    if recipe.fused {
+        fuse(&mut plan, &|op| backend.supports(op));
+    }
+    plan.check(recipe.n_weights, src.cfg.n_layer).map(|()| plan)
+}
+
+/// The plans a model has built, most recent first.
+#[derive(Debug, Default)]
+pub(crate) struct Plans {
+    entries: Vec<((StepShape, Readout), Plan)>,
+}
+
+impl Plans {
+    /// Plans kept: a server's mix of decode batch sizes and prompt chunks
+    /// comes back to a few shapes; others are rebuilt (a few hundred ops,
+    /// microseconds).
+    const KEEP: usize = 16;
+
+    /// The plan of `key`, built by `build` if it is not kept.
+    pub(crate) fn get_or_build(
+        &mut self,
+        key: (StepShape, Readout),
+        build: impl FnOnce() -> Result<Plan, BackendError>,
+    ) -> Result<&Plan, BackendError> {
+        let i = match self.entries.iter().position(|(k, _)| *k == key) {
+            Some(i) => i,
+            None => {
+                let plan = build()?;
+                self.entries.truncate(Self::KEEP - 1);
+                self.entries.insert(0, (key, plan));
+                0
+            }
+        };
+        if i > 0 {
+            let e = self.entries.remove(i);
+            self.entries.insert(0, e);
+        }
+        Ok(&self.entries[0].1)
+    }
+
+    /// Forgets every plan (what they were built with changed).
+    pub(crate) fn clear(&mut self) {
+        self.entries.clear();
+    }
+}
+
+/// The host side of a model's sync points: the routes of each MoE layer
+/// go to its expert store.
+pub(crate) struct StoreSync<'a> {
+    /// The store, if the model has one.
+    pub(crate) store: Option<&'a mut (dyn ExpertStore + 'static)>,
+    /// Experts per token.
+    pub(crate) k: usize,
+}
+
+impl HostSync for StoreSync<'_> {
+    fn at_sync<'a>(&'a mut self, point: &'a SyncPoint, data: Vec<Vec<u8>>) -> SyncFuture<'a> {
+        let k = self.k;
+        let store = self.store.as_deref_mut();
+        Box::pin(async move {
+            let SyncKind::MoeRoutes { layer } = point.kind;
+            let (Some(store), [ids, weights]) = (store, data.as_slice()) else {
+                return Err(BackendError::Shape(format!(
+                    "the plan stops at {point:?} without an expert store or its two buffers"
+                )));
+            };
+            let routes = Routes::from_bytes(k, ids, weights)?;
+            store.prepare(layer, &routes).await
+        })
+    }
+}
