@@ -34,6 +34,8 @@ pub struct Model<B: Backend> {
     pub(crate) experts: Option<Box<dyn ExpertStore>>,
     /// The plans built so far.
     pub(crate) plans: Plans,
+    /// Where plans stop for the host (from the expert store).
+    pub(crate) plan_opts: PlanOptions,
 }
 
 impl<B: Backend> fmt::Debug for Model<B> {
@@ -123,7 +125,16 @@ impl<B: Backend> Model<B> {
     /// Gives the model an expert store (`None`: every expert on the
     /// device): plans then stop after the routing of each MoE layer the
     /// store asks for, and the store prepares the routed experts.
+    ///
+    /// The store's [`ExpertStore::needs_routes`] is asked here, once per
+    /// layer: set the store again when its answers change.
     pub fn set_expert_store(&mut self, store: Option<Box<dyn ExpertStore>>) {
+        self.plan_opts = PlanOptions {
+            moe_routes: match (&store, self.spec.moe) {
+                (Some(s), true) => (0..self.cfg.n_layer).map(|l| s.needs_routes(l)).collect(),
+                _ => Vec::new(),
+            },
+        };
         self.experts = store;
         self.plans.clear();
     }
@@ -151,6 +162,7 @@ impl<B: Backend> Model<B> {
             fuse,
             experts,
             plans,
+            plan_opts,
         } = self;
         let src = PlanSource {
             cfg,
@@ -160,14 +172,10 @@ impl<B: Backend> Model<B> {
             exact: *exact,
         };
         let inputs = step_inputs(&src, batch);
-        let moe_routes = spec.moe
-            && experts
-                .as_ref()
-                .is_some_and(|s| (0..cfg.n_layer).any(|l| s.needs_routes(l)));
         let recipe = PlanRecipe {
             src,
             n_weights: buffers.len(),
-            opts: PlanOptions { moe_routes },
+            opts: plan_opts,
             fused: *fuse,
         };
         let shape = StepShape::of(batch);

@@ -374,7 +374,7 @@ fn check_support<B: Backend>(
     let recipe = PlanRecipe {
         src: *src,
         n_weights: slots.len(),
-        opts: PlanOptions::default(),
+        opts: &PlanOptions::default(),
         fused: true,
     };
     let shapes = [1, 2].map(|n| StepShape {
@@ -435,5 +435,6 @@ pub async fn load_model<B: Backend, S: ByteSource>(
         fuse: true,
         experts: None,
         plans: Default::default(),
+        plan_opts: PlanOptions::default(),
     })
 }

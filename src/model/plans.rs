@@ -30,7 +30,7 @@ pub struct PlanRecipe<'a> {
     /// Weight buffers the model holds.
     pub n_weights: usize,
     /// Sync points.
-    pub opts: PlanOptions,
+    pub opts: &'a PlanOptions,
     /// Whether to fuse ops for the backend.
     pub fused: bool,
 }

@@ -91,18 +91,26 @@ struct Bufs {
 
 /// What a plan is built with beyond the model: where the host stops the
 /// step ([`SyncKind`]).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PlanOptions {
-    /// Stop after each MoE layer's routing for the expert store
-    /// ([`SyncKind::MoeRoutes`]).
-    pub moe_routes: bool,
+    /// The layers whose MoE routing the host wants before their experts
+    /// run ([`SyncKind::MoeRoutes`]), indexed by layer; a layer past the
+    /// end is not stopped after.
+    pub moe_routes: Vec<bool>,
+}
+
+impl PlanOptions {
+    /// Whether the step stops after layer `il`'s routing.
+    pub fn routes_of(&self, il: usize) -> bool {
+        self.moe_routes.get(il).copied().unwrap_or(false)
+    }
 }
 
 /// Builds the plan of steps of `shape` (unfused; see [`crate::graph::fuse`]).
 pub fn build_template<'a>(
     src: impl Into<PlanSource<'a>>,
     shape: StepShape,
-    opts: PlanOptions,
+    opts: &PlanOptions,
 ) -> Result<Plan, BackendError> {
     let s = src.into();
     let mut p = Plan::default();
@@ -121,7 +129,7 @@ pub fn build_plan<'a>(
     src: impl Into<PlanSource<'a>>,
     batch: &Batch<'_>,
 ) -> Result<Plan, BackendError> {
-    build_template(src, StepShape::of(batch), PlanOptions::default())
+    build_template(src, StepShape::of(batch), &PlanOptions::default())
 }
 
 /// The host data of `batch` for the plans of [`build_template`].
@@ -283,7 +291,7 @@ fn feed_forward(
     b: &Bufs,
     il: usize,
     l: &LayerWeights,
-    opts: PlanOptions,
+    opts: &PlanOptions,
 ) -> Result<(), BackendError> {
     norm(s, p, &l.ffn_norm, b.x, b.h);
     match &l.ffn {
@@ -315,7 +323,7 @@ fn feed_forward(
             let (logits, ids, wts) = (b.router, b.ids, b.wts);
             matmul(s, p, router, b.h, logits);
             p.push(Op::MoeTopK { n_expert: ne, k }, &[logits], &[ids, wts]);
-            if opts.moe_routes {
+            if opts.routes_of(il) {
                 p.sync(&[ids, wts], SyncKind::MoeRoutes { layer: il });
             }
             let op = Op::MoeExperts {
