@@ -51,7 +51,7 @@ fn fused_ops(m: &CpuModel, tokens: usize) -> Vec<String> {
     let recipe = PlanRecipe {
         src: PlanSource::from(m),
         n_weights: m.held().weights.len(),
-        opts: PlanOptions::default(),
+        opts: &PlanOptions::default(),
         fused: true,
     };
     let shape = StepShape {
