@@ -1,18 +1,31 @@
 //! Hearth runs GGUF language models on the hardware people actually have.
 //!
-//! One core serves every target: it compiles natively (CPU, wgpu, CUDA and
-//! ROCm backends) and to `wasm32-unknown-unknown` for web pages. Nothing in
-//! this crate assumes files, OS threads or blocking waits: those live behind
-//! traits ([`gguf::ByteSource`]) or in the CLI and the wasm facade.
+//! One core serves every target: it compiles natively (the CPU backend
+//! with x86 and Arm kernels chosen at run time, and the WebGPU backend on
+//! wgpu's Vulkan, Metal and DX12) and to `wasm32-unknown-unknown` for web
+//! pages (WebGPU, or the CPU backend's SIMD128 kernels). Other backends
+//! live in crates of their own and implement [`backend::Backend`]. Nothing
+//! in this crate assumes files, OS threads or blocking waits, and nothing
+//! reads the environment: those live behind traits
+//! ([`gguf::ByteSource`]) or in the CLI and the wasm facade, which pass
+//! typed options in ([`backend::cpu::CpuOptions`]).
 //!
-//! The modules, in data-flow order:
+//! The modules, in data-flow order (`ARCHITECTURE.md` in the repository
+//! draws the whole):
 //! - [`gguf`]: the streaming GGUF reader (metadata first, tensor data in bounded chunks);
-//! - [`quant`]: the ggml type table, block layouts and the scalar reference oracle;
-//! - [`model`]: model configuration, tokenizers and chat templates;
+//! - [`quant`]: the ggml type table, the weight types Hearth runs, block
+//!   layouts and the scalar reference oracle;
+//! - [`graph`]: the vocabulary every layer shares: ops, plans (a step's
+//!   ops as a reusable template), the fusion pass and the scalar reference
+//!   of the row ops;
+//! - [`backend`]: where plans run (the [`backend::Backend`] trait, the CPU
+//!   and WebGPU backends);
+//! - [`model`]: configuration, weights, the plans of each architecture,
+//!   loading onto any backend, tokenizers and chat templates;
+//! - [`moe`]: the expert-store seam of mixture-of-experts models;
 //! - [`kv`]: paged KV cache bookkeeping (block pool, block tables, prefix cache);
 //! - [`sched`]: the continuous-batching scheduler;
 //! - [`sample`]: the token sampler;
-//! - [`backend`], [`graph`], [`moe`]: where ops run, the ops, and the expert seam;
 //! - [`engine`]: requests in, token events out: the step loop every front end drives.
 
 #![deny(missing_docs)]

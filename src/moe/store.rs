@@ -64,9 +64,9 @@ impl<T> MaybeSend for T {}
 /// Where a model's routed experts live, and how the ones a step routes to
 /// get onto its device: the expert cache implements this.
 ///
-/// A model with a store asks it, when it builds a plan, which MoE layers
-/// may have experts off the device ([`ExpertStore::needs_routes`]); the
-/// plan then stops after each such layer's routing, and the store's
+/// A model given a store asks it once, layer by layer, which MoE layers
+/// may have experts off the device ([`ExpertStore::needs_routes`]); its
+/// plans then stop after each such layer's routing, and the store's
 /// [`ExpertStore::prepare`] sees the step's routes before the layer's
 /// experts run (a copy into a device slot, a read from host memory or a
 /// file, a note of what to prefetch for the next step).

@@ -10,8 +10,8 @@
 //!   (activation buffers reused between steps) serve it, and [`counters`]
 //!   counts its host-side work; `profile` times each step and, with
 //!   timestamp queries, each kernel kind (`HEARTH_PROFILE=gpu`);
-//! - `ops`: every non-weight op; `fuse`: neighbouring ops in one dispatch
-//!   (rope of q and k, residual add and RMS norm); `dense`: F32 / F16 weights;
+//! - `ops`: every non-weight op; `fuse`: the plan's fused ops in as few
+//!   dispatches as the kernels allow; `dense`: F32 / F16 weights;
 //! - [`quant`]: packed quantized weights, their repack and their kernels.
 
 pub mod backend;
