@@ -56,22 +56,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     ] {
         shapes.extend([(ty, 640, 2048), (ty, 2048, 640), (ty, 640, 16384)]);
     }
-    for ty in [
-        GgmlType::Q4_0,
-        GgmlType::Q4_1,
-        GgmlType::Q5_0,
-        GgmlType::Q8_0,
-        GgmlType::Q2_K,
-        GgmlType::Q3_K,
-        GgmlType::Q4_K,
-        GgmlType::Q5_K,
-        GgmlType::Q6_K,
-        GgmlType::IQ4_NL,
-        GgmlType::IQ4_XS,
-        GgmlType::F16,
-        GgmlType::BF16,
-        GgmlType::F32,
-    ] {
+    for ty in hearth::quant::WEIGHT_TYPES {
         shapes.push((ty, 2048, 8192));
     }
     // Gemma's k-quant tensors are those whose rows are whole 256-blocks.

@@ -15,9 +15,7 @@ use hearth::backend::cpu::CpuBackend;
 use hearth::backend::{Backend, BackendError, BufKind, Caps, OpIo};
 use hearth::gguf::open_model;
 use hearth::graph::{KvCacheConfig, KvType, Op};
-use hearth::model::{
-    check_model, load_model, AnyModel, Batch, ForwardModel, LoadOptions, LogitsWanted, SeqInput,
-};
+use hearth::model::{check_model, load_model, AnyModel, ForwardModel, LoadOptions, LogitsWanted};
 use hearth::quant::GgmlType;
 use model_support::*;
 
@@ -136,23 +134,10 @@ fn logits(m: &mut impl ForwardModel) -> Vec<Vec<f32>> {
     let prompt: Vec<u32> = (0..7).map(|i| 5 + (i * 29) % 150).collect();
     let t = table(1, prompt.len() + 1);
     let s = slots(&t, 0, prompt.len() + 1);
-    let steps: [(&[u32], usize, LogitsWanted); 2] = [
-        (&prompt, 0, LogitsWanted::All),
-        (&[11], prompt.len(), LogitsWanted::Last),
-    ];
-    steps
-        .into_iter()
-        .map(|(tokens, start, logits)| {
-            let seqs = [SeqInput {
-                tokens,
-                start,
-                slots: &s[start..start + tokens.len()],
-                block_table: &t,
-                logits,
-            }];
-            pollster::block_on(m.forward(&Batch { seqs: &seqs })).expect("forward")
-        })
-        .collect()
+    vec![
+        seq_step(m, &prompt, 0, (&t, &s), LogitsWanted::All),
+        seq_step(m, &[11], prompt.len(), (&t, &s), LogitsWanted::Last),
+    ]
 }
 
 fn bits(v: &[Vec<f32>]) -> Vec<Vec<u32>> {

@@ -11,7 +11,7 @@ use hearth::graph::KvType;
 use hearth::graph::Op;
 use hearth::model::arch::plan::{PlanOptions, PlanSource, StepShape};
 use hearth::model::plans::{plan_for, PlanRecipe};
-use hearth::model::{Batch, ForwardModel, LogitsWanted, Readout, SeqInput};
+use hearth::model::{ForwardModel, LogitsWanted, Readout};
 use model_support::*;
 
 /// The prompt's logits (all rows), then those of `steps` decode steps, each
@@ -21,26 +21,12 @@ fn run(m: &mut CpuModel, prompt: &[u32], steps: usize) -> Vec<Vec<f32>> {
     let t = table(1, total);
     let s = slots(&t, 0, total);
     let n_vocab = m.config().n_vocab;
-    let first = [SeqInput {
-        tokens: prompt,
-        start: 0,
-        slots: &s[..prompt.len()],
-        block_table: &t,
-        logits: LogitsWanted::All,
-    }];
-    let mut out = vec![m.forward_sync(&Batch { seqs: &first }).expect("prefill")];
+    let mut out = vec![seq_step(m, prompt, 0, (&t, &s), LogitsWanted::All)];
     for step in 0..steps {
         let last = out.last().expect("logits");
         let next = [argmax(&last[last.len() - n_vocab..]) as u32];
         let at = prompt.len() + step;
-        let one = [SeqInput {
-            tokens: &next,
-            start: at,
-            slots: &s[at..at + 1],
-            block_table: &t,
-            logits: LogitsWanted::Last,
-        }];
-        out.push(m.forward_sync(&Batch { seqs: &one }).expect("decode"));
+        out.push(seq_step(m, &next, at, (&t, &s), LogitsWanted::Last));
     }
     out
 }

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 
 use hearth::graph::plan::SyncFuture;
 use hearth::graph::KvType;
-use hearth::model::{Batch, ForwardModel, LogitsWanted, SeqInput};
+use hearth::model::{ForwardModel, LogitsWanted};
 use hearth::moe::{ExpertStore, Routes};
 use model_support::*;
 
@@ -42,25 +42,10 @@ fn run(m: &mut CpuModel) -> Vec<Vec<f32>> {
     let total = prompt.len() + 2;
     let t = table(1, total);
     let s = slots(&t, 0, total);
-    let mut out = Vec::new();
-    let first = [SeqInput {
-        tokens: &prompt,
-        start: 0,
-        slots: &s[..prompt.len()],
-        block_table: &t,
-        logits: LogitsWanted::All,
-    }];
-    out.push(m.forward_sync(&Batch { seqs: &first }).expect("prompt"));
+    let mut out = vec![seq_step(m, &prompt, 0, (&t, &s), LogitsWanted::All)];
     for (i, tok) in [17u32, 42].into_iter().enumerate() {
         let at = prompt.len() + i;
-        let one = [SeqInput {
-            tokens: &[tok],
-            start: at,
-            slots: &s[at..at + 1],
-            block_table: &t,
-            logits: LogitsWanted::Last,
-        }];
-        out.push(m.forward_sync(&Batch { seqs: &one }).expect("decode"));
+        out.push(seq_step(m, &[tok], at, (&t, &s), LogitsWanted::Last));
     }
     out
 }

@@ -12,7 +12,9 @@
 //   fn quant_q32(base: u32, nb: u32, c: u32) -> QW32   (quantized formats only)
 //       the 32 values c*32 .. c*32+31 as signed bytes, with one (a, b) per
 //       16 values (every quantized format's scales cover 16 or 32 values);
-//       formats without a faster way return q32_of_q8 of four quant_q8.
+//       formats without a faster way take it from quant_q8
+//       (quant/q32_of_q8.wgsl), and every quantized format its quant_w8
+//       (quant/w8_of_q8.wgsl), composed after the format file.
 //
 // The int8 matrix-vector kernel reads rows through quant_item (QItem
 // below), from an item file composed after the format file.

@@ -18,17 +18,3 @@ fn quant_q8(base: u32, nb: u32, g: u32) -> QW8 {
     let d = unpack2x16float(w0).x * f32(i32(lo | (hi << 4u)) - 32);
     return QW8(q, d, 0.0);
 }
-
-fn quant_w8(base: u32, nb: u32, g: u32) -> W8 {
-    return qw8_to_w8(quant_q8(base, nb, g));
-}
-
-fn quant_q32(base: u32, nb: u32, c: u32) -> QW32 {
-    let g = 4u * c;
-    return q32_of_q8(
-        quant_q8(base, nb, g),
-        quant_q8(base, nb, g + 1u),
-        quant_q8(base, nb, g + 2u),
-        quant_q8(base, nb, g + 3u),
-    );
-}

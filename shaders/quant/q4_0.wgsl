@@ -12,10 +12,6 @@ fn quant_q8(base: u32, nb: u32, g: u32) -> QW8 {
     return QW8(q, d, -8.0 * d);
 }
 
-fn quant_w8(base: u32, nb: u32, g: u32) -> W8 {
-    return qw8_to_w8(quant_q8(base, nb, g));
-}
-
 // Block c: values 0..15 the low nibbles of its 4 words, 16..31 the high.
 fn quant_q32(base: u32, nb: u32, c: u32) -> QW32 {
     let v = w_vec4(base + c * 4u);

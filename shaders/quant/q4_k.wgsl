@@ -15,10 +15,6 @@ fn quant_q8(base: u32, nb: u32, g: u32) -> QW8 {
     return QW8(q, dm.x * f32(sm.x), -dm.y * f32(sm.y));
 }
 
-fn quant_w8(base: u32, nb: u32, g: u32) -> W8 {
-    return qw8_to_w8(quant_q8(base, nb, g));
-}
-
 // Sub-block c % 8 of block c / 8: its 32 nibbles are the low (even
 // sub-block) or high (odd) halves of 8 words; one scale and min.
 fn quant_q32(base: u32, nb: u32, c: u32) -> QW32 {

@@ -26,10 +26,6 @@ fn quant_q8(base: u32, nb: u32, g: u32) -> QW8 {
     return QW8(q, d, -32.0 * d);
 }
 
-fn quant_w8(base: u32, nb: u32, g: u32) -> W8 {
-    return qw8_to_w8(quant_q8(base, nb, g));
-}
-
 // Values 32 * (c % 8) .. of block c / 8: 8 words of low nibbles, 8 of high
 // bits, two scales (sub-blocks of 16).
 fn quant_q32(base: u32, nb: u32, c: u32) -> QW32 {

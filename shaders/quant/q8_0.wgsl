@@ -8,10 +8,6 @@ fn quant_q8(base: u32, nb: u32, g: u32) -> QW8 {
     return QW8(vec2<u32>(w[o], w[o + 1u]), d, 0.0);
 }
 
-fn quant_w8(base: u32, nb: u32, g: u32) -> W8 {
-    return qw8_to_w8(quant_q8(base, nb, g));
-}
-
 // Block c: its 8 words of quants and one scale.
 fn quant_q32(base: u32, nb: u32, c: u32) -> QW32 {
     let o = base + c * 8u;

@@ -7,11 +7,10 @@ use hearth::graph::{KvCacheConfig, KvType};
 use std::path::{Path, PathBuf};
 
 use hearth::backend::cpu::{CpuBackend, CpuOptions};
-use hearth::backend::Backend;
 use hearth::gguf::open_model;
 use hearth::kv::{BlockId, Slot};
 use hearth::model::quantize::{quantize_model, QuantPlan};
-use hearth::model::{load_model, Batch, LoadOptions, LogitsWanted, Model, SeqInput};
+use hearth::model::{load_model, Batch, ForwardModel, LoadOptions, LogitsWanted, Model, SeqInput};
 use hearth::quant::recipe::FileType;
 
 pub const BLOCK: usize = 16;
@@ -26,10 +25,30 @@ pub trait ForwardSync {
     fn forward_sync(&mut self, batch: &Batch<'_>) -> hearth::Result<Vec<f32>>;
 }
 
-impl<B: Backend> ForwardSync for Model<B> {
+impl<M: ForwardModel> ForwardSync for M {
     fn forward_sync(&mut self, batch: &Batch<'_>) -> hearth::Result<Vec<f32>> {
-        pollster::block_on(self.run(batch))
+        pollster::block_on(self.forward(batch))
     }
+}
+
+/// One step of the sequence in blocks `table` (`slots` from position 0):
+/// `tokens` at positions `start..`, the `wanted` logits rows read back.
+pub fn seq_step(
+    m: &mut impl ForwardSync,
+    tokens: &[u32],
+    start: usize,
+    (table, slots): (&[BlockId], &[Slot]),
+    wanted: LogitsWanted,
+) -> Vec<f32> {
+    let seqs = [SeqInput {
+        tokens,
+        start,
+        slots: &slots[start..start + tokens.len()],
+        block_table: table,
+        logits: wanted,
+    }];
+    m.forward_sync(&Batch { seqs: &seqs })
+        .unwrap_or_else(|e| panic!("step of {} tokens at {start}: {e}", tokens.len()))
 }
 
 /// A CPU backend on `threads` threads, with the `HEARTH_*` settings of the

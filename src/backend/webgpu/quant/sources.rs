@@ -43,24 +43,41 @@ const TILE_F16: &str = "alias tile_t = f16;\n";
 const TILE_F32: &str = "alias tile_t = f32;\n";
 
 /// The format file of `ty`, or `None` for a type the kernels do not run.
+/// A quantized format's file defines `quant_q8` and whatever it computes
+/// faster than from `quant_q8`; the rest of the quant interface comes
+/// from `quant_q8` (`w8_of_q8.wgsl`, `q32_of_q8.wgsl`).
 pub fn format_source(ty: GgmlType) -> Option<&'static str> {
     use GgmlType::*;
+    macro_rules! quant {
+        ($file:literal) => {
+            concat!(
+                include_str!(concat!("../../../../shaders/quant/", $file)),
+                include_str!("../../../../shaders/quant/w8_of_q8.wgsl"),
+            )
+        };
+        ($file:literal, q32_of_q8) => {
+            concat!(
+                quant!($file),
+                include_str!("../../../../shaders/quant/q32_of_q8.wgsl"),
+            )
+        };
+    }
     Some(match ty {
         F32 => include_str!("../../../../shaders/quant/f32.wgsl"),
         F16 => include_str!("../../../../shaders/quant/f16.wgsl"),
         BF16 => include_str!("../../../../shaders/quant/bf16.wgsl"),
-        Q4_0 => include_str!("../../../../shaders/quant/q4_0.wgsl"),
-        Q4_1 => include_str!("../../../../shaders/quant/q4_1.wgsl"),
-        Q5_0 => include_str!("../../../../shaders/quant/q5_0.wgsl"),
-        Q5_1 => include_str!("../../../../shaders/quant/q5_1.wgsl"),
-        Q8_0 => include_str!("../../../../shaders/quant/q8_0.wgsl"),
-        Q2_K => include_str!("../../../../shaders/quant/q2_k.wgsl"),
-        Q3_K => include_str!("../../../../shaders/quant/q3_k.wgsl"),
-        Q4_K => include_str!("../../../../shaders/quant/q4_k.wgsl"),
-        Q5_K => include_str!("../../../../shaders/quant/q5_k.wgsl"),
-        Q6_K => include_str!("../../../../shaders/quant/q6_k.wgsl"),
-        IQ4_NL => include_str!("../../../../shaders/quant/iq4_nl.wgsl"),
-        IQ4_XS => include_str!("../../../../shaders/quant/iq4_xs.wgsl"),
+        Q4_0 => quant!("q4_0.wgsl"),
+        Q4_1 => quant!("q4_1.wgsl", q32_of_q8),
+        Q5_0 => quant!("q5_0.wgsl", q32_of_q8),
+        Q5_1 => quant!("q5_1.wgsl", q32_of_q8),
+        Q8_0 => quant!("q8_0.wgsl"),
+        Q2_K => quant!("q2_k.wgsl", q32_of_q8),
+        Q3_K => quant!("q3_k.wgsl", q32_of_q8),
+        Q4_K => quant!("q4_k.wgsl"),
+        Q5_K => quant!("q5_k.wgsl", q32_of_q8),
+        Q6_K => quant!("q6_k.wgsl"),
+        IQ4_NL => quant!("iq4_nl.wgsl", q32_of_q8),
+        IQ4_XS => quant!("iq4_xs.wgsl", q32_of_q8),
         _ => return None,
     })
 }
