@@ -67,11 +67,12 @@ clean-cache:
 # .cache/bench) and the two test models; pp512 and tg128 at 1 and 2 threads.
 # Prints a table with the ratios, then one JSON line. `make bench-webgpu`:
 # hearth --backend webgpu against hearth's CPU path, same shape.
-# BENCH_QUICK=1 for a smoke test; scripts/bench.py lists the other knobs.
+# BENCH_QUICK=1 for a smoke test; BENCH_AGAINST=path/to/hearth measures
+# another build instead of llama-bench; scripts/bench.py lists the other knobs.
 .PHONY: bench bench-webgpu
 bench: setup
 	$(CARGO) build --release -p hearth-cli
-	python3 scripts/bench.py cpu
+	python3 scripts/bench.py cpu $(if $(BENCH_AGAINST),--against $(BENCH_AGAINST))
 
 bench-webgpu: setup
 	$(CARGO) build --release -p hearth-cli

@@ -31,6 +31,7 @@ Environment:
 
 Each row is also appended to .cache/bench/rows-BENCH-TIME.jsonl as it is measured.
     LLAMA_BENCH       path of llama-bench (default: built by scripts/build-llamacpp.sh)
+    --against HEARTH  (cpu) another hearth build as the anchor, e.g. the build before a change
     BENCH_LLAMA_FLAGS more llama-bench flags, e.g. "--poll 0" (its threads then sleep
                       instead of spinning while they wait, which a busy machine punishes)
 
@@ -356,7 +357,9 @@ def tests(cfg):
     return [(name, pn) for name, pn in both if max(pn) > 0]
 
 
-def bench_cpu(hearth, cfg, model_paths):
+def bench_cpu(hearth, cfg, model_paths, against=None):
+    if against is not None:
+        return bench_builds(hearth, against, cfg, model_paths)
     llama = llama_bench_path()
     llama_flags = shlex.split(os.environ.get("BENCH_LLAMA_FLAGS", ""))
 
@@ -385,6 +388,26 @@ def bench_cpu(hearth, cfg, model_paths):
                 rows.append(make_row(name_of(path), test, t, h, "llama.cpp", a))
                 keep(rows[-1])
                 log(f"{name_of(path)} {test} t={t}: hearth {h['tps']:.2f}, llama.cpp {a['tps']:.2f} tok/s")
+    return rows
+
+
+def bench_builds(hearth, other, cfg, model_paths):
+    """`hearth` against another build of it (`--against`), same files and
+    settings, alternating: what a change did to speed."""
+    rows, k, name = [], 0, other.name
+    for path in model_paths:
+        for test, (p, n) in tests(cfg):
+            for t in cfg["threads"]:
+                common = ["bench", "-m", path, "-p", p, "-n", n, "-t", t, "-r", cfg["reps"], "--json"]
+                h, a = measure_pair(
+                    lambda: find(parse_hearth(run([hearth, *common])), test, t),
+                    lambda: find(parse_hearth(run([other, *common])), test, t),
+                    flip=k % 2 == 1,
+                )
+                k += 1
+                rows.append(make_row(name_of(path), test, t, h, name, a))
+                keep(rows[-1])
+                log(f"{name_of(path)} {test} t={t}: hearth {h['tps']:.2f}, {name} {a['tps']:.2f} tok/s")
     return rows
 
 
@@ -478,14 +501,19 @@ def main(argv=None):
     ap.add_argument("--hearth", default=ROOT / "target" / "release" / "hearth", type=Path)
     ap.add_argument("--models-dir", default=Path(os.environ.get("HEARTH_MODELS", ROOT / ".cache" / "models")), type=Path)
     ap.add_argument("--bench-dir", default=ROOT / ".cache" / "bench", type=Path)
+    ap.add_argument("--against", type=Path, metavar="HEARTH",
+                    help="cpu: another hearth build as the anchor instead of llama-bench (old against new)")
     args = ap.parse_args(argv)
     cfg = config()
     global PARTIAL
     args.bench_dir.mkdir(parents=True, exist_ok=True)
     PARTIAL = args.bench_dir / f"rows-{args.bench}-{time.strftime('%Y%m%dT%H%M%S')}.jsonl"
     try:
-        if not args.hearth.exists():
-            raise BenchError(f"{args.hearth} is missing; build it with `cargo build --release -p hearth-cli`")
+        if args.against is not None and args.bench != "cpu":
+            raise BenchError("--against compares CPU builds: use it with `cpu`")
+        for build in (args.hearth, args.against):
+            if build is not None and not build.exists():
+                raise BenchError(f"{build} is missing; build it with `cargo build --release -p hearth-cli`")
         warn_if_stale(args.hearth)
         if args.bench == "webgpu":
             check_backend(args.hearth, "webgpu")
@@ -495,9 +523,10 @@ def main(argv=None):
         log("memory read bandwidth: " + ", ".join(f"{bw:.1f} GB/s at {t} threads" for t, bw in sorted(membw.items())))
         if args.bench == "wasm":
             rows = bench_wasm(cfg, paths)
+        elif args.bench == "cpu":
+            rows = bench_cpu(args.hearth, cfg, paths, args.against)
         else:
-            bench = bench_cpu if args.bench == "cpu" else bench_webgpu
-            rows = bench(args.hearth, cfg, paths)
+            rows = bench_webgpu(args.hearth, cfg, paths)
     except BenchError as e:
         print(f"bench: error: {e}", file=sys.stderr)
         return 1
