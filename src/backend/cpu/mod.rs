@@ -5,6 +5,7 @@ pub mod attention;
 mod attn_fast;
 pub mod attn_kernels;
 pub mod backend;
+mod buffer;
 mod fuse;
 pub mod hostmem;
 pub mod kernels;
