@@ -122,11 +122,11 @@ impl AttnKernels {
         }
         #[cfg(target_arch = "x86_64")]
         {
-            super::attn_x86::kernels(isa).or_else(|| Some(Self::scalar()))
+            super::kernels::x86::attention::kernels(isa).or_else(|| Some(Self::scalar()))
         }
         #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
         {
-            super::attn_wasm::kernels(isa).or_else(|| Some(Self::scalar()))
+            super::kernels::wasm::attention::kernels(isa).or_else(|| Some(Self::scalar()))
         }
         #[cfg(not(any(
             target_arch = "x86_64",

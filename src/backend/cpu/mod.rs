@@ -4,11 +4,8 @@
 pub mod attention;
 mod attn_fast;
 pub mod attn_kernels;
-#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-mod attn_wasm;
-#[cfg(target_arch = "x86_64")]
-mod attn_x86;
 pub mod backend;
+mod buffer;
 mod fuse;
 pub mod hostmem;
 pub mod kernels;
@@ -21,10 +18,6 @@ mod profile;
 mod record;
 mod rope;
 pub mod rowops;
-#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-mod rowops_wasm;
-#[cfg(target_arch = "x86_64")]
-mod rowops_x86;
 pub mod threads;
 
 pub use backend::{CpuBackend, CpuBuffer};

@@ -60,11 +60,11 @@ impl RowOps {
     pub fn for_isa(isa: Isa) -> Self {
         #[cfg(target_arch = "x86_64")]
         if matches!(isa, Isa::Avx2 | Isa::Avx512) && isa.available() {
-            return super::rowops_x86::kernels(isa);
+            return super::kernels::x86::rowops::kernels(isa);
         }
         #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
         if isa == Isa::Simd128 {
-            return super::rowops_wasm::kernels();
+            return super::kernels::wasm::rowops::kernels();
         }
         let _ = isa;
         Self::scalar()
@@ -166,7 +166,7 @@ pub fn argmax_row(row: &[f32]) -> u32 {
     {
         // LLVM does not vectorize the loop below for wasm (`f32::max`
         // is not `f32x4.max`): 3 ns a value, scalar.
-        super::rowops_wasm::argmax_row(row)
+        super::kernels::wasm::rowops::argmax_row(row)
     }
     #[cfg(not(all(target_arch = "wasm32", target_feature = "simd128")))]
     argmax_scalar(row)

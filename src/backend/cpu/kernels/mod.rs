@@ -18,14 +18,11 @@ pub mod float;
 pub mod iq4;
 pub mod kquants;
 pub mod legacy;
+// Visible in the backend for their attention and row-op kernels.
 #[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-mod wasm;
-#[cfg(all(target_arch = "wasm32", target_feature = "simd128"))]
-pub(crate) use wasm::{
-    h2f as simd128_h2f, h2f_high as simd128_h2f_high, vec_dot_f32 as simd128_vec_dot_f32,
-};
+pub(super) mod wasm;
 #[cfg(target_arch = "x86_64")]
-mod x86;
+pub(super) mod x86;
 
 use std::borrow::Cow;
 

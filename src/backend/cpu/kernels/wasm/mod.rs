@@ -12,10 +12,10 @@
 //! formats, Q2_K, IQ4_XS and the float dots are bit-identical; Q3_K .. Q6_K
 //! scale each block's exact integer sum once and differ by f32 rounding only.
 
+pub(in crate::backend::cpu) mod attention;
 mod bands;
+pub(in crate::backend::cpu) mod rowops;
 mod simd128;
-
-pub(crate) use simd128::{h2f, h2f_high, vec_dot_f32};
 
 use bytemuck::Pod;
 

@@ -5,13 +5,14 @@
 
 use std::arch::x86_64::*;
 
-use super::avx2::{blockwise, entry, h2f, int8_dots, load32, nibbles, q4_0_quants, q5_quants};
+use super::super::simd::{blockwise, entry, h2f, load32, nibbles};
+use super::dots::{int8_dots, q4_0_quants, q5_quants};
 use crate::backend::cpu::kernels::{dot, DotFn};
 use crate::quant::blocks::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ8_0, BlockQ8_1};
 use crate::quant::GgmlType;
 
 /// The VNNI dot of weight type `ty`, `None` where the AVX2 one stays.
-pub(super) fn vec_dot(ty: GgmlType) -> Option<DotFn> {
+pub(in super::super) fn vec_dot(ty: GgmlType) -> Option<DotFn> {
     use GgmlType as T;
     let f: DotFn = match ty {
         T::Q4_0 => entry!(BlockQ4_0, BlockQ8_0, vec_dot_q4_0_q8_0),

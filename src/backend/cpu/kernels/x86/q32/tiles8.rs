@@ -1,6 +1,6 @@
 //! Prefill of the 32-element formats (Q4_0, Q4_1, Q5_0, Q8_0, IQ4_NL) on
 //! AVX2 with 8 activation rows per register: the scheme of
-//! `gemm16_legacy.rs` without VNNI. The activations of up to 64 tokens are
+//! `tiles16.rs` without VNNI. The activations of up to 64 tokens are
 //! transposed once per call so that a ymm register holds the same four
 //! values of 8 tokens; four weight bytes broadcast to every lane then make
 //! one `maddubs` worth 32 products, each lane a different token, with no
@@ -16,7 +16,7 @@
 //!   weight's sign onto the activations (`|q| <= 128`, pairs within i16)
 //!   and widen every word: `q + 128` would saturate the pairs.
 //!
-//! Per (row, token) pair and block the arithmetic is `gemm16_legacy.rs`'s:
+//! Per (row, token) pair and block the arithmetic is `tiles16.rs`'s:
 //! the exact `isum = sum(q * q8)`, then `acc = fma(isum, d * d8, acc)` and,
 //! for Q4_1, `acc = fma(m, s8, acc)`, block by block. The one-token kernel
 //! ([`one_token`]) and the one-row path ([`row_dot`]) do the same
@@ -26,20 +26,20 @@
 use std::arch::x86_64::*;
 use std::cell::Cell;
 
-use super::avx2::{h2f, hsum};
-use super::decode512::gather_f16;
-use super::gemm::{gemm_shape, prefetch_share};
-use super::gemm16_legacy::{pack, Act, Format, Packed};
+use super::super::lanes::gather_f16;
+use super::super::simd::{h2f, hsum};
+use super::super::tiling::{gemm_shape, prefetch_share};
+use super::{pack, Act, Format, Packed};
 use crate::backend::cpu::kernels::{blocks, GemmFn, Out};
 use crate::quant::blocks::{BlockIQ4NL, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ8_0};
 use crate::quant::GgmlType;
 
 /// Tokens per ymm register.
-pub(super) const GROUP: usize = 8;
+pub(in super::super) const GROUP: usize = 8;
 /// Weight rows per band.
-pub(super) const BAND: usize = 8;
+pub(in super::super) const BAND: usize = 8;
 /// Groups of tokens per pass over a band's weights (64 tokens).
-pub(super) const GROUPS: usize = 8;
+pub(in super::super) const GROUPS: usize = 8;
 /// 4-byte groups per 32-element block.
 const WORDS: usize = 8;
 
@@ -49,8 +49,8 @@ thread_local! {
 }
 
 /// The banded kernel of weight type `ty`, `None` where there is none.
-/// Q5_1 stays on `gemm.rs`'s tiles, as on AVX-512 (`gemm16_legacy.rs` says why).
-pub(super) fn gemm(ty: GgmlType) -> Option<GemmFn> {
+/// Q5_1 stays on the eight-lane tiles (`x86/lane_tiles.rs`), as on AVX-512 (`tiles16.rs` says why).
+pub(in super::super) fn gemm(ty: GgmlType) -> Option<GemmFn> {
     /// An entry running [`run`] for block type `$W`.
     macro_rules! entry {
         ($W:ty) => {
@@ -185,7 +185,7 @@ unsafe fn row_dot<W: Format>(w: &[W], a: &[W::A]) -> f32 {
 /// the eight lanes of `v[r]` (exact: integer adds).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn row_sums8(v: [__m256i; 8]) -> __m256i {
+pub(in super::super) unsafe fn row_sums8(v: [__m256i; 8]) -> __m256i {
     // Per 128-bit half: [v0, v1, v2, v3] (then v4..v8) summed over its four lanes.
     let h0 = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
     let h1 = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
@@ -196,7 +196,7 @@ pub(super) unsafe fn row_sums8(v: [__m256i; 8]) -> __m256i {
 }
 
 /// `H` bands of eight weight rows (`w`, `8 H` rows of `nb` blocks) by one
-/// activation row `a` (decode), results at `out[r * rs]`, each block step
+/// activation row `a` (one token), results at `out[r * rs]`, each block step
 /// prefetching `ahead` bytes of the rows after `w`: [`row_dot`]'s float
 /// operations lane by lane, row `8 h + r` in lane `r` of `acc[h]`.
 ///
@@ -339,13 +339,13 @@ unsafe fn band<W: Format>(
 }
 
 /// Writes a band's sums `acc[g][r]` (lane `j`: token `8g + j`) of `tn`
-/// tokens to `out[r * rs + t * ts]` (this file's and `gemm8_k.rs`'s bands).
+/// tokens to `out[r * rs + t * ts]` (this file's and `k256/tiles8.rs`'s bands).
 ///
 /// # Safety
 /// AVX2; `out` is valid for every index written.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn store(
+pub(in super::super) unsafe fn store(
     acc: &[[__m256; BAND]; GROUPS],
     tn: usize,
     out: *mut f32,

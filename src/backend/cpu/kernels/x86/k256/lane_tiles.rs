@@ -1,5 +1,5 @@
 //! Tiled dots of Q4_K, Q5_K, Q6_K and IQ4_XS (256-element blocks with 16- or 32-element
-//! sub-block scales) against Q8_K activations, in the scheme of `gemm.rs`:
+//! sub-block scales) against Q8_K activations, in the scheme of `x86/lane_tiles.rs`:
 //! `R` weight rows by `T` activation rows per pass, each weight block
 //! decoded once per pass and each activation block loaded once per pass.
 //!
@@ -108,7 +108,7 @@ macro_rules! q45_tile {
 
     };
 }
-pub(super) use q45_tile;
+pub(in super::super) use q45_tile;
 
 /// The tile kernel `tile_iq4_xs::<R, T>`: per 32-element sub-block, the
 /// signed levels' magnitudes times the activations carrying the levels'
@@ -184,7 +184,7 @@ macro_rules! iq4_xs_tile {
         }
     };
 }
-pub(super) use iq4_xs_tile;
+pub(in super::super) use iq4_xs_tile;
 
 /// The k-quant tile kernels `tile_q4_k`, `tile_q5_k`, `tile_q6_k` and
 /// `tile_iq4_xs` (`::<R, T>`) for `$features`, over the `dpwssd` in scope.
@@ -282,4 +282,4 @@ macro_rules! kquant_tiles {
         }
     };
 }
-pub(super) use kquant_tiles;
+pub(in super::super) use kquant_tiles;

@@ -19,15 +19,16 @@
 
 use core::arch::wasm32::*;
 
-use super::attention::KvRef;
-use super::attn_kernels::{
+use super::rowops::exp4;
+use super::simd128::{h2f, h2f_high, vec_dot_f32};
+use crate::backend::cpu::attention::KvRef;
+use crate::backend::cpu::attn_kernels::{
     accum_n_scalar, accum_n_shape, gather_scalar, AttnKernels, MultiKernels, EXP_MIN, MULTI_TILE,
 };
-use super::kernels::{fp16, simd128_h2f, simd128_h2f_high, simd128_vec_dot_f32, Isa};
-use super::rowops_wasm::exp4;
+use crate::backend::cpu::kernels::{fp16, Isa};
 
 /// The kernels of `isa`: SIMD128's, `None` for the others.
-pub(super) fn kernels(isa: Isa) -> Option<AttnKernels> {
+pub(in crate::backend::cpu) fn kernels(isa: Isa) -> Option<AttnKernels> {
     match isa {
         Isa::Simd128 => Some(AttnKernels {
             isa,
@@ -75,15 +76,13 @@ fn gather(src: KvRef<'_>, slots: &[usize], stride: usize, off: usize, dst: &mut 
                 let e = v128_and(x, exp);
                 let (lo, hi) = if v128_any_true(v128_or(i16x8_eq(e, z), i16x8_eq(e, exp))) {
                     (
-                        simd128_h2f(u32x4_extend_low_u16x8(x)),
-                        simd128_h2f(u32x4_extend_high_u16x8(x)),
+                        h2f(u32x4_extend_low_u16x8(x)),
+                        h2f(u32x4_extend_high_u16x8(x)),
                     )
                 } else {
                     (
-                        simd128_h2f_high::<false>(i16x8_shuffle::<8, 0, 9, 1, 10, 2, 11, 3>(x, z)),
-                        simd128_h2f_high::<false>(i16x8_shuffle::<12, 4, 13, 5, 14, 6, 15, 7>(
-                            x, z,
-                        )),
+                        h2f_high::<false>(i16x8_shuffle::<8, 0, 9, 1, 10, 2, 11, 3>(x, z)),
+                        h2f_high::<false>(i16x8_shuffle::<12, 4, 13, 5, 14, 6, 15, 7>(x, z)),
                     )
                 };
                 v128_store(o.as_mut_ptr().cast(), lo);
@@ -100,7 +99,7 @@ fn gather(src: KvRef<'_>, slots: &[usize], stride: usize, off: usize, dst: &mut 
 fn scores(q: &[f32], tile: &[f32], out: &mut [f32]) {
     let w = q.len().max(1);
     for (o, k) in out.iter_mut().zip(tile.chunks_exact(w)) {
-        *o = simd128_vec_dot_f32(k, q);
+        *o = vec_dot_f32(k, q);
     }
 }
 

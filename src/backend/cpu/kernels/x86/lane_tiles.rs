@@ -1,13 +1,13 @@
 //! Tiled dots of the 32-element formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
-//! IQ4_NL; the 256-element formats in `gemm_k.rs`): `R` weight rows by `T`
+//! IQ4_NL; the 256-element formats in `k256/lane_tiles.rs`): `R` weight rows by `T`
 //! activation rows per pass. The AVX2 table runs these; AVX-512 runs the
-//! 16-token kernels of `gemm16.rs` and `gemm16_legacy.rs` ahead of them.
+//! 16-token kernels of `k256/tiles16.rs` and `q32/tiles16.rs` ahead of them.
 //!
 //! Each weight block is decoded once into a register and used for `T`
 //! activation rows; each activation block is loaded once and used for `R`
 //! weight rows. Every (row, token) pair keeps eight f32 lanes: a block's
 //! exact i32 lanes are converted and scaled into them (no horizontal sum per
-//! block), and the lanes are summed once at the end of the row. Decode uses
+//! block), and the lanes are summed once at the end of the row. One token uses
 //! `T = 1` (four weight rows stream side by side), prefill `R = 4, T = 4`
 //! (AVX-512, 32 registers) or `T = 2` (AVX2, 16 registers).
 //!
@@ -25,6 +25,7 @@ use std::arch::x86_64::*;
 
 use bytemuck::Pod;
 
+use super::tiling::gemm_shape;
 use crate::backend::cpu::kernels::{blocks, Out};
 
 /// How far ahead of the rows in use [`drive`] prefetches weights (bytes).
@@ -52,31 +53,6 @@ pub(super) struct Tiles<W, A> {
     pub t: usize,
 }
 
-/// The shape of one [`crate::backend::cpu::kernels::GemmFn`] call over
-/// weight blocks `W` and activation blocks `A`: `(blocks per row, weight
-/// rows, activation rows)`, `None` where the call breaks the contract
-/// (rows not whole blocks, activation rows of another length, `out` too
-/// short), and then computes nothing.
-pub(super) fn gemm_shape<W: Pod, A: Pod>(
-    w: &[u8],
-    row_bytes: usize,
-    a: &[u8],
-    act_bytes: usize,
-    out: &Out<'_>,
-) -> Option<(usize, usize, usize)> {
-    let (sw, sa) = (size_of::<W>(), size_of::<A>());
-    if row_bytes == 0
-        || act_bytes == 0
-        || !row_bytes.is_multiple_of(sw)
-        || !act_bytes.is_multiple_of(sa)
-    {
-        return None;
-    }
-    let nb = row_bytes / sw;
-    let (rows, toks) = (w.len() / row_bytes, a.len() / act_bytes);
-    (act_bytes / sa == nb && out.fits(rows, toks)).then_some((nb, rows, toks))
-}
-
 /// Runs the tiles of `k` over all weight rows of `w` and activation rows of
 /// `a` (the [`crate::backend::cpu::kernels::GemmFn`] contract): weight rows
 /// outer in steps of `R`, so `R` rows stay in L1 while the activations pass.
@@ -98,10 +74,10 @@ pub(super) unsafe fn drive<W: Pod, A: Pod>(
     let ab = blocks::<A>(&a[..toks * act_bytes]);
     let (wp, ap) = (wb.as_ptr(), ab.as_ptr());
     let (rs, ts, op) = (out.row_stride, out.tok_stride, out.out.as_mut_ptr());
-    // Weight rows stream from memory once (decode) or once per batch of
+    // Weight rows stream from memory once (one token) or once per batch of
     // tokens: fetch a group of rows a few KB ahead of the one in use, so
     // the tiles do not wait on memory latency.
-    // (Decode: the tiles fetch the next group themselves, spread over
+    // (One token: the tiles fetch the next group themselves, spread over
     // their blocks, see [`prefetch_share`].)
     let group = k.r * row_bytes;
     let ahead = group.max(PREFETCH_BYTES);
@@ -152,21 +128,6 @@ pub(super) unsafe fn drive<W: Pod, A: Pod>(
     }
 }
 
-/// Prefetches step `step`'s share (`bytes` bytes, from `step * bytes`) of
-/// the memory at `next` into L1, a cache line at a time. A decode kernel
-/// that reads a group of rows block by block calls this once per block
-/// with the group after its own, so the next group arrives as one
-/// sequential stream: the rows read side by side are several slow streams
-/// that the hardware prefetchers do not keep ahead of (measured from DRAM,
-/// one thread: Q8_0 10 -> 29 GB/s, Q4_0 5.6 -> 14.5). A prefetch never
-/// faults, so `next` may lie past the weights: it is never dereferenced.
-#[inline(always)]
-pub(super) unsafe fn prefetch_share(next: *const i8, bytes: usize, step: usize) {
-    for line in (step * bytes / 64)..((step + 1) * bytes).div_ceil(64) {
-        _mm_prefetch::<_MM_HINT_T0>(next.wrapping_add(64 * line));
-    }
-}
-
 /// Sum of the eight f32 lanes of `v`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -174,74 +135,6 @@ pub(super) unsafe fn hsum_ps(v: __m256) -> f32 {
     let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
     let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
-}
-
-/// One format's tile kernel `$name::<R, T>`: `w` decodes weight block `bx`
-/// to 32 bytes, `wd` its scale; `start` gives the i32 lanes a pair's sum
-/// starts from for activation block `by` with quants `aq`; `pair` adds the
-/// products of `w` and `x` to lanes `s`; `min` (Q4_1, Q5_1) adds `m * s`.
-macro_rules! tile {
-    ($features:literal, $name:ident, $W:ty, $A:ty,
-     w: |$bx:ident| $wq:expr, wd: $wd:expr,
-     a: |$by:ident, $aq:ident| $start:expr,
-     pair: |$s:ident, $w:ident, $x:ident| $pair:expr
-     $(, min: $wm:expr, $am:expr)?) => {
-        #[allow(unused_mut, unused_variables, clippy::too_many_arguments)]
-        #[target_feature(enable = $features)]
-        unsafe fn $name<const R: usize, const T: usize>(
-            w: *const $W,
-            ws: usize,
-            a: *const $A,
-            as_: usize,
-            nb: usize,
-            out: *mut f32,
-            rs: usize,
-            ts: usize,
-        ) {
-            let mut acc = [[_mm256_setzero_ps(); T]; R];
-            let mut mins = [[0.0f32; T]; R];
-            for b in 0..nb {
-                if T == 1 {
-                    prefetch_share(w.add(R * ws).cast(), R * size_of::<$W>(), b);
-                }
-                let mut wq = [_mm256_setzero_si256(); R];
-                let mut wd = [_mm256_setzero_ps(); R];
-                let mut wm = [0.0f32; R];
-                for r in 0..R {
-                    let $bx = &*w.add(r * ws + b);
-                    wq[r] = $wq;
-                    wd[r] = _mm256_set1_ps($wd);
-                    $(wm[r] = $wm;)?
-                }
-                for t in 0..T {
-                    let $by = &*a.add(t * as_ + b);
-                    let $aq = load32($by.qs.as_ptr());
-                    let start = $start;
-                    let ad = _mm256_set1_ps(h2f($by.d));
-                    $(
-                        let am = $am;
-                        for r in 0..R {
-                            mins[r][t] += wm[r] * am;
-                        }
-                    )?
-                    for r in 0..R {
-                        let ($s, $w, $x) = (start, wq[r], $aq);
-                        let lanes = $pair;
-                        acc[r][t] = _mm256_fmadd_ps(
-                            _mm256_cvtepi32_ps(lanes),
-                            _mm256_mul_ps(wd[r], ad),
-                            acc[r][t],
-                        );
-                    }
-                }
-            }
-            for r in 0..R {
-                for t in 0..T {
-                    *out.add(r * rs + t * ts) = hsum_ps(acc[r][t]) + mins[r][t];
-                }
-            }
-        }
-    };
 }
 
 /// The tile kernels of all 32-element formats for `$features`, over the
@@ -325,9 +218,13 @@ macro_rules! gemm_imports {
     () => {
         use std::arch::x86_64::*;
 
-        use super::super::avx2::{h2f, iq4_levels, k4_scales_mins, load32, nibbles, q5_quants};
-        use super::super::gemm_k::{iq4_xs_tile, kquant_tiles, q45_tile};
-        use super::{drive, hsum_ps, prefetch_share, Tiles};
+        use super::super::k256::dots::k4_scales_mins;
+        use super::super::k256::lane_tiles::{iq4_xs_tile, kquant_tiles, q45_tile};
+        use super::super::q32::dots::{iq4_levels, q5_quants};
+        use super::super::q32::lane_tiles::tile;
+        use super::super::simd::{h2f, load32, nibbles};
+        use super::super::tiling::prefetch_share;
+        use super::{drive, hsum_ps, Tiles};
         use crate::backend::cpu::kernels::{GemmFn, Out};
         use crate::quant::blocks::{
             BlockIQ4NL, BlockIQ4XS, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K, BlockQ5_0, BlockQ5_1,

@@ -7,12 +7,12 @@
 
 use std::arch::x86_64::*;
 
-use super::kernels::Isa;
-use super::rowops::RowOps;
+use crate::backend::cpu::kernels::Isa;
+use crate::backend::cpu::rowops::RowOps;
 use crate::graph::reference;
 
 /// The kernels for `isa` (AVX2 or AVX-512; the caller checked it is available).
-pub(super) fn kernels(isa: Isa) -> RowOps {
+pub(in crate::backend::cpu) fn kernels(isa: Isa) -> RowOps {
     RowOps::with(isa, gelu_mul, silu_mul, reference::add, rms_norm)
 }
 

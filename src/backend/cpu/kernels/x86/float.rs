@@ -9,7 +9,7 @@
 //! one chain of dependent adds, `R x T` pairs are as many chains side by
 //! side.
 //!
-//! Decode (one token) reads four weight rows side by side, widening each
+//! One token reads four weight rows side by side, widening each
 //! vector of eight as it goes. Prefill widens the batch's activations
 //! (a call holds up to 64 tokens) and each group of four weight rows to
 //! f32 once per call and runs f32 tiles over them (widening inside the
@@ -31,8 +31,8 @@ use std::cell::Cell;
 
 use half::{bf16, f16};
 
-use super::gemm::{drive, Tiles};
-use super::Lines;
+use super::lane_tiles::{drive, Tiles};
+use super::tiling::Lines;
 use crate::backend::cpu::kernels::{blocks, dot, float, DotFn, GemmFn, Out};
 use crate::quant::GgmlType;
 
@@ -100,7 +100,7 @@ macro_rules! float_tile {
             let mut i = 0;
             while i < full {
                 if T == 1 {
-                    // Decode: the R rows are R slow streams side by side;
+                    // One token: the R rows are R slow streams side by side;
                     // fetch the next group of rows as one stream, the
                     // share of this step's bytes (whole lines).
                     let share = R * L * size_of::<$E>();
@@ -207,8 +207,8 @@ macro_rules! ymm_prefill {
     };
 }
 
-/// The three formats' decode tiles for `$features`, the widening, and
-/// `gemm(ty)` and `vec_dot(ty)` handing them out. `gemm` runs the decode
+/// The three formats' one-token tiles for `$features`, the widening, and
+/// `gemm(ty)` and `vec_dot(ty)` handing them out. `gemm` runs the one-token
 /// tiles for one token and the module's own `prefill` for more.
 macro_rules! float_formats {
     ($features:literal) => {

@@ -1,8 +1,8 @@
 //! Prefill of the 256-element formats (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K,
 //! IQ4_XS) on AVX2 with 8 activation rows per register: the scheme of
-//! `gemm16.rs` without VNNI (activations of up to 64 tokens transposed once
+//! `tiles16.rs` without VNNI (activations of up to 64 tokens transposed once
 //! per call, a broadcast weight word times 8 tokens per `maddubs`, bands of
-//! 8 weight rows decoded once per block by `gemm16.rs`'s [`Format`]).
+//! 8 weight rows decoded once per block by `tiles16.rs`'s [`Format`]).
 //!
 //! Integer part per sub-block: the `maddubs` pairs (u8 weight x i8
 //! activation, at most `2 * 63 * 128` for Q6_K) add up in i16 for as many
@@ -10,9 +10,9 @@
 //! sub-block's scale widens them into the i32 lanes. IQ4_XS, whose
 //! decoded bytes `level + 128` would saturate the pairs, moves the levels'
 //! signs onto the activations instead. Every lane is exact, and equals
-//! `gemm16.rs`'s `s1` (and, for the formats with mins, `s2`).
+//! `tiles16.rs`'s `s1` (and, for the formats with mins, `s2`).
 //!
-//! Per (row, token) pair and block the float arithmetic is `gemm16.rs`'s:
+//! Per (row, token) pair and block the float arithmetic is `tiles16.rs`'s:
 //! `m = s1 * d - s2 * dmin` (one fused step), `acc += m * d8`. One token
 //! ([`one_token`]: eight rows in the lanes of a register) and the rows past
 //! the last band ([`row_dot`]) do the same operations on the same exact
@@ -22,9 +22,9 @@
 use std::arch::x86_64::*;
 use std::cell::Cell;
 
-use super::gemm::{gemm_shape, prefetch_share};
-use super::gemm16::{pack, row_dot, Decoded, Format, Packed, PAIRS, WORDS};
-use super::gemm8::{row_sums8, store, BAND, GROUP, GROUPS};
+use super::super::q32::tiles8::{row_sums8, store, BAND, GROUP, GROUPS};
+use super::super::tiling::{gemm_shape, prefetch_share};
+use super::{pack, row_dot, Decoded, Format, Packed, PAIRS, WORDS};
 use crate::backend::cpu::kernels::{blocks, GemmFn, Out};
 use crate::quant::blocks::{
     BlockIQ4XS, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K,
@@ -40,7 +40,7 @@ thread_local! {
 }
 
 /// The banded kernel of weight type `ty`, `None` where there is none.
-pub(super) fn gemm(ty: GgmlType) -> Option<GemmFn> {
+pub(in super::super) fn gemm(ty: GgmlType) -> Option<GemmFn> {
     /// An entry running [`run`] for block type `$W`.
     macro_rules! entry {
         ($W:ty) => {
@@ -262,7 +262,7 @@ unsafe fn signed_sums<W: Format>(
 }
 
 /// Eight weight rows (`w`, 8 rows of `nb` blocks) by one activation row `a`
-/// (decode), results at `out[r * rs]`: [`row_dot`]'s operations lane by
+/// (one token), results at `out[r * rs]`: [`row_dot`]'s operations lane by
 /// lane, row `r` in lane `r`, each block step prefetching its share of the
 /// next eight rows.
 ///

@@ -1,7 +1,7 @@
 //! Prefill of the 256-element formats (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K,
 //! IQ4_XS) on AVX-512 VNNI with 16 activation rows per register.
 //!
-//! The tiles of `gemm_k.rs` multiply one weight row by one activation row
+//! The tiles of `lane_tiles.rs` multiply one weight row by one activation row
 //! per `vpdpbusd` (8 lanes of 4 products, summed horizontally at the end).
 //! Here the activations of 16 tokens are transposed once per call so that a
 //! zmm register holds the same four values of 16 tokens; four weight bytes
@@ -21,45 +21,24 @@
 use std::arch::x86_64::*;
 use std::cell::Cell;
 
-use bytemuck::Pod;
-
-use super::avx2::{
-    h2f, hsum, iq4_levels, k45_lanes, k4_min_lanes, k4_scales_mins, lanes_iq4_xs, load32,
-    q2_k_lanes, q2_k_min_lanes, q3_k_lanes, q3_scales_array, q6_k_lanes,
-};
-use super::band_decode::{self, BandDecoded};
-use super::decode512::{self, OneToken};
-use super::gemm::{gemm_shape, prefetch_share};
-use super::Lines;
+use super::super::lanes;
+use super::super::tiling::{gemm_shape, prefetch_share};
+use super::one_token;
+use super::one_token_bands;
+use super::unpack::{self, BandDecoded};
+use super::{flip, pack, row_dot, signed_dot, Decoded, Format, Packed, PAIRS, WORDS};
 use crate::backend::cpu::kernels::{blocks, GemmFn, Layout, Out, BAND_ROWS};
 use crate::quant::blocks::{
-    BlockIQ4XS, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K, QK_K,
+    BlockIQ4XS, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K,
 };
 use crate::quant::GgmlType;
 
 /// Tokens per zmm register.
 const GROUP: usize = 16;
 /// Weight rows per band (the one-token kernels' too).
-const BAND: usize = decode512::BAND;
+const BAND: usize = lanes::BAND;
 /// Groups of tokens per pass over a band's weights (64 tokens).
 const GROUPS: usize = 4;
-/// 4-byte groups per 256-element block.
-pub(super) const WORDS: usize = 64;
-
-/// Transposed activations of up to `GROUPS * GROUP` tokens.
-#[derive(Default)]
-pub(super) struct Packed {
-    /// `[g][b][word][16 tokens]`: four quants of each token per u32.
-    pub(super) codes: Lines<u32>,
-    /// `[g][b][16 tokens]`: block scales (0 for padding tokens).
-    pub(super) d: Lines<f32>,
-    /// `[g][b][p][16 tokens]`, `PAIRS` words `p` per block: the sums of
-    /// values `2p` and `2p + 1` of [`Format::PAIR_ELEMS`] each, as i16 pairs.
-    pub(super) pairs: Lines<u32>,
-}
-
-/// Words of activation-sum pairs per block and token in [`Packed::pairs`].
-pub(super) const PAIRS: usize = 8;
 
 thread_local! {
     /// Transposed activations, reused across calls on each thread.
@@ -67,7 +46,7 @@ thread_local! {
 }
 
 /// The 16-token kernel of weight type `ty`, `None` where there is none.
-pub(super) fn gemm(ty: GgmlType) -> Option<GemmFn> {
+pub(in super::super) fn gemm(ty: GgmlType) -> Option<GemmFn> {
     /// An entry running `$run` ([`run`], or [`run_bands`] for the formats
     /// [`layout`] stores in bands) for block type `$W`.
     macro_rules! entry {
@@ -84,10 +63,10 @@ pub(super) fn gemm(ty: GgmlType) -> Option<GemmFn> {
         };
     }
     /// The [`run_bands`] entry of `$W` with this CPU's
-    /// [`super::one_token_groups`].
+    /// [`one_token_groups`](super::super::tuning::one_token_groups).
     macro_rules! banded {
         ($W:ty) => {
-            match super::one_token_groups() {
+            match super::super::tuning::one_token_groups() {
                 1 => entry!($W, run_bands::<$W, 1>),
                 _ => entry!($W, run_bands::<$W, 4>),
             }
@@ -107,7 +86,7 @@ pub(super) fn gemm(ty: GgmlType) -> Option<GemmFn> {
 
 /// How [`gemm`]'s kernel of `ty` wants the weight stored: Q4_K, Q6_K and
 /// IQ4_XS in [`Layout::Bands`] ([`Banded`]), the others plain.
-pub(super) fn layout(ty: GgmlType) -> Layout {
+pub(in super::super) fn layout(ty: GgmlType) -> Layout {
     let bands = |halves, at| Layout::Bands {
         rows: BAND_ROWS,
         halves,
@@ -128,7 +107,7 @@ trait Banded: Format {
     /// Their byte offset in the block.
     const AT: usize;
     /// Decodes the block step at `step` of a group into `out`
-    /// (`band_decode.rs`).
+    /// (`unpack.rs`).
     ///
     /// # Safety
     /// AVX-512 VNNI as in [`run`]; `step` is a whole block step of a
@@ -150,8 +129,8 @@ trait Banded: Format {
 }
 
 /// `impl Banded for $W`: `$halves` f16-sized scales at byte `$at` of the
-/// block, one-token kernel `decode512::$kernel`, block steps decoded by
-/// `band_decode::$decode`.
+/// block, one-token kernel `one_token_bands::$kernel`, block steps decoded by
+/// `unpack::$decode`.
 macro_rules! banded {
     ($W:ty, halves: $halves:expr, at: $at:expr, $kernel:ident, $decode:ident) => {
         impl Banded for $W {
@@ -160,7 +139,7 @@ macro_rules! banded {
             #[inline]
             unsafe fn decode_band(step: *const u8, out: &mut BandDecoded) {
                 // SAFETY: the caller's contract.
-                unsafe { band_decode::$decode(step, out) }
+                unsafe { unpack::$decode(step, out) }
             }
             #[inline]
             unsafe fn one_token<const H: usize>(
@@ -171,7 +150,7 @@ macro_rules! banded {
                 rs: usize,
             ) {
                 // SAFETY: the caller's contract.
-                unsafe { decode512::$kernel::<H>(w, nb, a, out, rs) }
+                unsafe { one_token_bands::$kernel::<H>(w, nb, a, out, rs) }
             }
         }
     };
@@ -182,417 +161,6 @@ banded!(BlockQ6K, halves: 1, at: std::mem::offset_of!(BlockQ6K, d), one_token_ba
 // IQ4_XS's `d` and `scales_h`, side by side at the head of the block, move
 // as two f16-sized halves.
 banded!(BlockIQ4XS, halves: 2, at: 0, one_token_bands_iq4xs, iq4xs);
-
-/// Decoded weight block: unsigned bytes `u = q + BIAS` (as 64 words),
-/// sub-block scales, the coefficients of the block's correction term as
-/// i16 pairs, `d` and `dmin`.
-///
-/// The correction is `sum_p coef_p * sums_p` over the activation sums of
-/// [`Format::PAIR_ELEMS`] values: the mins against 32-value sums for the
-/// formats with mins (`s2`), the scales against the sub-block sums for
-/// those with a bias (`s1 -= BIAS * correction`, which is
-/// `sum_s sc_s * (sum(u * q8) - BIAS * sum(q8))` regrouped).
-pub(super) struct Decoded {
-    pub(super) q: [u32; WORDS],
-    pub(super) sc: [i32; 16],
-    pub(super) coef: [u32; 8],
-    pub(super) d: f32,
-    pub(super) dmin: f32,
-}
-
-impl Decoded {
-    /// All zeros.
-    pub(super) fn zeroed() -> Self {
-        Decoded {
-            q: [0; WORDS],
-            sc: [0; 16],
-            coef: [0; 8],
-            d: 0.0,
-            dmin: 0.0,
-        }
-    }
-}
-
-/// `lo` and `hi` (each fitting i16) as one word, the i16 pair `vpdpwssd`
-/// reads.
-#[inline]
-fn i16_pair(lo: i32, hi: i32) -> u32 {
-    (lo as u16 as u32) | ((hi as u16 as u32) << 16)
-}
-
-/// Packs `v[2p], v[2p + 1]` into one word per pair ([`i16_pair`]).
-#[inline]
-fn i16_pairs<const N: usize>(v: impl Fn(usize) -> i32, out: &mut [u32; 8]) {
-    for (p, o) in out.iter_mut().enumerate().take(N) {
-        *o = i16_pair(v(2 * p), v(2 * p + 1));
-    }
-}
-
-/// A weight format of the banded kernel; its one-token band kernel, and
-/// whether it has mins, come from [`OneToken`].
-pub(super) trait Format: Pod + OneToken {
-    /// Words (4 values) per sub-block: 8 (32 values) or 4 (16 values).
-    const SUB: usize;
-    /// What decoding adds to each quant so that it is unsigned.
-    const BIAS: i32;
-    /// The largest unsigned byte [`Format::decode`] gives.
-    const U_MAX: i32;
-    /// Values per activation sum of the correction term: 32 (four i16
-    /// pairs per block) or 16 (eight pairs: Q2_K, Q3_K, Q6_K).
-    const PAIR_ELEMS: usize;
-    /// Words of i16 pairs of those sums per block.
-    const PAIR_WORDS: usize = QK_K / Self::PAIR_ELEMS / 2;
-    /// Decodes the block into `out`.
-    ///
-    /// # Safety
-    /// The CPU features of [`run`].
-    unsafe fn decode(&self, out: &mut Decoded);
-    /// The exact `(s1, s2)` of this block and `a` (`s2 = 0` without mins),
-    /// and `(d, dmin)`.
-    ///
-    /// # Safety
-    /// The CPU must have AVX2, FMA and F16C.
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn ints(&self, a: &BlockQ8K) -> ((i32, i32), (f32, f32)) {
-        let (l1, l2) = self.sum_lanes(a);
-        ((hsum(l1), hsum(l2)), self.scales())
-    }
-    /// Eight i32 lanes each of `s1` and `s2` (zeros without mins): their
-    /// sums are [`Format::ints`]'s.
-    ///
-    /// # Safety
-    /// The CPU must have AVX2, FMA and F16C.
-    unsafe fn sum_lanes(&self, a: &BlockQ8K) -> (__m256i, __m256i);
-    /// `(d, dmin)` as f32 (`dmin = 0` without mins).
-    ///
-    /// # Safety
-    /// The CPU must have F16C.
-    unsafe fn scales(&self) -> (f32, f32);
-}
-
-/// Unsigned nibbles of a Q4_K / Q5_K block in value order (values 64j..
-/// are the low nibbles of qs[32j..], 64j + 32.. the high ones), with the
-/// fifth bits of `qh` where given.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn k45_bytes(qs: &[u8; 128], qh: Option<&[u8; 32]>, q: &mut [u32; WORDS]) {
-    let m4 = _mm256_set1_epi8(0x0F);
-    for j in 0..4 {
-        let v = _mm256_loadu_si256(qs.as_ptr().add(32 * j).cast());
-        let mut lo = _mm256_and_si256(v, m4);
-        let mut hi = _mm256_and_si256(_mm256_srli_epi16::<4>(v), m4);
-        if let Some(qh) = qh {
-            let bits = _mm256_loadu_si256(qh.as_ptr().cast());
-            let fifth = |m: u8| {
-                let mask = _mm256_set1_epi8(m as i8);
-                let set = _mm256_cmpeq_epi8(_mm256_and_si256(bits, mask), mask);
-                _mm256_and_si256(set, _mm256_set1_epi8(0x10))
-            };
-            lo = _mm256_or_si256(lo, fifth(1 << (2 * j)));
-            hi = _mm256_or_si256(hi, fifth(1 << (2 * j + 1)));
-        }
-        let dst = q.as_mut_ptr().add(16 * j).cast::<__m256i>();
-        _mm256_storeu_si256(dst, lo);
-        _mm256_storeu_si256(dst.add(1), hi);
-    }
-}
-
-/// Scales and mins of a Q4_K / Q5_K block into `out`.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn k45_scales(packed: &[u8; 12], out: &mut Decoded) {
-    let sm = k4_scales_mins(packed);
-    for s in 0..8 {
-        out.sc[s] = i32::from(sm[s]);
-    }
-    i16_pairs::<4>(|j| i32::from(sm[8 + j]), &mut out.coef);
-}
-
-impl Format for BlockQ4K {
-    const SUB: usize = 8;
-    const BIAS: i32 = 0;
-    const U_MAX: i32 = 15;
-    const PAIR_ELEMS: usize = 32;
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn decode(&self, out: &mut Decoded) {
-        k45_scales(&self.scales, out);
-        (out.d, out.dmin) = (h2f(self.d), h2f(self.dmin));
-        k45_bytes(&self.qs, None, &mut out.q);
-    }
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn sum_lanes(&self, a: &BlockQ8K) -> (__m256i, __m256i) {
-        let sm = k4_scales_mins(&self.scales);
-        (k45_lanes(&self.qs, None, &sm, a), k4_min_lanes(&sm, a))
-    }
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn scales(&self) -> (f32, f32) {
-        (h2f(self.d), h2f(self.dmin))
-    }
-}
-
-impl Format for BlockQ5K {
-    const SUB: usize = 8;
-    const BIAS: i32 = 0;
-    const U_MAX: i32 = 31;
-    const PAIR_ELEMS: usize = 32;
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn decode(&self, out: &mut Decoded) {
-        k45_scales(&self.scales, out);
-        (out.d, out.dmin) = (h2f(self.d), h2f(self.dmin));
-        k45_bytes(&self.qs, Some(&self.qh), &mut out.q);
-    }
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn sum_lanes(&self, a: &BlockQ8K) -> (__m256i, __m256i) {
-        let sm = k4_scales_mins(&self.scales);
-        (
-            k45_lanes(&self.qs, Some(&self.qh), &sm, a),
-            k4_min_lanes(&sm, a),
-        )
-    }
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn scales(&self) -> (f32, f32) {
-        (h2f(self.d), h2f(self.dmin))
-    }
-}
-
-/// Unsigned 2-bit quants of a Q2_K / Q3_K block in value order (value
-/// `128n + 32j + l` is bits `2j, 2j + 1` of `qs[32n + l]`), plus 4 where
-/// bit `4n + j` of `hmask[l]` is set (Q3_K).
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn k23_bytes(qs: &[u8; 64], hmask: Option<&[u8; 32]>, q: &mut [u32; WORDS]) {
-    let m3 = _mm256_set1_epi8(3);
-    let hm = hmask.map(|h| load32(h.as_ptr()));
-    for n in 0..2 {
-        let v = load32(qs.as_ptr().add(32 * n));
-        for j in 0..4 {
-            let mut u = _mm256_and_si256(_mm256_srl_epi16(v, _mm_cvtsi32_si128(2 * j as i32)), m3);
-            if let Some(hm) = hm {
-                let bit = _mm256_set1_epi8((1u8 << (4 * n + j)) as i8);
-                let set = _mm256_cmpeq_epi8(_mm256_and_si256(hm, bit), bit);
-                u = _mm256_or_si256(u, _mm256_and_si256(set, _mm256_set1_epi8(4)));
-            }
-            let dst = q.as_mut_ptr().add(32 * n + 8 * j).cast::<__m256i>();
-            _mm256_storeu_si256(dst, u);
-        }
-    }
-}
-
-impl Format for BlockQ2K {
-    const SUB: usize = 4;
-    const BIAS: i32 = 0;
-    const U_MAX: i32 = 3;
-    const PAIR_ELEMS: usize = 16;
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn decode(&self, out: &mut Decoded) {
-        for (s, &v) in out.sc.iter_mut().zip(&self.scales) {
-            *s = i32::from(v & 0xF);
-        }
-        i16_pairs::<8>(|j| i32::from(self.scales[j] >> 4), &mut out.coef);
-        (out.d, out.dmin) = (h2f(self.d), h2f(self.dmin));
-        k23_bytes(&self.qs, None, &mut out.q);
-    }
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn sum_lanes(&self, a: &BlockQ8K) -> (__m256i, __m256i) {
-        (q2_k_lanes(self, a), q2_k_min_lanes(self, a))
-    }
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn scales(&self) -> (f32, f32) {
-        (h2f(self.d), h2f(self.dmin))
-    }
-}
-
-impl Format for BlockQ3K {
-    const SUB: usize = 4;
-    const BIAS: i32 = 4;
-    const U_MAX: i32 = 7;
-    const PAIR_ELEMS: usize = 16;
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn decode(&self, out: &mut Decoded) {
-        let sc = q3_scales_array(&self.scales);
-        for (s, &v) in out.sc.iter_mut().zip(&sc) {
-            *s = i32::from(v);
-        }
-        i16_pairs::<8>(|j| i32::from(sc[j]), &mut out.coef);
-        out.d = h2f(self.d);
-        k23_bytes(&self.qs, Some(&self.hmask), &mut out.q);
-    }
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn sum_lanes(&self, a: &BlockQ8K) -> (__m256i, __m256i) {
-        (q3_k_lanes(self, a), _mm256_setzero_si256())
-    }
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn scales(&self) -> (f32, f32) {
-        (h2f(self.d), 0.0)
-    }
-}
-
-impl Format for BlockQ6K {
-    const SUB: usize = 4;
-    const BIAS: i32 = 32;
-    const U_MAX: i32 = 63;
-    const PAIR_ELEMS: usize = 16;
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn decode(&self, out: &mut Decoded) {
-        for (s, &v) in out.sc.iter_mut().zip(&self.scales) {
-            *s = i32::from(v);
-        }
-        i16_pairs::<8>(|j| i32::from(self.scales[j]), &mut out.coef);
-        out.d = h2f(self.d);
-        let m4 = _mm256_set1_epi8(0x0F);
-        for h in 0..2 {
-            let qh = _mm256_loadu_si256(self.qh.as_ptr().add(32 * h).cast());
-            for c in 0..4 {
-                // Values 128h + 32c..: low 4 bits from ql, high 2 from qh.
-                let ql = _mm256_loadu_si256(self.ql.as_ptr().add(64 * h + 32 * (c % 2)).cast());
-                let ql = if c < 2 {
-                    _mm256_and_si256(ql, m4)
-                } else {
-                    _mm256_and_si256(_mm256_srli_epi16::<4>(ql), m4)
-                };
-                let hb = match c {
-                    0 => _mm256_slli_epi16::<4>(qh),
-                    1 => _mm256_slli_epi16::<2>(qh),
-                    2 => qh,
-                    _ => _mm256_srli_epi16::<2>(qh),
-                };
-                let hb = _mm256_and_si256(hb, _mm256_set1_epi8(0x30));
-                let dst = out.q.as_mut_ptr().add(32 * h + 8 * c).cast::<__m256i>();
-                _mm256_storeu_si256(dst, _mm256_or_si256(ql, hb));
-            }
-        }
-    }
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn sum_lanes(&self, a: &BlockQ8K) -> (__m256i, __m256i) {
-        (q6_k_lanes(self, a), _mm256_setzero_si256())
-    }
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn scales(&self) -> (f32, f32) {
-        (h2f(self.d), 0.0)
-    }
-}
-
-impl Format for BlockIQ4XS {
-    const SUB: usize = 8;
-    const BIAS: i32 = 128;
-    const U_MAX: i32 = 255;
-    const PAIR_ELEMS: usize = 32;
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn decode(&self, out: &mut Decoded) {
-        for ib in 0..8 {
-            out.sc[ib] = xs_scale(self, ib);
-            let qs = &*self.qs.as_ptr().add(16 * ib).cast::<[u8; 16]>();
-            // Signed levels + 128: the sign bit flipped.
-            let u = _mm256_xor_si256(iq4_levels(qs), _mm256_set1_epi8(i8::MIN));
-            _mm256_storeu_si256(out.q.as_mut_ptr().add(8 * ib).cast(), u);
-        }
-        i16_pairs::<4>(|j| out.sc[j], &mut out.coef);
-        out.d = h2f(self.d);
-    }
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn sum_lanes(&self, a: &BlockQ8K) -> (__m256i, __m256i) {
-        let mut s1 = _mm256_setzero_si256();
-        for ib in 0..8 {
-            let sc = _mm256_set1_epi32(xs_scale(self, ib));
-            s1 = _mm256_add_epi32(s1, _mm256_mullo_epi32(lanes_iq4_xs(self, a, ib), sc));
-        }
-        (s1, _mm256_setzero_si256())
-    }
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn scales(&self) -> (f32, f32) {
-        (h2f(self.d), 0.0)
-    }
-}
-
-/// The signed 6-bit scale of sub-block `ib` of an IQ4_XS block.
-#[inline]
-fn xs_scale(b: &BlockIQ4XS, ib: usize) -> i32 {
-    let low = (b.scales_l[ib / 2] >> (4 * (ib % 2))) & 0xF;
-    let high = ((b.scales_h >> (2 * ib)) & 3) as u8;
-    i32::from(low | (high << 4)) - 32
-}
-
-/// Whether the AVX-512 tiles dot `W`'s quants as signed bytes `q = u -
-/// BIAS` against the activations plus 128 (unsigned): the formats with a
-/// bias and no mins (Q3_K, Q6_K, IQ4_XS). `sum(q * (a + 128)) - 128 *
-/// sum(q)` is `sum(q * a)`, and `128 * sum_s sc_s * sum(q)` is a term of
-/// the row alone, so the bias leaves the tile as one subtraction per row
-/// and token group instead of the correction's `vpdpwssd` over the
-/// activation sums (eight per row and group for the 16-element formats)
-/// and its multiply. The integer sums, so the results, do not change.
-const fn signed_dot<W: Format>() -> bool {
-    W::BIAS != 0 && !W::MIN
-}
-
-/// What [`pack`] XORs into `W`'s activation codes for these tiles.
-const fn flip<W: Format>() -> u32 {
-    if signed_dot::<W>() {
-        0x8080_8080
-    } else {
-        0
-    }
-}
-
-/// Transposes tokens `t0..t0 + tn` of `a` (rows of `nb` blocks) into `p`
-/// in groups of `G` tokens, padding the last group with zero tokens; each
-/// code word XORed with `flip` (`0x8080_8080`: the activations plus 128 as
-/// unsigned bytes, [`signed_dot`]).
-pub(super) fn pack<W: Format, const G: usize>(
-    a: &[BlockQ8K],
-    nb: usize,
-    t0: usize,
-    tn: usize,
-    flip: u32,
-    p: &mut Packed,
-) {
-    let ng = tn.div_ceil(G);
-    p.codes.zeroed(ng * nb * WORDS * G);
-    p.d.zeroed(ng * nb * G);
-    p.pairs.zeroed(ng * nb * PAIRS * G);
-    // bsums per sum of the correction term: 1 (16 values) or 2 (32).
-    let per = W::PAIR_ELEMS / 16;
-    for t in 0..tn {
-        let (g, j) = (t / G, t % G);
-        let row = &a[(t0 + t) * nb..(t0 + t + 1) * nb];
-        for (b, by) in row.iter().enumerate() {
-            let gb = g * nb + b;
-            p.d[gb * G + j] = by.d;
-            let sum = |i: usize| -> i32 {
-                by.bsums[per * i..per * (i + 1)]
-                    .iter()
-                    .map(|&v| i32::from(v))
-                    .sum()
-            };
-            for q in 0..W::PAIR_WORDS {
-                // |sum| <= 32 * 127: each fits i16.
-                p.pairs[(gb * PAIRS + q) * G + j] = i16_pair(sum(2 * q), sum(2 * q + 1));
-            }
-            for (k, q) in by.qs.chunks_exact(4).enumerate() {
-                let word = u32::from_le_bytes([q[0] as u8, q[1] as u8, q[2] as u8, q[3] as u8]);
-                p.codes[(gb * WORDS + k) * G + j] = word ^ flip;
-            }
-        }
-    }
-}
 
 /// The [`GemmFn`] of format `W`: bands of 8 rows by groups of 16 tokens,
 /// the rest (and one token) through [`row_dot`].
@@ -610,13 +178,13 @@ unsafe fn run<W: Format>(w: &[u8], row_bytes: usize, a: &[u8], act_bytes: usize,
     let banded = rows / BAND * BAND;
     if toks == 1 {
         // Every whole band of eight rows through the format's one-token
-        // band kernel (`decode512.rs`), on the activation row laid out once.
+        // band kernel (`one_token.rs`), on the activation row laid out once.
         W::with_acts(&ab[..nb.min(ab.len())], |acts| {
             for r0 in (0..banded).step_by(BAND) {
                 let band = &wb[r0 * nb..(r0 + BAND) * nb];
                 // SAFETY: rows r0..r0 + 8 exist; `out.fits(rows, 1)` bounds
                 // every index written.
-                unsafe { decode512::one_token(band, nb, &ab, acts, op.add(r0 * rs), rs) };
+                unsafe { one_token::one_token(band, nb, &ab, acts, op.add(r0 * rs), rs) };
             }
         });
     } else if banded > 0 {
@@ -647,24 +215,6 @@ unsafe fn run<W: Format>(w: &[u8], row_bytes: usize, a: &[u8], act_bytes: usize,
             unsafe { *op.add(r * rs + t * ts) = row_dot(wr, ar) };
         }
     }
-}
-
-/// One weight row by one activation row, in the banded kernels' arithmetic
-/// (these and `gemm8_k.rs`'s).
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn row_dot<W: Format>(w: &[W], a: &[BlockQ8K]) -> f32 {
-    let mut acc = 0.0f32;
-    for (bx, by) in w.iter().zip(a) {
-        let ((s1, s2), (d, dmin)) = bx.ints(by);
-        let m = if W::MIN {
-            (-(s2 as f32)).mul_add(dmin, s1 as f32 * d)
-        } else {
-            s1 as f32 * d
-        };
-        acc += m * by.d;
-    }
-    acc
 }
 
 /// The decoded weight rows [`tile`] reads: word `k`, sub-block scale `s`,
@@ -902,7 +452,7 @@ unsafe fn band<W: Format, const R: usize>(
 /// AVX-512 as in [`run`]; `out` is valid for every index written.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-pub(super) unsafe fn store(
+pub(in super::super) unsafe fn store(
     acc: &[[__m512; BAND]; GROUPS],
     tn: usize,
     out: *mut f32,
@@ -1049,7 +599,7 @@ unsafe fn run_bands<W: Banded, const GROUPS_MAX: usize>(
     let step = BAND_ROWS * size_of::<W>();
     let wp = w.as_ptr();
     if toks == 1 {
-        // Up to `GROUPS_MAX` groups per pass ([`super::one_token_groups`]).
+        // Up to `GROUPS_MAX` groups per pass ([`one_token_groups`](super::super::tuning::one_token_groups)).
         let mut r0 = 0;
         while r0 < grouped {
             let h = ((grouped - r0) / BAND_ROWS).min(GROUPS_MAX);
@@ -1134,15 +684,15 @@ mod tests {
         bytemuck::cast_slice(&acts).to_vec()
     }
 
-    /// [`run_bands`] of `W` at every width [`super::super::one_token_groups`]
+    /// [`run_bands`] of `W` at every width [`one_token_groups`](super::super::super::tuning::one_token_groups)
     /// may pick gives the same results.
     fn widths_agree<W: Banded>(ty: GgmlType, f16_at: &[usize], seed: u64) {
-        let widths: [(usize, super::super::PassFn); 3] = [
+        let widths: [(usize, super::super::super::tuning::PassFn); 3] = [
             (4, run_bands::<W, 4>),
             (1, run_bands::<W, 1>),
             (2, run_bands::<W, 2>),
         ];
-        super::super::assert_passes_agree(ty, f16_at, seed, q8k_acts, &widths);
+        super::super::super::tuning::assert_passes_agree(ty, f16_at, seed, q8k_acts, &widths);
     }
 
     #[test]

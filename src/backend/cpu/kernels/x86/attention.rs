@@ -11,15 +11,15 @@ use std::arch::x86_64::*;
 
 use half::f16;
 
-use super::attention::KvRef;
-use super::attn_kernels::{
+use crate::backend::cpu::attention::KvRef;
+use crate::backend::cpu::attn_kernels::{
     accum_n_scalar, accum_n_shape, f16_to_f32_scalar, gather_scalar, AttnKernels, MultiKernels,
     EXP_MIN, MULTI_TILE,
 };
-use super::kernels::Isa;
+use crate::backend::cpu::kernels::Isa;
 
 /// The kernels of `isa` (which the caller has checked this CPU has).
-pub(super) fn kernels(isa: Isa) -> Option<AttnKernels> {
+pub(in crate::backend::cpu) fn kernels(isa: Isa) -> Option<AttnKernels> {
     match isa {
         Isa::Scalar => None,
         Isa::Avx2 => Some(AttnKernels {

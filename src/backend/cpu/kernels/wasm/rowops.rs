@@ -4,19 +4,19 @@
 //! In a SmolLM2-135M decode in Node the scalar SiLU took 0.22 ms a token
 //! (a `exp` call per value) and the argmax over 49152 logits 0.14 ms,
 //! against 0.04 and 0.015 natively: together a twentieth of the token.
-//! SiLU here is [`super::rowops_x86`]'s, four lanes wide and without fused
+//! SiLU here is that of the x86 row ops (`x86/rowops.rs`), four lanes wide and without fused
 //! multiply-adds (SIMD128 has none): ggml's SSE2 `ggml_v_expf`, within 2
 //! ulp of the scalar form. GELU, RMS norm and the add stay scalar (LLVM
 //! vectorizes the last two; GELU is a table lookup per value).
 
 use core::arch::wasm32::*;
 
-use super::kernels::Isa;
-use super::rowops::RowOps;
+use crate::backend::cpu::kernels::Isa;
+use crate::backend::cpu::rowops::RowOps;
 use crate::graph::reference;
 
 /// The kernels for SIMD128.
-pub(super) fn kernels() -> RowOps {
+pub(in crate::backend::cpu) fn kernels() -> RowOps {
     RowOps::with(
         Isa::Simd128,
         reference::gelu_mul,
@@ -27,7 +27,7 @@ pub(super) fn kernels() -> RowOps {
 }
 
 /// `x = x / (1 + exp(-x)) * y`, the exponent clamped to +-87 as in
-/// [`super::rowops_x86`] (below -87 SiLU is within 1e-36 of 0 either way,
+/// the x86 row ops (`x86/rowops.rs`) (below -87 SiLU is within 1e-36 of 0 either way,
 /// above 87 it is `x` either way).
 fn silu_mul(x: &mut [f32], y: &[f32]) {
     let n = x.len().min(y.len());
@@ -83,7 +83,7 @@ pub(super) fn exp4(x: v128) -> v128 {
 /// value (`f32x4_max`; which of two zeros it keeps does not matter, the
 /// second pass matches both) and whether any value is non-finite, then
 /// the first index holding that value.
-pub(super) fn argmax_row(row: &[f32]) -> u32 {
+pub(in crate::backend::cpu) fn argmax_row(row: &[f32]) -> u32 {
     let load = |c: &[f32]| f32x4(c[0], c[1], c[2], c[3]);
     let inf = u32x4_splat(0x7f80_0000);
     let mut max = f32x4_splat(f32::NEG_INFINITY);

@@ -1,25 +1,25 @@
-//! Prefill's decode of the banded k-quant weights (Q4_K, Q6_K, IQ4_XS in
+//! Unpacking the banded k-quant weights for the 16-token tiles (Q4_K, Q6_K, IQ4_XS in
 //! [`Layout::Bands`](crate::backend::cpu::kernels::Layout::Bands)): one
 //! block step of a group, 16 rows, decoded at once in zmm registers into
-//! [`BandDecoded`], which `gemm16.rs`'s tiles read as they read a
+//! [`BandDecoded`], which `tiles16.rs`'s tiles read as they read a
 //! [`Decoded`] per row.
 //!
 //! The bands hold word `k` of the 16 rows side by side, so one load is one
-//! word of every row and the one-token kernels' decode (`decode512.rs`)
+//! word of every row and the one-token kernels' unpacking (`one_token_bands.rs`)
 //! gives the 16 rows' unsigned bytes in one register, stored whole. Before,
 //! each of the 16 rows was gathered back into a block (53 four-byte copies
 //! for Q6_K) and decoded alone: a fifth to a third of the prefill's work.
 //!
-//! Every value equals [`Format::decode`](super::gemm16::Format::decode)'s
+//! Every value equals [`Format::decode`](super::Format::decode)'s
 //! of the gathered block (the tiles' arithmetic does not change, so a
 //! token's results stay those of its batch, bit for bit).
 
 use std::arch::x86_64::*;
 
-use super::decode512::{byte_lane, q4k_scales_mins};
+use super::one_token_bands::{byte_lane, q4k_scales_mins};
 #[cfg(test)]
-use super::gemm16::Decoded;
-use super::gemm16::WORDS;
+use super::Decoded;
+use super::WORDS;
 use crate::backend::cpu::kernels::BAND_ROWS;
 use crate::quant::blocks::KVALUES_IQ4NL;
 #[cfg(test)]
@@ -78,7 +78,7 @@ unsafe fn halves(p: *const u8) -> __m512 {
 }
 
 /// Per 32-bit lane, the i16 pair `(lo & 0xFFFF) | (hi << 16)` of two
-/// values that fit i16 (what `gemm16::i16_pair` packs).
+/// values that fit i16 (what `i16_pair` packs).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 unsafe fn pair_lanes(lo: __m512i, hi: __m512i) -> __m512i {
@@ -100,7 +100,7 @@ pub(super) unsafe fn q6k(step: *const u8, out: &mut BandDecoded) {
     for h in 0..2 {
         for k in 0..8 {
             let (lo, hi, qh) = (word(16 * h + k), word(16 * h + 8 + k), word(32 + 8 * h + k));
-            // As `decode512::one_token_bands_q6k`: the 2-bit fields 0, 2
+            // As `one_token_bands::one_token_bands_q6k`: the 2-bit fields 0, 2
             // (`a`) and 1, 3 (`b`) of `qh` under each nibble.
             let a = _mm512_and_si512(qh, m33);
             let b = _mm512_and_si512(_mm512_srli_epi16::<2>(qh), m33);
@@ -225,7 +225,7 @@ pub(super) unsafe fn iq4xs(step: *const u8, out: &mut BandDecoded) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::cpu::kernels::x86::gemm16::Format;
+    use crate::backend::cpu::kernels::x86::k256::Format;
     use crate::backend::cpu::kernels::x86::{available, layout};
     use crate::backend::cpu::kernels::Isa;
     use crate::quant::reference::testutil::Rng;
