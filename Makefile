@@ -79,7 +79,7 @@ bench-webgpu: setup
 	python3 scripts/bench.py webgpu
 
 # --- CPU kernels on other ISAs ---
-# The kernel tests (tests/backend_kernels_isa.rs, and the attention kernels
+# The kernel tests (tests/backend_kernels_isa/, and the attention kernels
 # of tests/cpu_attention.rs) built for wasm32-wasip1 with SIMD128, run in Node's WASI (.cargo/config.toml names the runner).
 # Part of `make test`. test-wasm-relaxed, also part of it: the relaxed-SIMD
 # build (its own target dir) under Node 22 from npm (tests/wasm-relaxed):
