@@ -394,7 +394,7 @@ def bench_cpu(hearth, cfg, model_paths, against=None):
 def bench_builds(hearth, other, cfg, model_paths):
     """`hearth` against another build of it (`--against`), same files and
     settings, alternating: what a change did to speed."""
-    rows, k, name = [], 0, other.name
+    rows, k, name = [], 0, "baseline"
     for path in model_paths:
         for test, (p, n) in tests(cfg):
             for t in cfg["threads"]:

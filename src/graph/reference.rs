@@ -3,7 +3,10 @@
 //! in place on row-major `[rows, width]` data, in the order ggml's CPU
 //! backend uses, and defines what every backend's kernel of it computes
 //! (the SIMD row kernels follow these bit for bit where their docs say so).
-//! The CPU backend runs them where it has no faster kernel.
+//! The CPU backend runs them where it has no faster kernel. [`moe`] is
+//! the reference of mixture-of-experts routing.
+
+pub mod moe;
 
 use half::f16;
 

@@ -1,5 +1,5 @@
 //! The CPU backend's MoE ops: the router ([`Op::MoeTopK`], as
-//! [`crate::moe::route`] defines it) and the expert FFNs
+//! [`crate::graph::reference::moe::route`] defines it) and the expert FFNs
 //! ([`Op::MoeExperts`]) as a grouped product over the routed ids (ggml's
 //! `mul_mat_id`): the tokens routed to an expert share one pass over its
 //! rows of the stacked weights.
@@ -7,8 +7,8 @@
 use super::backend::{nth, CpuBackend, CpuBuffer};
 use super::matmul::{matmul, Weight};
 use crate::backend::{BackendError, OpIo};
+use crate::graph::reference::moe::{group_by_expert, route, TokenRoute};
 use crate::graph::{Activation, Op};
-use crate::moe::{group_by_expert, route, TokenRoute};
 
 fn unsupported(op: &Op) -> BackendError {
     BackendError::UnsupportedOp {
