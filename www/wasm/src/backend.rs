@@ -46,8 +46,7 @@ pub fn check_cpu(
     load: &LoadOptions,
 ) -> Result<CpuBackend, JsError> {
     let backend = CpuBackend::with_options(&CpuOptions::with_threads(threads));
-    check_model(model, &backend, load)
-        .map_err(|e| unsupported(&e, "pick another quantization"))?;
+    check_model(model, &backend, load).map_err(|e| unsupported(&e, "pick another quantization"))?;
     Ok(backend)
 }
 
@@ -59,7 +58,9 @@ pub fn unsupported(e: &hearth::Error, hint: &str) -> JsError {
             tensor,
             ty,
             backend,
-        }) => format!("tensor '{tensor}' is {ty:?}, which the {backend} backend cannot run yet; {hint}"),
+        }) => format!(
+            "tensor '{tensor}' is {ty:?}, which the {backend} backend cannot run yet; {hint}"
+        ),
         hearth::Error::Backend(BackendError::UnsupportedOp { backend, op }) => {
             format!("the {backend} backend cannot run {op} yet; {hint}")
         }

@@ -3,8 +3,8 @@
 //! same configuration, so the memory plan checked before the download is
 //! the one the load allocates.
 
-use hearth::graph::KvType;
 use hearth::engine::EngineConfig;
+use hearth::graph::KvType;
 use hearth::model::{LoadOptions, ModelConfig};
 use serde::Deserialize;
 use wasm_bindgen::JsError;
