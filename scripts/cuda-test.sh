@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# The CUDA backend's tests on the lent GPU, in one device call.
+#
+#   bash scripts/cuda-test.sh prepare
+#       here: builds the test binaries of native/cuda and copies them into
+#       .cuda/ (ignored by git; the device has no Rust toolchain).
+#   bash scripts/cuda-test.sh device
+#       there: run(command="bash scripts/cuda-test.sh device", carry=[".cuda"])
+#       runs each with HEARTH_REQUIRE_CUDA=1 (a missing device fails) and
+#       prints one summary line `N passed, N failed`.
+#   Move tests/fixtures out of the tree for the call (a call carries 64 MiB).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+prepare() {
+  mkdir -p .cuda
+  grep -qx '/.cuda/' "$(git rev-parse --git-common-dir)/info/exclude" 2>/dev/null \
+    || echo /.cuda/ >> "$(git rev-parse --git-common-dir)/info/exclude"
+  rm -f .cuda/*
+  cargo test -p hearth-cuda --no-run --message-format=json 2>/dev/null \
+    | python3 -c 'import sys, json
+for l in sys.stdin:
+    m = json.loads(l)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
+        print(m["executable"])' \
+    | while read -r exe; do strip -o ".cuda/$(basename "$exe")" "$exe"; done
+  ls -la .cuda
+}
+
+device() {
+  nvidia-smi --query-gpu=name,driver_version --format=csv,noheader || true
+  local pass=0 fail=0 t
+  for t in .cuda/*; do
+    if out=$(HEARTH_REQUIRE_CUDA=1 "$t" --nocapture 2>&1); then
+      echo "$out" | grep -E '^test |compiled|result' || true
+    else
+      echo "$out" | tail -30
+    fi
+    pass=$((pass + $(echo "$out" | grep -oE '[0-9]+ passed' | awk '{s+=$1} END {print s+0}')))
+    fail=$((fail + $(echo "$out" | grep -oE '[0-9]+ failed' | awk '{s+=$1} END {print s+0}')))
+  done
+  echo "$pass passed, $fail failed"
+  [ "$fail" = 0 ]
+}
+
+case "${1:-}" in
+  prepare) prepare ;;
+  device) device ;;
+  *) echo "usage: $0 prepare|device" >&2; exit 2 ;;
+esac
