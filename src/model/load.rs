@@ -24,7 +24,7 @@ use crate::model::arch::{spec_for, ArchSpec};
 use crate::model::generic::Model;
 use crate::model::layout::{Layout, Slot, SlotKind};
 use crate::model::memory::memory_need;
-use crate::model::plans::{plan_for, PlanRecipe, Readout};
+use crate::model::plans::{refused_step, unchecked_plan_for, PlanRecipe, Readout};
 use crate::model::weights::ModelWeights;
 use crate::model::ModelConfig;
 use crate::quant::GgmlType;
@@ -333,6 +333,15 @@ pub fn check_model<B: Backend>(
     backend: &B,
     opts: &LoadOptions,
 ) -> crate::Result<Checked> {
+    check_layout(model, backend, opts).map(|(checked, _)| checked)
+}
+
+/// [`check_model`], with the tensors' slots that the loader streams into.
+fn check_layout<B: Backend>(
+    model: &GgufModel,
+    backend: &B,
+    opts: &LoadOptions,
+) -> crate::Result<(Checked, Vec<Slot>)> {
     let cfg = ModelConfig::from_metadata_supported(model.metadata())?;
     let spec = spec_for(&cfg, model.metadata())?;
     if opts.kv.num_blocks < 2 || opts.kv.block_size == 0 {
@@ -354,12 +363,13 @@ pub fn check_model<B: Backend>(
     check_support(&src, backend, &layout.slots)?;
     let memory = memory_need(model, &cfg, &opts.kv, opts.max_step_tokens, backend);
     backend.check_memory(&memory)?;
-    Ok(Checked {
+    let checked = Checked {
         config: cfg,
         spec,
         weights,
         memory,
-    })
+    };
+    Ok((checked, layout.slots))
 }
 
 /// Checks that `backend` runs every op of the plans the model will run
@@ -383,8 +393,8 @@ fn check_support<B: Backend>(
     });
     for shape in shapes {
         for readout in [Readout::Logits, Readout::Argmax, Readout::TopK(1)] {
-            let plan = plan_for(&recipe, shape, readout, backend)?;
-            let Some(step) = plan.steps.iter().find(|s| !backend.supports(&s.op)) else {
+            let plan = unchecked_plan_for(&recipe, shape, readout, backend)?;
+            let Some(step) = refused_step(&plan, backend) else {
                 continue;
             };
             let weight = step.inputs.iter().find_map(|b| match *b {
@@ -417,18 +427,16 @@ pub async fn load_model<B: Backend, S: ByteSource>(
     opts: &LoadOptions,
     progress: &mut dyn FnMut(&LoadProgress),
 ) -> crate::Result<Model<B>> {
-    let checked = check_model(model, &backend, opts)?;
-    let mut layout = Layout::new(model, &checked.config.arch);
-    let weights = layout.model(&checked.config, &checked.spec)?;
-    let buffers = alloc_weights(&backend, &layout.slots)?;
-    stream_weights(&backend, model, sources, &layout.slots, &buffers, progress).await?;
+    let (checked, slots) = check_layout(model, &backend, opts)?;
+    let buffers = alloc_weights(&backend, &slots)?;
+    stream_weights(&backend, model, sources, &slots, &buffers, progress).await?;
     let kv = alloc_kv(&backend, &checked.config, &opts.kv)?;
     Ok(Model {
         spec: checked.spec,
         backend,
         exact: opts.exact_f32,
         buffers,
-        weights,
+        weights: checked.weights,
         kv,
         kv_cfg: opts.kv,
         cfg: checked.config,

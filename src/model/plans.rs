@@ -6,7 +6,7 @@
 
 use crate::backend::{Backend, BackendError};
 use crate::graph::fuse::fuse;
-use crate::graph::plan::{HostSync, Plan, SyncFuture, SyncKind, SyncPoint};
+use crate::graph::plan::{HostSync, Plan, Step, SyncFuture, SyncKind, SyncPoint};
 use crate::model::arch::plan::{build_template, PlanOptions, PlanSource, StepShape};
 use crate::moe::{ExpertStore, Routes};
 
@@ -37,8 +37,24 @@ pub struct PlanRecipe<'a> {
 
 /// The plan of `shape` and `readout` on `backend`: built, its result
 /// replaced by the readout, fused when the recipe says (with the fused ops
-/// the backend supports) and checked against the model's buffers.
+/// the backend supports) and checked against the model's buffers and
+/// against the backend, once, so that running it needs no check of either.
 pub fn plan_for<B: Backend>(
+    recipe: &PlanRecipe<'_>,
+    shape: StepShape,
+    readout: Readout,
+    backend: &B,
+) -> Result<Plan, BackendError> {
+    let plan = unchecked_plan_for(recipe, shape, readout, backend)?;
+    match refused_step(&plan, backend) {
+        Some(s) => Err(BackendError::unsupported_op(backend.caps(), &s.op)),
+        None => Ok(plan),
+    }
+}
+
+/// [`plan_for`] without the backend's check ([`refused_step`]), for the
+/// load check, which names a refused weight's tensor.
+pub(crate) fn unchecked_plan_for<B: Backend>(
     recipe: &PlanRecipe<'_>,
     shape: StepShape,
     readout: Readout,
@@ -55,7 +71,13 @@ pub fn plan_for<B: Backend>(
     if recipe.fused {
         fuse(&mut plan, &|op| backend.supports(op));
     }
-    plan.check(recipe.n_weights, src.cfg.n_layer).map(|()| plan)
+    plan.check(recipe.n_weights, src.cfg.n_layer)?;
+    Ok(plan)
+}
+
+/// The first step of `plan` that `backend` does not run.
+pub(crate) fn refused_step<'p, B: Backend>(plan: &'p Plan, backend: &B) -> Option<&'p Step> {
+    plan.steps.iter().find(|s| !backend.supports(&s.op))
 }
 
 /// The plans a model has built, most recent first.
