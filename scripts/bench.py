@@ -394,37 +394,30 @@ def bench_cpu(hearth, cfg, model_paths, against=None):
 def bench_builds(hearth, other, cfg, model_paths):
     """`hearth` against another build of it (`--against`), same files and
     settings, alternating: what a change did to speed."""
-    rows, k, name = [], 0, "baseline"
-    for path in model_paths:
-        for test, (p, n) in tests(cfg):
-            for t in cfg["threads"]:
-                common = ["bench", "-m", path, "-p", p, "-n", n, "-t", t, "-r", cfg["reps"], "--json"]
-                h, a = measure_pair(
-                    lambda: find(parse_hearth(run([hearth, *common])), test, t),
-                    lambda: find(parse_hearth(run([other, *common])), test, t),
-                    flip=k % 2 == 1,
-                )
-                k += 1
-                rows.append(make_row(name_of(path), test, t, h, name, a))
-                keep(rows[-1])
-                log(f"{name_of(path)} {test} t={t}: hearth {h['tps']:.2f}, {name} {a['tps']:.2f} tok/s")
-    return rows
+    return bench_hearth_pair(cfg, model_paths, [hearth], [other], "baseline")
 
 
 def bench_webgpu(hearth, cfg, model_paths):
+    return bench_hearth_pair(
+        cfg, model_paths, [hearth, "--backend", "webgpu"], [hearth, "--backend", "cpu"], "hearth-cpu"
+    )
+
+
+def bench_hearth_pair(cfg, model_paths, subject, anchor, anchor_name):
+    """Two `hearth bench` commands side by side, alternating which runs
+    first: `subject` and `anchor` are a hearth binary and the flags that
+    follow `bench`'s own."""
     rows, k = [], 0
     for path in model_paths:
         for test, (p, n) in tests(cfg):
             for t in cfg["threads"]:
-                common = [hearth, "bench", "-m", path, "-p", p, "-n", n, "-t", t, "-r", cfg["reps"], "--json"]
-                g, c = measure_pair(
-                    lambda: find(parse_hearth(run([*common, "--backend", "webgpu"])), test, t),
-                    lambda: find(parse_hearth(run([*common, "--backend", "cpu"])), test, t),
-                    flip=k % 2 == 1,
-                )
+                common = ["-m", path, "-p", p, "-n", n, "-t", t, "-r", cfg["reps"], "--json"]
+                bench = lambda cmd: find(parse_hearth(run([cmd[0], "bench", *common, *cmd[1:]])), test, t)
+                h, a = measure_pair(lambda: bench(subject), lambda: bench(anchor), flip=k % 2 == 1)
                 k += 1
-                rows.append(make_row(name_of(path), test, t, g, "hearth-cpu", c))
+                rows.append(make_row(name_of(path), test, t, h, anchor_name, a))
                 keep(rows[-1])
+                log(f"{name_of(path)} {test} t={t}: hearth {h['tps']:.2f}, {anchor_name} {a['tps']:.2f} tok/s")
     return rows
 
 

@@ -4,6 +4,11 @@
 //! which makes a missing device fail. (`HEARTH_REQUIRE_GPU=1` is CI's,
 //! for WebGPU on lavapipe, where no CUDA device exists.)
 
+// The core's test data generator (SplitMix64), shared rather than copied.
+#[path = "../../../tests/model_support/rng.rs"]
+#[allow(dead_code)]
+mod rng;
+
 use cudarc::driver::{LaunchConfig, PushKernelArg};
 use cudarc::nvrtc::Ptx;
 use hearth_cuda::{compile, CudaDevice, ROWOPS_CU};
@@ -21,17 +26,10 @@ fn device() -> Option<CudaDevice> {
     }
 }
 
-/// Values in -2..2 from a seeded generator (xorshift), fresh per seed.
+/// Values in -2..2, fresh for each seed.
 fn random(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            (s >> 40) as f32 / (1u64 << 24) as f32 * 4.0 - 2.0
-        })
-        .collect()
+    let mut rng = rng::Rng::new(seed);
+    (0..n).map(|_| rng.uniform() * 4.0 - 2.0).collect()
 }
 
 #[test]
