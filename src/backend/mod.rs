@@ -7,6 +7,7 @@
 
 pub mod cpu;
 mod memory;
+pub mod packed;
 #[cfg(feature = "webgpu")]
 pub mod webgpu;
 

@@ -192,7 +192,7 @@ pub fn slots(table: &[BlockId], start: usize, n: usize) -> Vec<Slot> {
 }
 
 /// Runs `ids` as one sequence from position 0 in blocks 1.. and returns the logits.
-pub fn run_all(m: &mut CpuModel, ids: &[u32], wanted: LogitsWanted) -> Vec<f32> {
+pub fn run_all(m: &mut impl ForwardSync, ids: &[u32], wanted: LogitsWanted) -> Vec<f32> {
     let t = table(1, ids.len());
     let s = slots(&t, 0, ids.len());
     let seqs = [SeqInput {

@@ -17,8 +17,8 @@ use super::super::backend::{Bind, Dispatch, WebGpuBackend};
 use super::super::caps::GpuCaps;
 use super::super::fuse::{Held, QUANTIZE_X_GATED};
 use super::super::shader::{ConstValue, PipelineKey};
-use super::layout::{packed_layout, PackedLayout};
 use super::sources::{has_int8, item_w4_source, variant, Kernel, KernelConfig, MvShape};
+use crate::backend::packed::{packed_layout, PackedLayout};
 use crate::backend::BackendError;
 use crate::quant::GgmlType;
 

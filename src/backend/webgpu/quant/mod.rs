@@ -24,11 +24,10 @@
 //! reductions; tiles in f16 or f32 workgroup memory.
 
 pub mod kernels;
-pub mod layout;
 pub mod sources;
 
+pub use crate::backend::packed::{packed_layout, unpack_rows, PackedLayout, Repacker};
 pub use kernels::{BufRef, GetRowsArgs, KernelParams, MatmulArgs, QuantKernels, WeightPart};
-pub use layout::{packed_layout, unpack_rows, PackedLayout, Repacker};
 pub use sources::{Kernel, KernelConfig};
 
 #[cfg(test)]

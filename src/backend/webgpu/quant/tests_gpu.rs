@@ -10,11 +10,11 @@
 use super::super::caps::GpuCaps;
 use super::super::context::GpuContext;
 use super::super::WebGpuBackend;
-use super::layout::tests::values;
 use super::{
     packed_layout, BufRef, GetRowsArgs, KernelConfig, MatmulArgs, QuantKernels, Repacker,
     WeightPart,
 };
+use crate::backend::packed::tests::values;
 use crate::backend::{Backend, BufKind};
 use crate::quant::WEIGHT_TYPES;
 use crate::quant::{reference, GgmlType};

@@ -1,5 +1,5 @@
-//! The device-side layout of quantized weights, and the streaming repacker
-//! that writes it.
+//! The device-side layout of quantized weights that the GPU backends share
+//! (WebGPU, CUDA), and the streaming repacker that writes it.
 //!
 //! GGUF blocks are 18, 22, 34, 110 or 210 bytes for some formats: their
 //! fields are not 4-byte aligned, and WGSL reads storage as `u32`. The packed
@@ -19,8 +19,8 @@
 //! smaller weight. The repacked bytes of row `r` start at `r * row_bytes`, in
 //! the order rows arrive, which is what a streaming upload needs.
 //!
-//! The shaders in `shaders/quant/*.wgsl` read this layout; a change here
-//! changes them.
+//! The shaders in `shaders/quant/*.wgsl` and `shaders/cuda/quant.cuh` read
+//! this layout; a change here changes them.
 
 use crate::backend::BackendError;
 use crate::quant::GgmlType;
@@ -113,15 +113,39 @@ impl PackedLayout {
 /// `cols` must be a whole number of blocks, and a multiple of 8 for the
 /// float types (the kernels decode 8 elements at a time).
 pub fn packed_layout(ty: GgmlType, rows: u64, cols: u64) -> Result<PackedLayout, BackendError> {
+    packed_layout_for("WebGPU", ty, rows, cols)
+}
+
+/// [`packed_layout`] for the backend named `backend` (as its errors name it).
+pub fn packed_layout_for(
+    backend: &str,
+    ty: GgmlType,
+    rows: u64,
+    cols: u64,
+) -> Result<PackedLayout, BackendError> {
+    packed_layout_aligned(backend, ty, rows, cols, 4)
+}
+
+/// [`packed_layout_for`] with rows starting at multiples of `row_align`
+/// bytes (a power of two, at least 4): 16 lets a kernel read the bodies
+/// of the formats whose blocks are multiples of 16 bytes (Q4_0, Q8_0,
+/// IQ4_NL, Q4_K, Q5_K, Q6_K) with 128-bit loads.
+pub fn packed_layout_aligned(
+    backend: &str,
+    ty: GgmlType,
+    rows: u64,
+    cols: u64,
+    row_align: u64,
+) -> Result<PackedLayout, BackendError> {
     let arr = arrangement(ty).ok_or_else(|| BackendError::UnsupportedType {
         tensor: format!("[{rows}, {cols}] weight"),
         ty,
-        backend: "WebGPU".into(),
+        backend: backend.into(),
     })?;
     let be = ty.block_elems() as u64;
     if cols == 0 || !cols.is_multiple_of(be) || !cols.is_multiple_of(8) {
         return Err(BackendError::Shape(format!(
-            "a {ty} row of {cols} values is not a whole number of {}-value blocks (and of 8); the WebGPU kernels need whole blocks",
+            "a {ty} row of {cols} values is not a whole number of {}-value blocks (and of 8); the {backend} kernels need whole blocks",
             be.max(8)
         )));
     }
@@ -130,7 +154,8 @@ pub fn packed_layout(ty: GgmlType, rows: u64, cols: u64) -> Result<PackedLayout,
     let row_bytes = match arr {
         Arrangement::Verbatim => nb * bb,
         Arrangement::Halves | Arrangement::SplitScale { .. } => (nb * bb).next_multiple_of(4),
-    };
+    }
+    .next_multiple_of(row_align.max(4));
     let bytes = rows.checked_mul(row_bytes).ok_or_else(|| {
         BackendError::Shape(format!(
             "a [{rows}, {cols}] {ty} weight overflows u64 bytes"
@@ -204,7 +229,12 @@ pub struct Repacker {
 impl Repacker {
     /// A repacker for a `[rows, cols]` weight of type `ty`.
     pub fn new(ty: GgmlType, rows: u64, cols: u64) -> Result<Self, BackendError> {
-        let layout = packed_layout(ty, rows, cols)?;
+        Self::for_layout(packed_layout(ty, rows, cols)?)
+    }
+
+    /// A repacker writing `layout` (from [`packed_layout_for`]).
+    pub fn for_layout(layout: PackedLayout) -> Result<Self, BackendError> {
+        let ty = layout.ty;
         let src_row_bytes = (layout.blocks_per_row as usize) * ty.block_bytes();
         Ok(Self {
             layout,

@@ -1,0 +1,252 @@
+//! Op cases any backend runs: buffers, ops over them, and the buffers
+//! compared after, with a runner generic over [`Backend`]; the WebGPU and
+//! CUDA tests run the same cases against the CPU backend.
+#![allow(dead_code)]
+
+use hearth::backend::{Backend, BufKind, OpIo};
+use hearth::graph::{KvType, Op};
+use hearth::quant::GgmlType;
+
+use crate::model_support::rng::Rng;
+
+/// A buffer of a case: initial bytes (zeroes when `init` is empty and
+/// `bytes` > 0) and its kind.
+pub struct Buf {
+    pub init: Vec<u8>,
+    pub bytes: u64,
+    pub kind: BufKind,
+    /// A weight's type and row width: `init` holds its GGUF rows, uploaded
+    /// through [`Backend::upload_weight_rows`] (a backend may repack them).
+    pub weight: Option<(GgmlType, usize)>,
+}
+
+pub fn f32_buf(v: &[f32]) -> Buf {
+    Buf {
+        init: bytemuck::cast_slice(v).to_vec(),
+        bytes: (v.len() * 4) as u64,
+        kind: BufKind::Activations,
+        weight: None,
+    }
+}
+
+pub fn u32_buf(v: &[u32]) -> Buf {
+    Buf {
+        init: bytemuck::cast_slice(v).to_vec(),
+        bytes: (v.len() * 4) as u64,
+        kind: BufKind::Activations,
+        weight: None,
+    }
+}
+
+pub fn zeros(bytes: usize, kind: BufKind) -> Buf {
+    Buf {
+        init: Vec::new(),
+        bytes: bytes as u64,
+        kind,
+        weight: None,
+    }
+}
+
+pub fn bytes_buf(b: &[u8], kind: BufKind) -> Buf {
+    Buf {
+        init: b.to_vec(),
+        bytes: b.len() as u64,
+        kind,
+        weight: None,
+    }
+}
+
+/// A weight of type `ty` whose GGUF rows of `cols` values are `rows`,
+/// uploaded as a model's weights are ([`Backend::upload_weight_rows`]).
+pub fn weight_buf<B: Backend>(b: &B, ty: GgmlType, cols: usize, rows: &[u8]) -> Buf {
+    let row_bytes = cols / ty.block_elems() * ty.block_bytes();
+    Buf {
+        init: rows.to_vec(),
+        bytes: b.weight_bytes(ty, cols, rows.len() / row_bytes),
+        kind: BufKind::Weights,
+        weight: Some((ty, cols)),
+    }
+}
+
+/// Ops over a table of buffers; `read`: the buffers compared after.
+pub struct Case {
+    pub bufs: Vec<Buf>,
+    pub steps: Vec<(Op, Vec<usize>, Vec<usize>)>,
+    pub read: Vec<usize>,
+}
+
+/// Runs `case` on `b`, returning the bytes of each `read` buffer.
+pub fn run<B: Backend>(b: &mut B, case: &Case) -> Vec<Vec<u8>> {
+    let bufs: Vec<B::Buffer> = case
+        .bufs
+        .iter()
+        .map(|d| {
+            let buf = b.alloc(d.bytes, d.kind).expect("alloc");
+            match d.weight {
+                Some((ty, cols)) => b
+                    .upload_weight_rows(&buf, ty, cols, 0, &d.init)
+                    .expect("upload weight"),
+                None if !d.init.is_empty() => b.upload(&buf, 0, &d.init).expect("upload"),
+                None => {}
+            }
+            buf
+        })
+        .collect();
+    for (op, ins, outs) in &case.steps {
+        assert!(b.supports(op), "{op:?} unsupported");
+        let inputs: Vec<&B::Buffer> = ins.iter().map(|&i| &bufs[i]).collect();
+        let outputs: Vec<&B::Buffer> = outs.iter().map(|&i| &bufs[i]).collect();
+        b.record(
+            op,
+            &OpIo {
+                inputs: &inputs,
+                outputs: &outputs,
+            },
+        )
+        .unwrap_or_else(|e| panic!("{op:?}: {e}"));
+    }
+    b.submit().expect("submit");
+    case.read
+        .iter()
+        .map(|&i| {
+            pollster::block_on(b.download(&bufs[i], 0..case.bufs[i].bytes)).expect("download")
+        })
+        .collect()
+}
+
+/// `steps` over buffers of `bytes` bytes (by index) with the runs `b`
+/// has fused ops for fused, as a model's plan fuses them
+/// ([`hearth::graph::fuse::fuse`]).
+pub fn fuse_steps<B: Backend>(
+    b: &B,
+    steps: &[(Op, Vec<usize>, Vec<usize>)],
+    bytes: &[u64],
+) -> Vec<(Op, Vec<usize>, Vec<usize>)> {
+    use hearth::graph::plan::{BufId, Plan};
+    let mut plan = Plan::default();
+    for &n in bytes {
+        plan.act(n as usize);
+    }
+    let ids = |v: &[usize]| v.iter().map(|&i| BufId::Act(i)).collect::<Vec<_>>();
+    for (op, ins, outs) in steps {
+        plan.push(op.clone(), &ids(ins), &ids(outs));
+    }
+    hearth::graph::fuse::fuse(&mut plan, &|op| b.supports(op));
+    let idx = |v: &[BufId]| {
+        v.iter()
+            .map(|b| match b {
+                BufId::Act(i) => *i,
+                other => panic!("{other:?} in a test plan"),
+            })
+            .collect::<Vec<_>>()
+    };
+    plan.steps
+        .iter()
+        .map(|s| (s.op.clone(), idx(&s.inputs), idx(&s.outputs)))
+        .collect()
+}
+
+/// `case` with its runs fused for `b` ([`fuse_steps`]).
+pub fn fused_case<B: Backend>(b: &B, case: &Case) -> Case {
+    let bytes: Vec<u64> = case.bufs.iter().map(|d| d.bytes).collect();
+    Case {
+        bufs: case
+            .bufs
+            .iter()
+            .map(|d| Buf {
+                init: d.init.clone(),
+                bytes: d.bytes,
+                kind: d.kind,
+                weight: d.weight,
+            })
+            .collect(),
+        steps: fuse_steps(b, &case.steps, &bytes),
+        read: case.read.clone(),
+    }
+}
+
+pub fn as_f32(b: &[u8]) -> Vec<f32> {
+    b.chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+/// Largest |a - b| relative to max(1, max |b|).
+pub fn rel_err(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    let scale = b.iter().fold(1.0f32, |m, v| m.max(v.abs()));
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0f32, f32::max)
+        / scale
+}
+
+/// K/V history and new tokens written through slots, then paged attention
+/// of two sequences (a prefill chunk and a decode) through block tables.
+pub fn attention_case(
+    r: &mut Rng,
+    dtype: KvType,
+    hk: usize,
+    hv: usize,
+    window: Option<usize>,
+    softcap: Option<f32>,
+) -> Case {
+    let (n_head, n_head_kv, bs, blocks) = (4, 2, 16, 5);
+    let slots_total = bs * blocks;
+    let elem = if dtype == KvType::F16 { 2 } else { 4 };
+    let (kw, vw) = (n_head_kv * hk, n_head_kv * hv);
+    // Sequence A: blocks [3, 1], 20 cached + 3 new; B: block [2], 7 cached + 1 new.
+    let table = [3u32, 1, 2];
+    let slot = |t: &[u32], p: usize| t[p / bs] * bs as u32 + (p % bs) as u32;
+    let hist: Vec<u32> = (0..20)
+        .map(|p| slot(&table[..2], p))
+        .chain((0..7).map(|p| slot(&table[2..], p)))
+        .collect();
+    let new: Vec<u32> = (20..23)
+        .map(|p| slot(&table[..2], p))
+        .chain([slot(&table[2..], 7)])
+        .collect();
+    let seqs = [0u32, 3, 20, 0, 3, 1, 7, 2];
+    let (nh, nn) = (hist.len(), new.len());
+    let write = Op::KvWrite {
+        layer: 0,
+        k_width: kw,
+        v_width: vw,
+        dtype,
+    };
+    let attn = Op::PagedAttention {
+        layer: 0,
+        n_head,
+        n_head_kv,
+        head_dim_k: hk,
+        head_dim_v: hv,
+        scale: 1.0 / (hk as f32).sqrt(),
+        window,
+        softcap,
+        block_size: bs,
+        dtype,
+    };
+    Case {
+        bufs: vec![
+            zeros(slots_total * kw * elem, BufKind::KvCache), // 0 K cache
+            zeros(slots_total * vw * elem, BufKind::KvCache), // 1 V cache
+            f32_buf(&r.normals(nh * kw, 1.0)),                // 2 history K
+            f32_buf(&r.normals(nh * vw, 1.0)),                // 3 history V
+            u32_buf(&hist),                                   // 4
+            f32_buf(&r.normals(nn * kw, 1.0)),                // 5 new K
+            f32_buf(&r.normals(nn * vw, 1.0)),                // 6 new V
+            u32_buf(&new),                                    // 7
+            f32_buf(&r.normals(nn * n_head * hk, 1.0)),       // 8 q
+            u32_buf(&seqs),                                   // 9
+            u32_buf(&table),                                  // 10
+            zeros(nn * n_head * hv * 4, BufKind::Activations), // 11 out
+        ],
+        steps: vec![
+            (write.clone(), vec![2, 3, 4], vec![0, 1]),
+            (write, vec![5, 6, 7], vec![0, 1]),
+            (attn, vec![8, 0, 1, 9, 10], vec![11]),
+        ],
+        read: vec![11, 0, 1],
+    }
+}
