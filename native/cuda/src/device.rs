@@ -34,6 +34,14 @@ pub fn driver_present() -> bool {
     unsafe { cudarc::driver::sys::is_culib_present() }
 }
 
+/// CUDA devices present (0 where the driver is missing or fails).
+pub fn device_count() -> usize {
+    if !driver_present() {
+        return 0;
+    }
+    CudaContext::device_count().map_or(0, |n| n.max(0) as usize)
+}
+
 impl CudaDevice {
     /// Opens device `ordinal`: an error, not a panic, where there is no
     /// driver, no device or no NVRTC, saying what is missing.

@@ -12,16 +12,17 @@
 
 #![deny(missing_docs)]
 
+pub mod backend;
 pub mod compile;
 pub mod device;
+pub mod graphs;
+pub mod sources;
 
+pub use backend::{CudaBackend, CudaBuffer};
 pub use compile::{compile, Arch};
 pub use device::CudaDevice;
 
 use thiserror::Error;
-
-/// The sources of the CUDA kernels, by file.
-pub const ROWOPS_CU: &str = include_str!("../../../shaders/cuda/rowops.cu");
 
 /// Errors of the CUDA backend.
 #[derive(Debug, Error)]

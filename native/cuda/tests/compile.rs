@@ -6,22 +6,23 @@
 //! `HEARTH_REQUIRE_NVRTC=1`.
 
 use hearth_cuda::compile::{compile, nvrtc_present, nvrtc_version, Arch};
+use hearth_cuda::sources::MODULES;
 
-/// Every `.cu` file under `shaders/cuda/`, read from the tree so that a
-/// new file is compiled without being listed here.
-fn kernel_files() -> Vec<(String, String)> {
+/// Every `.cu` file under `shaders/cuda/` is one of the backend's modules
+/// (a new file that is not would never be compiled or loaded).
+#[test]
+fn every_kernel_file_is_a_module() {
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../shaders/cuda");
-    let mut out: Vec<(String, String)> = std::fs::read_dir(dir)
+    let mut files: Vec<String> = std::fs::read_dir(dir)
         .expect("shaders/cuda")
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.extension().is_some_and(|e| e == "cu"))
-        .map(|p| {
-            let name = p.file_stem().expect("stem").to_string_lossy().into_owned();
-            (name, std::fs::read_to_string(&p).expect("source"))
-        })
+        .map(|p| p.file_stem().expect("stem").to_string_lossy().into_owned())
         .collect();
-    out.sort();
-    out
+    files.sort();
+    let mut modules: Vec<String> = MODULES.iter().map(|m| m.name.to_string()).collect();
+    modules.sort();
+    assert_eq!(files, modules, "shaders/cuda/*.cu against sources::MODULES");
 }
 
 #[test]
@@ -35,10 +36,9 @@ fn every_kernel_compiles_for_each_target_architecture() {
         eprintln!("CUDA compile test not run: {why} (run `make setup`; HEARTH_REQUIRE_NVRTC=1 makes this fail)");
         return;
     }
-    let files = kernel_files();
-    assert!(!files.is_empty(), "no .cu file under shaders/cuda");
     let version = nvrtc_version().expect("version");
-    for (name, source) in &files {
+    for m in MODULES {
+        let (name, source) = (m.name, m.source);
         for (major, minor) in [(8, 0), (8, 9), (9, 0)] {
             let arch = Arch { major, minor };
             let cubin = compile(name, source, arch, None)

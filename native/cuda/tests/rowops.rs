@@ -11,7 +11,7 @@ mod rng;
 
 use cudarc::driver::{LaunchConfig, PushKernelArg};
 use cudarc::nvrtc::Ptx;
-use hearth_cuda::{compile, CudaDevice, ROWOPS_CU};
+use hearth_cuda::{compile, sources::ROWOPS, CudaDevice};
 
 fn device() -> Option<CudaDevice> {
     match CudaDevice::open(0) {
@@ -39,10 +39,10 @@ fn rms_norm_matches_the_reference() {
     };
     let cache = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("cuda-cache");
     let started = std::time::Instant::now();
-    let cubin = compile("rowops", ROWOPS_CU, dev.arch, Some(&cache)).expect("compile");
+    let cubin = compile(ROWOPS.name, ROWOPS.source, dev.arch, Some(&cache)).expect("compile");
     let first = started.elapsed();
     let again = std::time::Instant::now();
-    let cached = compile("rowops", ROWOPS_CU, dev.arch, Some(&cache)).expect("cached");
+    let cached = compile(ROWOPS.name, ROWOPS.source, dev.arch, Some(&cache)).expect("cached");
     assert_eq!(cubin, cached, "the cache gave another cubin");
     println!(
         "{}: rowops.cu compiled for {} in {first:?}, from the cache in {:?}",

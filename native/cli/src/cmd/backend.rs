@@ -8,8 +8,12 @@ use hearth::backend::webgpu::{GpuContext, GpuOptions, WebGpuBackend};
 use hearth::gguf::{ByteSource, GgufModel};
 use hearth::model::{load_model, AnyModel, LoadOptions, LoadProgress};
 
-/// Backends compiled into this build, for `--backend`.
+/// Backends compiled into this build, for `--backend` (`auto` picks one).
+#[cfg(not(feature = "cuda"))]
 pub const BACKENDS: &[&str] = &["cpu", "webgpu"];
+/// Backends compiled into this build, for `--backend` (`auto` picks one).
+#[cfg(feature = "cuda")]
+pub const BACKENDS: &[&str] = &["cpu", "webgpu", "cuda"];
 
 /// Checks `--backend NAME` names a backend of this build.
 pub fn check_backend(name: &str) -> anyhow::Result<()> {
@@ -17,9 +21,38 @@ pub fn check_backend(name: &str) -> anyhow::Result<()> {
         return Ok(());
     }
     anyhow::bail!(
-        "backend `{name}` is not in this build; this build has: {}",
-        BACKENDS.join(", ")
+        "backend `{name}` is not in this build; this build has: {} (and auto){}",
+        BACKENDS.join(", "),
+        if name == "cuda" {
+            "; build with `cargo build --release -p hearth-cli --features cuda` for CUDA"
+        } else {
+            ""
+        }
     )
+}
+
+/// `--backend`'s value: a backend of this build, `auto` resolved to CUDA
+/// where the build has it and a device is present, else the CPU.
+pub fn parse_backend(name: &str) -> Result<String, String> {
+    if name == "auto" {
+        return Ok(auto_backend().to_string());
+    }
+    check_backend(name).map_err(|e| e.to_string())?;
+    Ok(name.to_string())
+}
+
+#[cfg(feature = "cuda")]
+fn auto_backend() -> &'static str {
+    if hearth_cuda::device::device_count() > 0 {
+        "cuda"
+    } else {
+        "cpu"
+    }
+}
+
+#[cfg(not(feature = "cuda"))]
+fn auto_backend() -> &'static str {
+    "cpu"
 }
 
 /// The value of environment variable `name`, if set.
@@ -63,6 +96,16 @@ pub async fn load_on<S: ByteSource>(
 ) -> anyhow::Result<AnyModel> {
     check_backend(name)?;
     Ok(match name {
+        #[cfg(feature = "cuda")]
+        "cuda" => {
+            let mut backend = hearth_cuda::CudaBackend::new(0)?;
+            // HEARTH_CUDA_GRAPHS=0 records every op of every step instead
+            // of replaying plans as CUDA graphs (for comparison).
+            if env("HEARTH_CUDA_GRAPHS").as_deref() == Some("0") {
+                backend.set_graphs(false);
+            }
+            AnyModel::new(load_model(backend, model, sources, opts, progress).await?)
+        }
         "webgpu" => {
             let ctx = GpuContext::new(&gpu_options()).await?;
             let backend = WebGpuBackend::new(ctx);

@@ -76,8 +76,8 @@ pub struct Args {
     /// run in chunks of this size.
     #[arg(short = 'b', long = "batch", default_value_t = 512)]
     batch: usize,
-    /// Where to run the models.
-    #[arg(long, default_value = "cpu")]
+    /// Where to run the models (as `hearth run --backend`).
+    #[arg(long, default_value = "auto", value_parser = super::backend::parse_backend)]
     backend: String,
     /// One JSON object per result line instead of the table.
     #[arg(long)]

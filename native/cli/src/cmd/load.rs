@@ -31,9 +31,11 @@ pub struct ModelArgs {
     /// Worker threads (0: all cores).
     #[arg(short = 't', long, default_value_t = 0)]
     pub threads: usize,
-    /// Where to run the model: `cpu`, or `webgpu` (the GPU through
-    /// Vulkan, Metal or DX12; `HEARTH_GPU_ADAPTER` picks an adapter by name).
-    #[arg(long, default_value = "cpu")]
+    /// Where to run the model: `cpu`, `webgpu` (the GPU through Vulkan,
+    /// Metal or DX12; `HEARTH_GPU_ADAPTER` picks an adapter by name), `cuda`
+    /// (NVIDIA GPUs, in builds with `--features cuda`), or `auto`: CUDA
+    /// where the build has it and a device is present, else the CPU.
+    #[arg(long, default_value = "auto", value_parser = backend::parse_backend)]
     pub backend: String,
 }
 

@@ -1,0 +1,1460 @@
+//! [`CudaBackend`]: the core's [`Backend`] on a CUDA device.
+//!
+//! Buffers are plain device allocations; every op is queued on one stream
+//! of the backend, in plan order, so nothing between ops waits on the host.
+//! Weights are repacked at upload into the layout the GPU backends share
+//! ([`hearth::backend::packed`]), which gives the kernels aligned word
+//! loads. Matrix products quantize their activations once per product (or
+//! once per fused group of products) to int8 and run on `DP4A`.
+
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::future::Future;
+use std::ops::Range;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use cudarc::driver::sys::CUdeviceptr;
+use cudarc::driver::{result, CudaContext, CudaFunction, CudaModule, CudaStream};
+use cudarc::nvrtc::Ptx;
+use hearth::backend::packed::{packed_layout_aligned, PackedLayout, Repacker};
+use hearth::backend::{Backend, BackendError, BufKind, Caps, MemoryNeed, OpIo};
+use hearth::graph::plan::{BufId, Held, HostSync, Plan, StepInputs};
+use hearth::graph::{Activation, KvType, Op, Prologue, RopeMode, RopeSpec, MAX_TOP_K};
+use hearth::quant::{GgmlType, WEIGHT_TYPES};
+
+use crate::graphs::{self, Action, Graph, Graphs};
+use crate::sources::{Module, MODULES};
+use crate::{compile, CudaDevice, CudaError};
+
+/// The backend's name in errors and reports.
+const NAME: &str = "CUDA";
+
+/// Threads of the element kernels' blocks.
+const ELEM_BLOCK: u32 = 256;
+/// Threads of the row kernels' blocks (`ROW_BLOCK` of rowops.cu).
+const ROW_BLOCK: u32 = 256;
+/// Warps of the matrix-vector kernels' blocks (`MV_WARPS` of matmul.cu).
+const MV_WARPS: u32 = 4;
+/// Tokens and weight rows of a prefill tile (`MM_BM`, `MM_BN` of matmul.cu).
+const MM_BM: u32 = 64;
+const MM_BN: u32 = 64;
+
+/// Warps of the attention kernel's blocks (`ATT_WARPS` of attention.cu).
+const ATT_WARPS: u32 = 4;
+/// The widest head the attention kernel holds (`ATT_MAX_DIM`).
+const ATT_MAX_DIM: usize = 256;
+
+fn driver(e: impl std::fmt::Debug) -> BackendError {
+    BackendError::from_device(CudaError::Driver(format!("{e:?}")))
+}
+
+trait FromDevice {
+    fn from_device(e: CudaError) -> Self;
+}
+
+impl FromDevice for BackendError {
+    fn from_device(e: CudaError) -> Self {
+        BackendError::Device(Box::new(e))
+    }
+}
+
+/// One device allocation, freed when its last buffer goes.
+struct DeviceMem {
+    ptr: CUdeviceptr,
+    bytes: u64,
+    ctx: Arc<CudaContext>,
+}
+
+impl Drop for DeviceMem {
+    fn drop(&mut self) {
+        if self.ctx.bind_to_thread().is_ok() {
+            // Work queued on the memory finishes before it goes.
+            let _ = result::ctx::synchronize();
+            // SAFETY: `ptr` came from malloc_sync and is freed once, after
+            // every use of it.
+            let _ = unsafe { result::free_sync(self.ptr) };
+        }
+    }
+}
+
+/// A buffer on the CUDA device: a range of an allocation.
+#[derive(Clone)]
+pub struct CudaBuffer {
+    mem: Arc<DeviceMem>,
+    offset: u64,
+    len: u64,
+}
+
+impl std::fmt::Debug for CudaBuffer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "CudaBuffer({:#x}+{}, {} bytes)",
+            self.mem.ptr, self.offset, self.len
+        )
+    }
+}
+
+impl CudaBuffer {
+    /// The device address of the buffer's first byte.
+    pub fn ptr(&self) -> u64 {
+        self.mem.ptr + self.offset
+    }
+
+    /// Bytes.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Whether the buffer holds no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+/// A kernel argument (the driver reads 4 or 8 bytes, as the kernel declares).
+#[derive(Debug, Clone, Copy)]
+enum Arg {
+    /// A device pointer.
+    P(u64),
+    /// An unsigned int.
+    U(u32),
+    /// A float.
+    F(f32),
+}
+
+/// The kernel modules, loaded, and their functions by name.
+struct Kernels {
+    modules: Vec<Arc<CudaModule>>,
+    functions: HashMap<String, CudaFunction>,
+}
+
+/// The CUDA backend.
+pub struct CudaBackend {
+    dev: CudaDevice,
+    stream: Arc<CudaStream>,
+    caps: Caps,
+    kernels: Kernels,
+    /// Step activations, one allocation per plan index, kept across steps.
+    pool: Vec<Arc<DeviceMem>>,
+    /// Scratch of the ops (int8 activations, expert products), by use.
+    scratch: HashMap<&'static str, Arc<DeviceMem>>,
+    /// Bumped whenever a pool or scratch buffer is (re)allocated: graphs
+    /// recorded before may point at memory that moved.
+    generation: std::cell::Cell<u64>,
+    /// Plans recorded as CUDA graphs.
+    graphs: Graphs,
+    /// Whether plans run as CUDA graphs ([`CudaBackend::set_graphs`]).
+    use_graphs: bool,
+    /// Products of at least this many tokens run on the tensor-core tiles.
+    tile_tokens: usize,
+}
+
+impl std::fmt::Debug for CudaBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CudaBackend")
+            .field("device", &self.dev)
+            .finish()
+    }
+}
+
+/// Where compiled kernels are kept: `HEARTH_CUDA_CACHE`, else the user's
+/// cache directory (`$XDG_CACHE_HOME/hearth/cuda`, `~/.cache/hearth/cuda`);
+/// `HEARTH_CUDA_CACHE=off` keeps none.
+pub fn cache_dir() -> Option<PathBuf> {
+    match std::env::var("HEARTH_CUDA_CACHE") {
+        Ok(v) if v == "off" => return None,
+        Ok(v) if !v.is_empty() => return Some(PathBuf::from(v)),
+        _ => {}
+    }
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
+    Some(base.join("hearth").join("cuda"))
+}
+
+/// Rows of packed weights start at multiples of this many bytes (the
+/// kernels' 128-bit loads, `w_vec4` of quant.cuh).
+const ROW_ALIGN: u64 = 16;
+
+/// The device layout of a `[rows, cols]` weight of `ty`.
+fn layout_of(ty: GgmlType, rows: usize, cols: usize) -> Result<PackedLayout, BackendError> {
+    packed_layout_aligned(NAME, ty, rows as u64, cols as u64, ROW_ALIGN)
+}
+
+/// Whether `ty` rows of `k` values run on the product kernels.
+fn weight_runs(ty: GgmlType, k: usize) -> bool {
+    WEIGHT_TYPES.contains(&ty) && k > 0 && layout_of(ty, 1, k).is_ok()
+}
+
+/// The kernel-name stem of a weight type (`q4_k`).
+fn format_name(ty: GgmlType) -> Option<&'static str> {
+    use GgmlType::*;
+    Some(match ty {
+        F32 => "f32",
+        F16 => "f16",
+        BF16 => "bf16",
+        Q4_0 => "q4_0",
+        Q4_1 => "q4_1",
+        Q5_0 => "q5_0",
+        Q5_1 => "q5_1",
+        Q8_0 => "q8_0",
+        Q2_K => "q2_k",
+        Q3_K => "q3_k",
+        Q4_K => "q4_k",
+        Q5_K => "q5_k",
+        Q6_K => "q6_k",
+        IQ4_NL => "iq4_nl",
+        IQ4_XS => "iq4_xs",
+        _ => return None,
+    })
+}
+
+/// Whether the dot of `ty` takes q8_K activations (per 256 values).
+fn per_256(ty: GgmlType) -> bool {
+    use GgmlType::*;
+    matches!(ty, Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | IQ4_XS)
+}
+
+/// Tokens per matrix-vector launch for `m` tokens (the kernels' variants).
+fn tokens_per_launch(m: usize) -> u32 {
+    match m {
+        0 | 1 => 1,
+        2 => 2,
+        3 | 4 => 4,
+        _ => 8,
+    }
+}
+
+fn blocks(n: u64, per: u32) -> u32 {
+    n.div_ceil(u64::from(per)).max(1) as u32
+}
+
+fn nth<'a>(bufs: &[&'a CudaBuffer], i: usize, op: &Op) -> Result<&'a CudaBuffer, BackendError> {
+    bufs.get(i)
+        .copied()
+        .ok_or_else(|| BackendError::Shape(format!("{} is missing buffer {i}", op.describe())))
+}
+
+fn shape(op: &Op, what: String) -> BackendError {
+    BackendError::Shape(format!("{}: {what}", op.describe()))
+}
+
+impl CudaBackend {
+    /// Opens CUDA device `ordinal` and loads the kernels, compiling those
+    /// not in the cache ([`cache_dir`]) for its architecture.
+    pub fn new(ordinal: usize) -> Result<Self, CudaError> {
+        let dev = CudaDevice::open(ordinal)?;
+        let stream = dev
+            .ctx
+            .new_stream()
+            .map_err(|e| CudaError::Driver(format!("{e:?}")))?;
+        let cache = cache_dir();
+        let mut modules = Vec::with_capacity(MODULES.len());
+        for Module { name, source } in MODULES {
+            let cubin = compile(name, source, dev.arch, cache.as_deref())?;
+            modules.push(
+                dev.ctx
+                    .load_module(Ptx::from_binary(cubin))
+                    .map_err(|e| CudaError::Driver(format!("loading {name}.cu: {e:?}")))?,
+            );
+        }
+        let (_, total) = dev
+            .ctx
+            .mem_get_info()
+            .map_err(|e| CudaError::Driver(format!("{e:?}")))?;
+        let caps = Caps {
+            backend: NAME,
+            name: format!("{} ({})", dev.name, dev.arch.sm()),
+            max_buffer_bytes: total as u64,
+            f16: true,
+            threads: 1,
+        };
+        Ok(CudaBackend {
+            dev,
+            stream,
+            caps,
+            kernels: Kernels {
+                modules,
+                functions: HashMap::new(),
+            },
+            pool: Vec::new(),
+            scratch: HashMap::new(),
+            generation: std::cell::Cell::new(0),
+            graphs: Graphs::default(),
+            use_graphs: true,
+            tile_tokens: 16,
+        })
+    }
+
+    /// Whether whole plans run as CUDA graphs (on by default; off records
+    /// every op of every step, for comparison and debugging).
+    pub fn set_graphs(&mut self, on: bool) {
+        self.use_graphs = on;
+        self.graphs.clear();
+    }
+
+    /// Products of at least `tokens` tokens run on the tensor-core tiles
+    /// (16 by default; fewer run on the matrix-vector kernels).
+    pub fn set_tile_tokens(&mut self, tokens: usize) {
+        self.tile_tokens = tokens.max(1);
+    }
+
+    /// Plans replayed from a CUDA graph, and plans captured into one, so far.
+    pub fn graph_counts(&self) -> (u64, u64) {
+        (self.graphs.replays, self.graphs.captures)
+    }
+
+    /// Records every step of `plan` over the step's `acts` and the model's `held` buffers.
+    fn record_steps(
+        &mut self,
+        plan: &Plan,
+        acts: &[CudaBuffer],
+        held: &Held<'_, CudaBuffer>,
+    ) -> Result<(), BackendError> {
+        let get = |b: &BufId| -> &CudaBuffer {
+            match *b {
+                BufId::Weight(i) => &held.weights[i],
+                BufId::Act(i) => &acts[i],
+                BufId::KvK(i) => &held.kv[i][0],
+                BufId::KvV(i) => &held.kv[i][1],
+            }
+        };
+        for s in &plan.steps {
+            let inputs: Vec<&CudaBuffer> = s.inputs.iter().map(get).collect();
+            let outputs: Vec<&CudaBuffer> = s.outputs.iter().map(get).collect();
+            self.record(
+                &s.op,
+                &OpIo {
+                    inputs: &inputs,
+                    outputs: &outputs,
+                },
+            )?;
+        }
+        Ok(())
+    }
+
+    /// [`Backend::run_plan`] through CUDA graphs (see [`crate::graphs`]).
+    async fn run_graph(
+        &mut self,
+        plan: &Plan,
+        inputs: &StepInputs,
+        held: &Held<'_, CudaBuffer>,
+    ) -> Result<Vec<u8>, BackendError> {
+        plan.check(held.weights.len(), held.kv.len())?;
+        let sizes = plan.sizes(inputs);
+        let acts = self.step_buffers(&sizes)?;
+        for (a, buf) in plan.acts.iter().zip(&acts) {
+            if let Some(input) = a.input {
+                let bytes: Vec<u8> = inputs
+                    .get(input)
+                    .iter()
+                    .flat_map(|v| v.to_le_bytes())
+                    .collect();
+                self.upload(buf, 0, &bytes)?;
+            }
+        }
+        let held_at: Vec<u64> = held
+            .weights
+            .iter()
+            .chain(held.kv.iter().flatten())
+            .map(CudaBuffer::ptr)
+            .collect();
+        let generation = self.generation.get();
+        let stream = self.stream.cu_stream();
+        self.bind()?;
+        match self.graphs.action(plan, &sizes, &held_at, generation) {
+            // SAFETY: the graph's buffers are those of this plan, alive
+            // (the generation did not change since it was recorded).
+            Action::Replay(g) => unsafe { g.launch(stream) }.map_err(driver)?,
+            Action::Record => self.record_steps(plan, &acts, held)?,
+            Action::Capture => {
+                // SAFETY: our own stream, in the bound context.
+                unsafe { graphs::begin(stream) }.map_err(driver)?;
+                let recorded = self.record_steps(plan, &acts, held);
+                // SAFETY: the capture began above.
+                let graph = unsafe { Graph::end(stream) };
+                recorded?;
+                let graph = graph.map_err(driver)?;
+                // SAFETY: just recorded over live buffers.
+                unsafe { graph.launch(stream) }.map_err(driver)?;
+                if self.generation.get() == generation {
+                    self.graphs.captured(graph);
+                } else {
+                    // A scratch buffer grew while recording: keep nothing
+                    // that points at memory the next step may not have.
+                    self.stream.synchronize().map_err(driver)?;
+                }
+            }
+        }
+        match plan.result {
+            Some((i, n)) => self.download_now(&acts[i], 0..n),
+            None => Ok(Vec::new()),
+        }
+    }
+
+    /// The device.
+    pub fn device(&self) -> &CudaDevice {
+        &self.dev
+    }
+
+    fn bind(&self) -> Result<(), BackendError> {
+        self.dev.ctx.bind_to_thread().map_err(driver)
+    }
+
+    fn malloc(&self, bytes: u64, what: &str) -> Result<Arc<DeviceMem>, BackendError> {
+        self.bind()?;
+        let size = bytes.max(1).next_multiple_of(256);
+        // SAFETY: a plain allocation of `size` bytes in the bound context.
+        let ptr = unsafe { result::malloc_sync(size as usize) }.map_err(|e| {
+            let (free, _) = result::mem_get_info().unwrap_or((0, 0));
+            BackendError::from_device(CudaError::Driver(format!(
+                "could not allocate {} MiB for {what} ({e:?}; {} MiB free on {}); load a smaller model or a shorter context (--ctx)",
+                size.div_ceil(1 << 20),
+                free >> 20,
+                self.dev.name
+            )))
+        })?;
+        let mem = Arc::new(DeviceMem {
+            ptr,
+            bytes: size,
+            ctx: self.dev.ctx.clone(),
+        });
+        self.generation.set(self.generation.get() + 1);
+        // SAFETY: zeroes the allocation just made.
+        unsafe { result::memset_d8_async(ptr, 0, size as usize, self.stream.cu_stream()) }
+            .map_err(driver)?;
+        Ok(mem)
+    }
+
+    /// Scratch of at least `bytes` for `what`, kept for later ops.
+    fn scratch(&mut self, what: &'static str, bytes: u64) -> Result<u64, BackendError> {
+        if let Some(m) = self.scratch.get(what) {
+            if m.bytes >= bytes {
+                return Ok(m.ptr);
+            }
+        }
+        let mem = self.malloc(bytes.next_power_of_two(), what)?;
+        let ptr = mem.ptr;
+        self.scratch.insert(what, mem);
+        Ok(ptr)
+    }
+
+    /// Queues kernel `name` on the stream.
+    fn launch(
+        &mut self,
+        name: &str,
+        grid: (u32, u32, u32),
+        block: u32,
+        args: &[Arg],
+    ) -> Result<(), BackendError> {
+        if !self.kernels.functions.contains_key(name) {
+            let f = self
+                .kernels
+                .modules
+                .iter()
+                .find_map(|m| m.load_function(name).ok())
+                .ok_or_else(|| {
+                    BackendError::from_device(CudaError::Driver(format!(
+                        "no kernel {name} in the loaded modules"
+                    )))
+                })?;
+            self.kernels.functions.insert(name.to_string(), f);
+        }
+        let f = &self.kernels.functions[name];
+        let mut values: Vec<u64> = args
+            .iter()
+            .map(|a| match *a {
+                Arg::P(p) => p,
+                Arg::U(u) => u64::from(u),
+                Arg::F(f) => u64::from(f.to_bits()),
+            })
+            .collect();
+        let mut params: Vec<*mut c_void> = values
+            .iter_mut()
+            .map(|v| (v as *mut u64).cast::<c_void>())
+            .collect();
+        self.bind()?;
+        // SAFETY: the arguments are those the kernel declares, in order
+        // (pointers as 8 bytes, u32 / f32 as the low 4 bytes of a
+        // little-endian slot), and the buffers they point into are alive
+        // and large enough (checked by each op before its launch).
+        unsafe {
+            result::launch_kernel(
+                f.cu_function(),
+                grid,
+                (block, 1, 1),
+                0,
+                self.stream.cu_stream(),
+                &mut params,
+            )
+        }
+        .map_err(|e| driver(format!("{name}: {e:?}")))
+    }
+
+    /// A copy between device buffers, queued.
+    fn copy(&self, dst: u64, src: u64, bytes: u64) -> Result<(), BackendError> {
+        if dst == src || bytes == 0 {
+            return Ok(());
+        }
+        self.bind()?;
+        // SAFETY: both ranges lie in live buffers (checked by the caller).
+        unsafe { result::memcpy_dtod_async(dst, src, bytes as usize, self.stream.cu_stream()) }
+            .map_err(driver)
+    }
+
+    fn layout(&self, ty: GgmlType, rows: usize, cols: usize) -> Result<PackedLayout, BackendError> {
+        layout_of(ty, rows, cols)
+    }
+
+    fn elementwise(&mut self, name: &str, n: u64, args: &[Arg]) -> Result<(), BackendError> {
+        if n == 0 {
+            return Ok(());
+        }
+        self.launch(name, (blocks(n, ELEM_BLOCK), 1, 1), ELEM_BLOCK, args)
+    }
+
+    /// Quantizes `m` rows of `k` f32 values at `x` to int8 as the dot of
+    /// `ty` takes them (ggml's `vec_dot_type`: q8_K for the K-quants and
+    /// IQ4_XS, per 256 values; q8_0 / q8_1 rounding per 32 for the rest);
+    /// the address of the quants and of the scales.
+    fn quantize(
+        &mut self,
+        ty: GgmlType,
+        x: u64,
+        m: usize,
+        k: usize,
+    ) -> Result<(u64, u64), BackendError> {
+        let n = (m * k) as u64;
+        let per_256 = per_256(ty);
+        let (q_name, s_name) = if per_256 {
+            ("int8 activations (q8_K)", "int8 activation scales (q8_K)")
+        } else {
+            ("int8 activations", "int8 activation scales")
+        };
+        let xq = self.scratch(q_name, n)?;
+        let xs = self.scratch(s_name, n / 16 * 8)?;
+        if per_256 {
+            let nblocks = n / 256;
+            self.launch(
+                "quantize_q8_k",
+                (blocks(nblocks, 4), 1, 1),
+                128,
+                &[Arg::P(x), Arg::U(nblocks as u32), Arg::P(xq), Arg::P(xs)],
+            )?;
+        } else {
+            let nblocks = n / 32;
+            self.launch(
+                "quantize_q8",
+                (blocks(nblocks, 128), 1, 1),
+                128,
+                &[Arg::P(x), Arg::U(nblocks as u32), Arg::P(xq), Arg::P(xs)],
+            )?;
+        }
+        Ok((xq, xs))
+    }
+
+    /// `y[t, ..n] = x[t, :] · Wᵀ` for `m` tokens, `y` rows `y_stride` apart.
+    #[allow(clippy::too_many_arguments)]
+    fn product(
+        &mut self,
+        ty: GgmlType,
+        w: &CudaBuffer,
+        n: usize,
+        k: usize,
+        x: u64,
+        quantized: Option<(u64, u64)>,
+        y: u64,
+        m: usize,
+    ) -> Result<(), BackendError> {
+        let layout = self.layout(ty, n, k)?;
+        if w.len < layout.bytes {
+            return Err(BackendError::Shape(format!(
+                "a {ty} weight of {n} x {k} needs {} bytes, its buffer has {}",
+                layout.bytes, w.len
+            )));
+        }
+        let fmt = format_name(ty).ok_or_else(|| BackendError::UnsupportedType {
+            tensor: format!("[{n}, {k}] weight"),
+            ty,
+            backend: NAME.into(),
+        })?;
+        let nt = tokens_per_launch(m);
+        let grid = (blocks(n as u64, MV_WARPS), blocks(m as u64, nt), 1);
+        let common = [
+            Arg::P(w.ptr()),
+            Arg::U(layout.row_words() as u32),
+            Arg::U(layout.blocks_per_row as u32),
+        ];
+        let tail = [
+            Arg::P(y),
+            Arg::U(n as u32),
+            Arg::U(k as u32),
+            Arg::U(m as u32),
+            Arg::U(n as u32),
+        ];
+        match quantized {
+            Some((xq, xs)) if m >= self.tile_tokens => {
+                let mut args = common.to_vec();
+                args.extend([Arg::P(xq), Arg::P(xs)]);
+                args.extend(tail);
+                let grid = (blocks(n as u64, MM_BN), blocks(m as u64, MM_BM), 1);
+                self.launch(&format!("mm_q8_{fmt}"), grid, 128, &args)
+            }
+            Some((xq, xs)) => {
+                let mut args = common.to_vec();
+                args.extend([Arg::P(xq), Arg::P(xs)]);
+                args.extend(tail);
+                self.launch(&format!("mv_q8_{fmt}_{nt}"), grid, MV_WARPS * 32, &args)
+            }
+            None => {
+                let mut args = common.to_vec();
+                args.push(Arg::P(x));
+                args.extend(tail);
+                self.launch(&format!("mv_f_{fmt}_{nt}"), grid, MV_WARPS * 32, &args)
+            }
+        }
+    }
+
+    fn matmul(&mut self, op: &Op, io: &OpIo<'_, CudaBuffer>) -> Result<(), BackendError> {
+        let Op::MatMul { ty, k, n, exact } = *op else {
+            return Err(BackendError::unsupported_op(&self.caps, op));
+        };
+        let x = nth(io.inputs, 0, op)?;
+        let w = nth(io.inputs, 1, op)?;
+        let y = nth(io.outputs, 0, op)?;
+        let m = (x.len / (4 * k as u64)) as usize;
+        if x.len % (4 * k as u64) != 0 || y.len < (m * n * 4) as u64 {
+            return Err(shape(op, format!("x of {} bytes, y of {}", x.len, y.len)));
+        }
+        if m == 0 {
+            return Ok(());
+        }
+        let q = if ty.is_quantized() && !exact {
+            Some(self.quantize(ty, x.ptr(), m, k)?)
+        } else {
+            None
+        };
+        self.product(ty, w, n, k, x.ptr(), q, y.ptr(), m)
+    }
+
+    fn fused_matmul(&mut self, op: &Op, io: &OpIo<'_, CudaBuffer>) -> Result<(), BackendError> {
+        let Op::FusedMatMul {
+            pre,
+            k,
+            ref parts,
+            exact,
+            rows,
+        } = *op
+        else {
+            return Err(BackendError::unsupported_op(&self.caps, op));
+        };
+        let (n_in, n_out) = pre.arity();
+        let bytes = (rows * k * 4) as u64;
+        // The prologue writes x (or x is input 0).
+        let x = match pre {
+            Prologue::None => {
+                let x = nth(io.inputs, 0, op)?;
+                if x.len < bytes {
+                    return Err(shape(op, format!("x of {} bytes", x.len)));
+                }
+                x.ptr()
+            }
+            Prologue::RmsNorm { eps } => {
+                let (a, w, x) = (
+                    nth(io.inputs, 0, op)?,
+                    nth(io.inputs, 1, op)?,
+                    nth(io.outputs, 0, op)?,
+                );
+                if a.len < bytes || x.len < bytes || w.len < (k * 4) as u64 {
+                    return Err(shape(op, "prologue buffers too small".into()));
+                }
+                self.launch(
+                    "rms_norm_f32",
+                    (rows as u32, 1, 1),
+                    ROW_BLOCK,
+                    &[
+                        Arg::P(a.ptr()),
+                        Arg::P(w.ptr()),
+                        Arg::P(x.ptr()),
+                        Arg::U(k as u32),
+                        Arg::F(eps),
+                    ],
+                )?;
+                x.ptr()
+            }
+            Prologue::AddRmsNorm { eps } => {
+                let (a, b, w) = (
+                    nth(io.inputs, 0, op)?,
+                    nth(io.inputs, 1, op)?,
+                    nth(io.inputs, 2, op)?,
+                );
+                let (s, x) = (nth(io.outputs, 0, op)?, nth(io.outputs, 1, op)?);
+                if a.len < bytes
+                    || b.len < bytes
+                    || s.len < bytes
+                    || x.len < bytes
+                    || w.len < (k * 4) as u64
+                {
+                    return Err(shape(op, "prologue buffers too small".into()));
+                }
+                self.launch(
+                    "add_rms_norm_f32",
+                    (rows as u32, 1, 1),
+                    ROW_BLOCK,
+                    &[
+                        Arg::P(a.ptr()),
+                        Arg::P(b.ptr()),
+                        Arg::P(w.ptr()),
+                        Arg::P(s.ptr()),
+                        Arg::P(x.ptr()),
+                        Arg::U(k as u32),
+                        Arg::F(eps),
+                    ],
+                )?;
+                x.ptr()
+            }
+            Prologue::Glu(act) => {
+                let (g, u, x) = (
+                    nth(io.inputs, 0, op)?,
+                    nth(io.inputs, 1, op)?,
+                    nth(io.outputs, 0, op)?,
+                );
+                if g.len < bytes || u.len < bytes || x.len < bytes {
+                    return Err(shape(op, "prologue buffers too small".into()));
+                }
+                let name = match act {
+                    Activation::Silu => "silu_mul_f32",
+                    Activation::GeluTanh => "gelu_mul_f32",
+                };
+                let n = (rows * k) as u64;
+                self.elementwise(
+                    name,
+                    n,
+                    &[
+                        Arg::P(g.ptr()),
+                        Arg::P(u.ptr()),
+                        Arg::P(x.ptr()),
+                        Arg::U(n as u32),
+                    ],
+                )?;
+                x.ptr()
+            }
+        };
+        if rows == 0 {
+            return Ok(());
+        }
+        // x quantized once for all products of each rounding (q8_K, q8_0).
+        let mut quantized: [Option<(u64, u64)>; 2] = [None, None];
+        for (i, &(ty, n)) in parts.iter().enumerate() {
+            let w = nth(io.inputs, n_in + i, op)?;
+            let y = nth(io.outputs, n_out + i, op)?;
+            if y.len < (rows * n * 4) as u64 {
+                return Err(shape(op, format!("product {i} of {} bytes", y.len)));
+            }
+            let q = if ty.is_quantized() && !exact {
+                let slot = usize::from(per_256(ty));
+                if quantized[slot].is_none() {
+                    quantized[slot] = Some(self.quantize(ty, x, rows, k)?);
+                }
+                quantized[slot]
+            } else {
+                None
+            };
+            self.product(ty, w, n, k, x, q, y.ptr(), rows)?;
+        }
+        Ok(())
+    }
+
+    fn get_rows(&mut self, op: &Op, io: &OpIo<'_, CudaBuffer>) -> Result<(), BackendError> {
+        let Op::GetRows { ty, width } = *op else {
+            return Err(BackendError::unsupported_op(&self.caps, op));
+        };
+        let (table, ids, out) = (
+            nth(io.inputs, 0, op)?,
+            nth(io.inputs, 1, op)?,
+            nth(io.outputs, 0, op)?,
+        );
+        let tokens = (ids.len / 4) as usize;
+        if out.len < (tokens * width * 4) as u64 {
+            return Err(shape(op, format!("{tokens} ids into {} bytes", out.len)));
+        }
+        if tokens == 0 {
+            return Ok(());
+        }
+        let layout = self.layout(ty, 1, width)?;
+        let fmt = format_name(ty).ok_or_else(|| BackendError::unsupported_op(&self.caps, op))?;
+        // The kernel trusts the ids: the tokenizer and the engine check
+        // them against the vocabulary before a step is made.
+        let groups = (width / 8) as u64;
+        self.launch(
+            &format!("get_rows_{fmt}"),
+            (blocks(groups, 128), tokens as u32, 1),
+            128,
+            &[
+                Arg::P(table.ptr()),
+                Arg::U(layout.row_words() as u32),
+                Arg::U(layout.blocks_per_row as u32),
+                Arg::P(ids.ptr()),
+                Arg::P(out.ptr()),
+                Arg::U(width as u32),
+            ],
+        )
+    }
+
+    fn rope(
+        &mut self,
+        spec: RopeSpec,
+        x: &CudaBuffer,
+        pos: &CudaBuffer,
+        ff: Option<&CudaBuffer>,
+        out: &CudaBuffer,
+    ) -> Result<(), BackendError> {
+        let rows = (pos.len / 4) as usize;
+        let RopeSpec {
+            mode,
+            head_dim,
+            n_rot,
+            base,
+            scale,
+        } = spec;
+        if rows == 0 {
+            return Ok(());
+        }
+        if head_dim == 0 || !x.len.is_multiple_of((rows * head_dim * 4) as u64) || out.len < x.len {
+            return Err(BackendError::Shape(format!(
+                "RoPE of {} bytes over {rows} positions and heads of {head_dim}",
+                x.len
+            )));
+        }
+        let heads = (x.len / (rows * head_dim * 4) as u64) as usize;
+        let rotates = n_rot >= 2 && n_rot <= head_dim;
+        if !rotates {
+            return self.copy(out.ptr(), x.ptr(), x.len);
+        }
+        let theta_scale = base.powf(-2.0 / n_rot as f32);
+        let n = (rows * heads * head_dim / 2) as u64;
+        self.elementwise(
+            "rope_f32",
+            n,
+            &[
+                Arg::P(x.ptr()),
+                Arg::P(pos.ptr()),
+                Arg::P(ff.map_or(0, CudaBuffer::ptr)),
+                Arg::P(out.ptr()),
+                Arg::U(heads as u32),
+                Arg::U(head_dim as u32),
+                Arg::U(n_rot as u32),
+                Arg::F(theta_scale),
+                Arg::F(scale),
+                Arg::U(match mode {
+                    RopeMode::Norm => 0,
+                    RopeMode::Neox => 1,
+                }),
+                Arg::U(rows as u32),
+            ],
+        )
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn kv_write(
+        &mut self,
+        k: &CudaBuffer,
+        v: &CudaBuffer,
+        slots: &CudaBuffer,
+        kc: &CudaBuffer,
+        vc: &CudaBuffer,
+        k_width: usize,
+        v_width: usize,
+        dtype: KvType,
+    ) -> Result<(), BackendError> {
+        let rows = (slots.len / 4) as usize;
+        if k.len < (rows * k_width * 4) as u64 || v.len < (rows * v_width * 4) as u64 {
+            return Err(BackendError::Shape(format!(
+                "K/V write of {rows} rows from {} / {} bytes",
+                k.len, v.len
+            )));
+        }
+        // Slots past the cache would write outside it; the scheduler hands
+        // out slots of its blocks only, and the kernel trusts them.
+        let n = (rows * k_width.max(v_width)) as u64;
+        self.elementwise(
+            "kv_write",
+            n,
+            &[
+                Arg::P(k.ptr()),
+                Arg::P(v.ptr()),
+                Arg::P(slots.ptr()),
+                Arg::P(kc.ptr()),
+                Arg::P(vc.ptr()),
+                Arg::U(k_width as u32),
+                Arg::U(v_width as u32),
+                Arg::U(rows as u32),
+                Arg::U(u32::from(dtype == KvType::F16)),
+            ],
+        )
+    }
+
+    fn attention(&mut self, op: &Op, io: &OpIo<'_, CudaBuffer>) -> Result<(), BackendError> {
+        let Op::PagedAttention {
+            n_head,
+            n_head_kv,
+            head_dim_k,
+            head_dim_v,
+            scale,
+            window,
+            softcap,
+            block_size,
+            dtype,
+            ..
+        } = *op
+        else {
+            return Err(BackendError::unsupported_op(&self.caps, op));
+        };
+        let q = nth(io.inputs, 0, op)?;
+        let (kc, vc) = (nth(io.inputs, 1, op)?, nth(io.inputs, 2, op)?);
+        let (seqs, tables) = (nth(io.inputs, 3, op)?, nth(io.inputs, 4, op)?);
+        let out = nth(io.outputs, 0, op)?;
+        let rows = (q.len / (4 * (n_head * head_dim_k) as u64)) as usize;
+        if out.len < (rows * n_head * head_dim_v * 4) as u64 {
+            return Err(shape(op, format!("{rows} rows into {} bytes", out.len)));
+        }
+        if rows == 0 {
+            return Ok(());
+        }
+        self.launch(
+            "paged_attention",
+            (n_head as u32, rows as u32, 1),
+            ATT_WARPS * 32,
+            &[
+                Arg::P(q.ptr()),
+                Arg::P(kc.ptr()),
+                Arg::P(vc.ptr()),
+                Arg::P(seqs.ptr()),
+                Arg::U((seqs.len / 16) as u32),
+                Arg::P(tables.ptr()),
+                Arg::P(out.ptr()),
+                Arg::U(n_head as u32),
+                Arg::U(n_head_kv as u32),
+                Arg::U(head_dim_k as u32),
+                Arg::U(head_dim_v as u32),
+                Arg::F(scale),
+                Arg::U(window.unwrap_or(0) as u32),
+                Arg::F(softcap.unwrap_or(0.0)),
+                Arg::U(block_size as u32),
+                Arg::U(u32::from(dtype == KvType::F16)),
+            ],
+        )
+    }
+
+    fn moe_experts(&mut self, op: &Op, io: &OpIo<'_, CudaBuffer>) -> Result<(), BackendError> {
+        let Op::MoeExperts {
+            n_expert,
+            k,
+            n_embd,
+            n_ff,
+            act,
+            tys,
+            ..
+        } = *op
+        else {
+            return Err(BackendError::unsupported_op(&self.caps, op));
+        };
+        let x = nth(io.inputs, 0, op)?;
+        let (ids, wts) = (nth(io.inputs, 1, op)?, nth(io.inputs, 2, op)?);
+        let out = nth(io.outputs, 0, op)?;
+        let tokens = (x.len / (4 * n_embd as u64)) as usize;
+        let pairs = tokens * k;
+        if ids.len < (pairs * 4) as u64 || wts.len < (pairs * 4) as u64 || out.len < x.len {
+            return Err(shape(
+                op,
+                format!("{tokens} tokens, ids of {} bytes", ids.len),
+            ));
+        }
+        if pairs == 0 {
+            return Ok(());
+        }
+        let gate_up = (pairs * n_ff * 4) as u64;
+        let hg = self.scratch("expert gate", gate_up)?;
+        let hu = self.scratch("expert up", gate_up)?;
+        let yd = self.scratch("expert down", (pairs * n_embd * 4) as u64)?;
+        let expert =
+            |b: &mut Self, i: usize, x: u64, x_div: usize, y: u64, n: usize, cols: usize| {
+                let w = nth(io.inputs, 3 + i, op)?;
+                let layout = b.layout(tys[i], n_expert * n, cols)?;
+                if w.len < layout.bytes {
+                    return Err(shape(op, format!("expert weight {i} of {} bytes", w.len)));
+                }
+                let fmt =
+                    format_name(tys[i]).ok_or_else(|| BackendError::unsupported_op(&b.caps, op))?;
+                b.launch(
+                    &format!("moe_mv_{fmt}"),
+                    (blocks(n as u64, MV_WARPS), pairs as u32, 1),
+                    MV_WARPS * 32,
+                    &[
+                        Arg::P(w.ptr()),
+                        Arg::U(layout.row_words() as u32),
+                        Arg::U(layout.blocks_per_row as u32),
+                        Arg::P(x),
+                        Arg::P(ids.ptr()),
+                        Arg::U(x_div as u32),
+                        Arg::P(y),
+                        Arg::U(n as u32),
+                        Arg::U(cols as u32),
+                        Arg::U(n_expert as u32),
+                    ],
+                )
+            };
+        expert(self, 0, x.ptr(), k, hg, n_ff, n_embd)?;
+        expert(self, 1, x.ptr(), k, hu, n_ff, n_embd)?;
+        let glu = match act {
+            Activation::Silu => "silu_mul_f32",
+            Activation::GeluTanh => "gelu_mul_f32",
+        };
+        let n = (pairs * n_ff) as u64;
+        self.elementwise(
+            glu,
+            n,
+            &[Arg::P(hg), Arg::P(hu), Arg::P(hg), Arg::U(n as u32)],
+        )?;
+        expert(self, 2, hg, 1, yd, n_embd, n_ff)?;
+        let total = (tokens * n_embd) as u64;
+        self.elementwise(
+            "moe_combine",
+            total,
+            &[
+                Arg::P(yd),
+                Arg::P(wts.ptr()),
+                Arg::P(out.ptr()),
+                Arg::U(n_embd as u32),
+                Arg::U(k as u32),
+                Arg::U(total as u32),
+            ],
+        )
+    }
+
+    fn record_op(&mut self, op: &Op, io: &OpIo<'_, CudaBuffer>) -> Result<(), BackendError> {
+        let input = |i: usize| nth(io.inputs, i, op);
+        let output = |i: usize| nth(io.outputs, i, op);
+        let f32s = |b: &CudaBuffer| b.len / 4;
+        match *op {
+            Op::GetRows { .. } => self.get_rows(op, io),
+            Op::MatMul { .. } => self.matmul(op, io),
+            Op::FusedMatMul { .. } => self.fused_matmul(op, io),
+            Op::RmsNorm { width, eps } => {
+                let (x, w, y) = (input(0)?, input(1)?, output(0)?);
+                let rows = f32s(x) / width.max(1) as u64;
+                if width == 0 || y.len < x.len || w.len < (width * 4) as u64 {
+                    return Err(shape(op, format!("x of {} bytes", x.len)));
+                }
+                if rows == 0 {
+                    return Ok(());
+                }
+                self.launch(
+                    "rms_norm_f32",
+                    (rows as u32, 1, 1),
+                    ROW_BLOCK,
+                    &[
+                        Arg::P(x.ptr()),
+                        Arg::P(w.ptr()),
+                        Arg::P(y.ptr()),
+                        Arg::U(width as u32),
+                        Arg::F(eps),
+                    ],
+                )
+            }
+            Op::Rope { .. } => {
+                let spec =
+                    RopeSpec::of(op).ok_or_else(|| BackendError::unsupported_op(&self.caps, op))?;
+                let ff = io.inputs.get(2).copied();
+                self.rope(spec, input(0)?, input(1)?, ff, output(0)?)
+            }
+            Op::Add | Op::Mul | Op::SiluMul | Op::GeluTanhMul => {
+                let (x, y, out) = (input(0)?, input(1)?, output(0)?);
+                if y.len < x.len || out.len < x.len {
+                    return Err(shape(
+                        op,
+                        format!("{} / {} / {} bytes", x.len, y.len, out.len),
+                    ));
+                }
+                let name = match op {
+                    Op::Add => "add_f32",
+                    Op::Mul => "mul_f32",
+                    Op::SiluMul => "silu_mul_f32",
+                    _ => "gelu_mul_f32",
+                };
+                let n = f32s(x);
+                self.elementwise(
+                    name,
+                    n,
+                    &[
+                        Arg::P(x.ptr()),
+                        Arg::P(y.ptr()),
+                        Arg::P(out.ptr()),
+                        Arg::U(n as u32),
+                    ],
+                )
+            }
+            Op::Scale(s) | Op::LogitSoftcap(s) => {
+                let (x, out) = (input(0)?, output(0)?);
+                if out.len < x.len {
+                    return Err(shape(op, format!("{} bytes into {}", x.len, out.len)));
+                }
+                let name = if matches!(op, Op::Scale(_)) {
+                    "scale_f32"
+                } else {
+                    "softcap_f32"
+                };
+                let n = f32s(x);
+                self.elementwise(
+                    name,
+                    n,
+                    &[
+                        Arg::P(x.ptr()),
+                        Arg::P(out.ptr()),
+                        Arg::F(s),
+                        Arg::U(n as u32),
+                    ],
+                )
+            }
+            Op::BiasAdd => {
+                let (x, bias, out) = (input(0)?, input(1)?, output(0)?);
+                let width = f32s(bias);
+                if width == 0 || f32s(x) % width != 0 || out.len < x.len {
+                    return Err(shape(
+                        op,
+                        format!("x of {} bytes, bias of {}", x.len, bias.len),
+                    ));
+                }
+                let n = f32s(x);
+                self.elementwise(
+                    "bias_add_f32",
+                    n,
+                    &[
+                        Arg::P(x.ptr()),
+                        Arg::P(bias.ptr()),
+                        Arg::P(out.ptr()),
+                        Arg::U(width as u32),
+                        Arg::U(n as u32),
+                    ],
+                )
+            }
+            Op::Softmax { width } => {
+                let (x, out) = (input(0)?, output(0)?);
+                let rows = f32s(x) / width.max(1) as u64;
+                if width == 0 || out.len < x.len {
+                    return Err(shape(op, format!("x of {} bytes", x.len)));
+                }
+                if rows == 0 {
+                    return Ok(());
+                }
+                self.launch(
+                    "softmax_f32",
+                    (rows as u32, 1, 1),
+                    ROW_BLOCK,
+                    &[Arg::P(x.ptr()), Arg::P(out.ptr()), Arg::U(width as u32)],
+                )
+            }
+            Op::KvWrite {
+                k_width,
+                v_width,
+                dtype,
+                ..
+            } => self.kv_write(
+                input(0)?,
+                input(1)?,
+                input(2)?,
+                output(0)?,
+                output(1)?,
+                k_width,
+                v_width,
+                dtype,
+            ),
+            Op::RopeKvWrite {
+                rope,
+                k_width,
+                v_width,
+                dtype,
+                ..
+            } => {
+                let (q, k, v, pos, slots) = (input(0)?, input(1)?, input(2)?, input(3)?, input(4)?);
+                let ff = io.inputs.get(5).copied();
+                let (qo, ko, kc, vc) = (output(0)?, output(1)?, output(2)?, output(3)?);
+                self.rope(rope, q, pos, ff, qo)?;
+                self.rope(rope, k, pos, ff, ko)?;
+                self.kv_write(ko, v, slots, kc, vc, k_width, v_width, dtype)
+            }
+            Op::PagedAttention { .. } => self.attention(op, io),
+            Op::MoeTopK { n_expert, k } => {
+                let (logits, ids, wts) = (input(0)?, output(0)?, output(1)?);
+                let tokens = f32s(logits) / n_expert.max(1) as u64;
+                if n_expert == 0
+                    || k == 0
+                    || k > n_expert
+                    || ids.len < tokens * k as u64 * 4
+                    || wts.len < tokens * k as u64 * 4
+                {
+                    return Err(shape(op, format!("{} bytes of logits", logits.len)));
+                }
+                if tokens == 0 {
+                    return Ok(());
+                }
+                self.elementwise(
+                    "moe_top_k",
+                    tokens,
+                    &[
+                        Arg::P(logits.ptr()),
+                        Arg::P(ids.ptr()),
+                        Arg::P(wts.ptr()),
+                        Arg::U(n_expert as u32),
+                        Arg::U(k as u32),
+                        Arg::U(tokens as u32),
+                    ],
+                )
+            }
+            Op::MoeExperts { .. } => self.moe_experts(op, io),
+            Op::Argmax { width } => {
+                let (x, out) = (input(0)?, output(0)?);
+                let rows = f32s(x) / width.max(1) as u64;
+                if width == 0 || out.len < rows * 4 {
+                    return Err(shape(op, format!("x of {} bytes", x.len)));
+                }
+                if rows == 0 {
+                    return Ok(());
+                }
+                self.launch(
+                    "argmax_f32",
+                    (rows as u32, 1, 1),
+                    ROW_BLOCK,
+                    &[Arg::P(x.ptr()), Arg::P(out.ptr()), Arg::U(width as u32)],
+                )
+            }
+            Op::TopK { width, k } => {
+                let (x, out) = (input(0)?, output(0)?);
+                let rows = f32s(x) / width.max(1) as u64;
+                if width == 0
+                    || k == 0
+                    || k > MAX_TOP_K
+                    || k > width
+                    || out.len < rows * k as u64 * 8
+                {
+                    return Err(shape(op, format!("x of {} bytes", x.len)));
+                }
+                if rows == 0 {
+                    return Ok(());
+                }
+                self.launch(
+                    "top_k_f32",
+                    (rows as u32, 1, 1),
+                    ROW_BLOCK,
+                    &[
+                        Arg::P(x.ptr()),
+                        Arg::P(out.ptr()),
+                        Arg::U(width as u32),
+                        Arg::U(k as u32),
+                    ],
+                )
+            }
+        }
+    }
+
+    fn download_now(&self, src: &CudaBuffer, range: Range<u64>) -> Result<Vec<u8>, BackendError> {
+        if range.start > range.end || range.end > src.len {
+            return Err(BackendError::OutOfBounds {
+                range,
+                len: src.len,
+            });
+        }
+        self.stream.synchronize().map_err(driver)?;
+        let mut out = vec![0u8; (range.end - range.start) as usize];
+        if !out.is_empty() {
+            self.bind()?;
+            // SAFETY: the range lies in the buffer (checked above) and the
+            // stream's work on it is done.
+            unsafe { result::memcpy_dtoh_sync(&mut out, src.ptr() + range.start) }
+                .map_err(driver)?;
+        }
+        Ok(out)
+    }
+}
+
+impl Backend for CudaBackend {
+    type Buffer = CudaBuffer;
+
+    fn caps(&self) -> &Caps {
+        &self.caps
+    }
+
+    fn alloc(&self, bytes: u64, kind: BufKind) -> Result<CudaBuffer, BackendError> {
+        let what = match kind {
+            BufKind::Weights => "weights",
+            BufKind::Activations => "activations",
+            BufKind::KvCache => "the K/V cache",
+            BufKind::Readback => "results",
+        };
+        Ok(CudaBuffer {
+            mem: self.malloc(bytes, what)?,
+            offset: 0,
+            len: bytes,
+        })
+    }
+
+    fn upload(&self, dst: &CudaBuffer, offset: u64, src: &[u8]) -> Result<(), BackendError> {
+        let end = offset + src.len() as u64;
+        if end > dst.len {
+            return Err(BackendError::OutOfBounds {
+                range: offset..end,
+                len: dst.len,
+            });
+        }
+        if src.is_empty() {
+            return Ok(());
+        }
+        self.bind()?;
+        // SAFETY: the range lies in the buffer (checked above); from pageable
+        // host memory the call returns once `src` is staged, so it may go.
+        unsafe { result::memcpy_htod_async(dst.ptr() + offset, src, self.stream.cu_stream()) }
+            .map_err(driver)
+    }
+
+    fn weight_bytes(&self, ty: GgmlType, cols: usize, rows: usize) -> u64 {
+        match self.layout(ty, rows, cols) {
+            Ok(l) => l.bytes,
+            Err(_) => (cols / ty.block_elems().max(1) * ty.block_bytes() * rows) as u64,
+        }
+    }
+
+    fn upload_weight_rows(
+        &self,
+        dst: &CudaBuffer,
+        ty: GgmlType,
+        cols: usize,
+        first_row: usize,
+        src: &[u8],
+    ) -> Result<(), BackendError> {
+        let row_bytes = cols / ty.block_elems().max(1) * ty.block_bytes();
+        if row_bytes == 0 || !src.len().is_multiple_of(row_bytes) {
+            return Err(BackendError::Shape(format!(
+                "{} bytes of a {ty} weight are not whole rows of {cols} values",
+                src.len()
+            )));
+        }
+        let rows = src.len() / row_bytes;
+        let layout = self.layout(ty, rows, cols)?;
+        let mut packed = Vec::with_capacity(layout.bytes as usize);
+        let mut rp = Repacker::for_layout(layout)?;
+        rp.push_rows(src, &mut packed)?;
+        rp.finish()?;
+        self.upload(dst, first_row as u64 * layout.row_bytes, &packed)?;
+        // The staging copy of pageable memory may still be in flight
+        // inside the driver: keep the loader's memory bounded.
+        self.stream.synchronize().map_err(driver)
+    }
+
+    fn check_memory(&self, need: &MemoryNeed) -> Result<(), BackendError> {
+        self.bind()?;
+        let (free, total) = result::mem_get_info().map_err(driver)?;
+        if need.total() > free as u64 {
+            return Err(BackendError::from_device(CudaError::Driver(format!(
+                "the model needs {need}, and {} has {:.2} GiB free of {:.2} GiB; load a smaller model or a shorter context (--ctx)",
+                self.dev.name,
+                free as f64 / f64::from(1u32 << 30),
+                total as f64 / f64::from(1u32 << 30),
+            ))));
+        }
+        Ok(())
+    }
+
+    fn supports(&self, op: &Op) -> bool {
+        match *op {
+            Op::GetRows { ty, width } => weight_runs(ty, width),
+            Op::MatMul { ty, k, .. } => weight_runs(ty, k),
+            Op::FusedMatMul { k, ref parts, .. } => parts.iter().all(|&(ty, _)| weight_runs(ty, k)),
+            Op::MoeExperts {
+                tys, n_embd, n_ff, ..
+            } => {
+                weight_runs(tys[0], n_embd)
+                    && weight_runs(tys[1], n_embd)
+                    && weight_runs(tys[2], n_ff)
+            }
+            Op::PagedAttention {
+                n_head,
+                n_head_kv,
+                head_dim_k,
+                head_dim_v,
+                ..
+            } => {
+                n_head_kv > 0
+                    && n_head % n_head_kv == 0
+                    && head_dim_k <= ATT_MAX_DIM
+                    && head_dim_v <= ATT_MAX_DIM
+            }
+            Op::Rope { head_dim, .. } => head_dim % 2 == 0,
+            Op::RopeKvWrite { rope, .. } => rope.head_dim % 2 == 0,
+            Op::TopK { k, width } => (1..=MAX_TOP_K).contains(&k) && k <= width,
+            _ => true,
+        }
+    }
+
+    fn record(&mut self, op: &Op, io: &OpIo<'_, CudaBuffer>) -> Result<(), BackendError> {
+        if !self.supports(op) {
+            return Err(BackendError::unsupported_op(&self.caps, op));
+        }
+        self.record_op(op, io)
+    }
+
+    fn submit(&mut self) -> Result<(), BackendError> {
+        // Work is queued as it is recorded; a submission is a point the
+        // host may wait at, not a flush.
+        Ok(())
+    }
+
+    fn step_buffers(&mut self, sizes: &[u64]) -> Result<Vec<CudaBuffer>, BackendError> {
+        let mut out = Vec::with_capacity(sizes.len());
+        for (i, &bytes) in sizes.iter().enumerate() {
+            if self.pool.get(i).is_none_or(|m| m.bytes < bytes) {
+                let mem = self.malloc(bytes.next_power_of_two().max(256), "activations")?;
+                if i < self.pool.len() {
+                    self.pool[i] = mem;
+                } else {
+                    self.pool.push(mem);
+                }
+            }
+            out.push(CudaBuffer {
+                mem: self.pool[i].clone(),
+                offset: 0,
+                len: bytes,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Whole plans as CUDA graphs where they have no host stops (see
+    /// [`crate::graphs`]), else op by op.
+    // The trait's signature (`impl Future` without `Send`), kept as written.
+    #[allow(clippy::manual_async_fn)]
+    fn run_plan(
+        &mut self,
+        plan: &Plan,
+        inputs: &StepInputs,
+        held: &Held<'_, CudaBuffer>,
+        host: &mut dyn HostSync,
+    ) -> impl Future<Output = Result<Vec<u8>, BackendError>> {
+        async move {
+            if self.use_graphs && plan.syncs.is_empty() {
+                self.run_graph(plan, inputs, held).await
+            } else {
+                hearth::graph::plan::execute(self, plan, inputs, held, host).await
+            }
+        }
+    }
+
+    fn download(
+        &self,
+        src: &CudaBuffer,
+        range: Range<u64>,
+    ) -> impl Future<Output = Result<Vec<u8>, BackendError>> {
+        std::future::ready(self.download_now(src, range))
+    }
+}

@@ -1,0 +1,533 @@
+//! Every op of the CUDA backend against the CPU backend (and the scalar
+//! references) on fresh random inputs: element and row ops, RoPE, the K/V
+//! write and paged attention, the MoE router and expert FFNs, argmax and
+//! top-k, and the matrix products and embedding lookup of all 15 weight
+//! formats (int8 activations and exact mode), apart and fused.
+//!
+//! Without a CUDA device each test prints why and checks nothing, unless
+//! `HEARTH_REQUIRE_CUDA=1` (what `scripts/cuda-test.sh device` sets).
+
+#[allow(dead_code)]
+#[path = "../../../tests/model_support"]
+mod model_support {
+    pub mod rng;
+}
+#[path = "../../../tests/op_cases/mod.rs"]
+mod op_cases;
+
+use hearth::backend::cpu::CpuBackend;
+use hearth::backend::{Backend, BufKind};
+use hearth::graph::{Activation, KvType, Op, Prologue, RopeMode, NON_FINITE_ROW};
+use hearth::quant::{reference, GgmlType, WEIGHT_TYPES};
+use hearth_cuda::CudaBackend;
+use model_support::rng::Rng;
+use op_cases::*;
+
+fn cuda() -> Option<CudaBackend> {
+    match CudaBackend::new(0) {
+        Ok(b) => Some(b),
+        Err(e) if std::env::var("HEARTH_REQUIRE_CUDA").is_ok_and(|v| v == "1") => {
+            panic!("HEARTH_REQUIRE_CUDA=1 but {e}")
+        }
+        Err(e) => {
+            eprintln!("CUDA test not run: {e} (set HEARTH_REQUIRE_CUDA=1 to make this fail)");
+            None
+        }
+    }
+}
+
+/// A seed fresh for each run, printed with every failure.
+fn seed() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(1, |d| d.as_nanos() as u64)
+}
+
+/// `case` on the CPU and on `g`: (cpu, cuda) outputs.
+fn both(g: &mut CudaBackend, case: &Case) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
+    let mut cpu = CpuBackend::new(1);
+    (run(&mut cpu, case), run(g, case))
+}
+
+fn check(g: &mut CudaBackend, name: &str, case: &Case, tol: f32, seed: u64) {
+    let (cpu, gpu) = both(g, case);
+    for (i, (c, w)) in cpu.iter().zip(&gpu).enumerate() {
+        let err = rel_err(&as_f32(w), &as_f32(c));
+        println!("{name} output {i}: relative error {err:.2e}");
+        assert!(
+            err <= tol,
+            "{name} output {i}: error {err} > {tol} (seed {seed:#x})"
+        );
+    }
+}
+
+fn unary(op: Op, x: Vec<f32>) -> Case {
+    let n = x.len();
+    Case {
+        bufs: vec![f32_buf(&x), zeros(n * 4, BufKind::Activations)],
+        steps: vec![(op, vec![0], vec![1])],
+        read: vec![1],
+    }
+}
+
+fn binary(op: Op, x: Vec<f32>, y: Vec<f32>) -> Case {
+    let n = x.len();
+    Case {
+        bufs: vec![f32_buf(&x), f32_buf(&y), zeros(n * 4, BufKind::Activations)],
+        steps: vec![(op, vec![0, 1], vec![2])],
+        read: vec![2],
+    }
+}
+
+#[test]
+fn element_and_row_ops_match_cpu() {
+    let Some(mut g) = cuda() else { return };
+    let s = seed();
+    let mut r = Rng::new(s);
+    let n = 3001;
+    for (name, op) in [
+        ("add", Op::Add),
+        ("mul", Op::Mul),
+        ("silu_mul", Op::SiluMul),
+        ("gelu_mul", Op::GeluTanhMul),
+    ] {
+        let case = binary(op, r.normals(n, 3.0), r.normals(n, 1.0));
+        check(&mut g, name, &case, 1e-5, s);
+    }
+    check(
+        &mut g,
+        "scale",
+        &unary(Op::Scale(0.37), r.normals(n, 1.0)),
+        1e-6,
+        s,
+    );
+    check(
+        &mut g,
+        "softcap",
+        &unary(Op::LogitSoftcap(30.0), r.normals(n, 40.0)),
+        1e-5,
+        s,
+    );
+    let case = Case {
+        bufs: vec![
+            f32_buf(&r.normals(7 * 96, 1.0)),
+            f32_buf(&r.normals(96, 1.0)),
+            zeros(7 * 96 * 4, BufKind::Activations),
+        ],
+        steps: vec![(Op::BiasAdd, vec![0, 1], vec![2])],
+        read: vec![2],
+    };
+    check(&mut g, "bias_add", &case, 1e-6, s);
+    for width in [16, 300, 1024, 2053, 4096] {
+        let rows = 5;
+        let case = Case {
+            bufs: vec![
+                f32_buf(&r.normals(rows * width, 2.0)),
+                f32_buf(&r.normals(width, 1.0)),
+                zeros(rows * width * 4, BufKind::Activations),
+            ],
+            steps: vec![(Op::RmsNorm { width, eps: 1e-5 }, vec![0, 1], vec![2])],
+            read: vec![2],
+        };
+        check(&mut g, &format!("rms_norm w{width}"), &case, 1e-5, s);
+        let case = unary(Op::Softmax { width }, r.normals(rows * width, 3.0));
+        check(&mut g, &format!("softmax w{width}"), &case, 1e-5, s);
+    }
+}
+
+#[test]
+fn rope_matches_cpu() {
+    let Some(mut g) = cuda() else { return };
+    let s = seed();
+    let mut r = Rng::new(s);
+    let (tokens, heads, head_dim) = (5, 3, 64);
+    for mode in [RopeMode::Norm, RopeMode::Neox] {
+        for (n_rot, factors, scale) in [(64, false, 1.0), (32, true, 0.5)] {
+            let pos: Vec<u32> = (0..tokens).map(|_| r.below(600) as u32).collect();
+            let mut bufs = vec![
+                f32_buf(&r.normals(tokens * heads * head_dim, 1.0)),
+                u32_buf(&pos),
+                zeros(tokens * heads * head_dim * 4, BufKind::Activations),
+            ];
+            let mut ins = vec![0, 1];
+            if factors {
+                let f: Vec<f32> = (0..n_rot / 2).map(|_| 1.0 + 3.0 * r.uniform()).collect();
+                bufs.push(f32_buf(&f));
+                ins.push(3);
+            }
+            let op = Op::Rope {
+                mode,
+                head_dim,
+                n_rot,
+                base: 10000.0,
+                scale,
+            };
+            let case = Case {
+                bufs,
+                steps: vec![(op, ins, vec![2])],
+                read: vec![2],
+            };
+            // Angles up to ~600 rad: sin/cos of large arguments differ by a few ulps.
+            check(
+                &mut g,
+                &format!("rope {mode:?} n_rot {n_rot}"),
+                &case,
+                2e-4,
+                s,
+            );
+        }
+    }
+}
+
+#[test]
+fn kv_write_and_paged_attention_match_cpu() {
+    let Some(mut g) = cuda() else { return };
+    let s = seed();
+    let mut r = Rng::new(s);
+    for dtype in [KvType::F32, KvType::F16] {
+        for (hk, hv, window, softcap) in [
+            (64, 64, None, None),
+            (128, 128, Some(5), None),
+            (256, 256, None, Some(50.0)),
+            (32, 80, Some(9), Some(2.0)),
+        ] {
+            let case = attention_case(&mut r, dtype, hk, hv, window, softcap);
+            let name =
+                format!("attention {dtype:?} hk{hk} hv{hv} window {window:?} softcap {softcap:?}");
+            let (cpu, gpu) = both(&mut g, &case);
+            assert!(
+                cpu[1] == gpu[1] && cpu[2] == gpu[2],
+                "{name}: caches differ (seed {s:#x})"
+            );
+            let err = rel_err(&as_f32(&gpu[0]), &as_f32(&cpu[0]));
+            println!("{name}: relative error {err:.2e}");
+            assert!(err <= 1e-5, "{name}: error {err} (seed {s:#x})");
+        }
+    }
+}
+
+#[test]
+fn router_argmax_and_top_k_match_the_reference() {
+    let Some(mut g) = cuda() else { return };
+    let s = seed();
+    let mut r = Rng::new(s);
+    let (tokens, ne, k) = (9, 64, 8);
+    let case = Case {
+        bufs: vec![
+            f32_buf(&r.normals(tokens * ne, 2.0)),
+            zeros(tokens * k * 4, BufKind::Activations),
+            zeros(tokens * k * 4, BufKind::Activations),
+        ],
+        steps: vec![(Op::MoeTopK { n_expert: ne, k }, vec![0], vec![1, 2])],
+        read: vec![1, 2],
+    };
+    let (cpu, gpu) = both(&mut g, &case);
+    assert_eq!(cpu[0], gpu[0], "expert ids (seed {s:#x})");
+    assert!(
+        rel_err(&as_f32(&gpu[1]), &as_f32(&cpu[1])) < 1e-5,
+        "weights (seed {s:#x})"
+    );
+
+    for width in [1000, 128_256] {
+        let mut x = r.normals(5 * width, 1.0);
+        x[width + 17] = 9.0;
+        x[width + 400] = 9.0; // a tie: the lower index wins
+        x[3 * width + 999] = f32::NAN;
+        x[4 * width + 1] = f32::INFINITY;
+        let case = Case {
+            bufs: vec![f32_buf(&x), zeros(20, BufKind::Activations)],
+            steps: vec![(Op::Argmax { width }, vec![0], vec![1])],
+            read: vec![1],
+        };
+        let (_, gpu) = both(&mut g, &case);
+        let ids: Vec<u32> = as_f32(&gpu[0]).iter().map(|v| v.to_bits()).collect();
+        let want: Vec<u32> = x
+            .chunks(width)
+            .map(hearth::graph::reference::argmax_row)
+            .collect();
+        assert_eq!(ids, want, "argmax of {width} (seed {s:#x})");
+        assert_eq!(ids[1], 17);
+        assert_eq!(ids[3..], [NON_FINITE_ROW; 2]);
+    }
+
+    for (width, k) in [(1000, 40), (5003, 64), (70, 1), (64, 64), (128_256, 40)] {
+        let mut x = r.normals(4 * width, 1.0);
+        x[width + width / 2] = 10.0; // ties keep index order
+        x[width + 5] = 10.0;
+        x[width + 9] = 10.0;
+        x[2 * width + 3] = f32::NAN;
+        let case = Case {
+            bufs: vec![f32_buf(&x), zeros(4 * k * 8, BufKind::Activations)],
+            steps: vec![(Op::TopK { width, k }, vec![0], vec![1])],
+            read: vec![1],
+        };
+        let (_, gpu) = both(&mut g, &case);
+        let want: Vec<u32> = x
+            .chunks(width)
+            .flat_map(|row| hearth::graph::reference::top_k_row(row, k))
+            .flat_map(|(i, v)| [i, v.to_bits()])
+            .collect();
+        let got: Vec<u32> = as_f32(&gpu[0]).iter().map(|v| v.to_bits()).collect();
+        assert_eq!(got, want, "top-{k} of {width}-wide rows (seed {s:#x})");
+    }
+}
+
+/// Random rows quantized to `ty`, as GGUF blocks.
+fn quantized(ty: GgmlType, cols: usize, rows: usize, r: &mut Rng) -> Vec<u8> {
+    let x = r.normals(cols * rows, 1.0);
+    let mut out = Vec::new();
+    reference::quantize(ty, &x, &mut out).expect("quantize");
+    out
+}
+
+/// `x · Wᵀ` in f64 over the dequantized weights: what the int8 path approximates.
+fn exact_product(ty: GgmlType, w: &[u8], x: &[f32], k: usize, n: usize) -> Vec<f64> {
+    let mut wf = vec![0.0f32; n * k];
+    reference::dequantize(ty, w, &mut wf).expect("dequantize");
+    x.chunks(k)
+        .flat_map(|xr| {
+            wf.chunks(k)
+                .map(|wr| {
+                    wr.iter()
+                        .zip(xr)
+                        .map(|(&a, &b)| f64::from(a) * f64::from(b))
+                        .sum()
+                })
+                .collect::<Vec<f64>>()
+        })
+        .collect()
+}
+
+/// Root-mean-square error relative to the reference's RMS.
+fn nrmse(got: &[f32], want: &[f64]) -> f64 {
+    let (mut e, mut s) = (0.0, 0.0);
+    for (&g, &w) in got.iter().zip(want) {
+        e += (f64::from(g) - w).powi(2);
+        s += w * w;
+    }
+    (e / s.max(1e-30)).sqrt()
+}
+
+#[test]
+fn products_and_lookups_of_every_format_match_the_reference() {
+    let Some(mut g) = cuda() else { return };
+    let s = seed();
+    let mut r = Rng::new(s);
+    let (k, n) = (512, 72);
+    for ty in WEIGHT_TYPES {
+        let w = quantized(ty, k, n, &mut r);
+        // 16 and more run on the tensor-core tiles; 70 and 130 leave partial tiles.
+        for tokens in [1, 2, 3, 8, 13, 16, 70, 130] {
+            for exact in [false, true] {
+                let x = r.normals(tokens * k, 1.0);
+                let case = Case {
+                    bufs: vec![
+                        f32_buf(&x),
+                        weight_buf(&g, ty, k, &w),
+                        zeros(tokens * n * 4, BufKind::Activations),
+                    ],
+                    steps: vec![(Op::MatMul { ty, k, n, exact }, vec![0, 1], vec![2])],
+                    read: vec![2],
+                };
+                let got = as_f32(&run(&mut g, &case)[0]);
+                let want = exact_product(ty, &w, &x, k, n);
+                let err = nrmse(&got, &want);
+                // int8 activations: ~0.4% of each value (ggml's q8 errs alike).
+                let tol = if exact || !ty.is_quantized() {
+                    1e-5
+                } else {
+                    1.5e-2
+                };
+                println!("matmul {ty} t{tokens} exact {exact}: nrmse {err:.2e}");
+                assert!(
+                    err <= tol,
+                    "matmul {ty} t{tokens} exact {exact}: nrmse {err} > {tol} (seed {s:#x})"
+                );
+            }
+        }
+        let ids = [3u32, 0, 71, 3, 40];
+        let case = Case {
+            bufs: vec![
+                weight_buf(&g, ty, k, &w),
+                u32_buf(&ids),
+                zeros(ids.len() * k * 4, BufKind::Activations),
+            ],
+            steps: vec![(Op::GetRows { ty, width: k }, vec![0, 1], vec![2])],
+            read: vec![2],
+        };
+        let got = as_f32(&run(&mut g, &case)[0]);
+        let mut table = vec![0.0f32; n * k];
+        reference::dequantize(ty, &w, &mut table).expect("dequantize");
+        // Float formats bit for bit; quantized ones as a * q + b (fused),
+        // within rounding of the reference's (q - z) * d.
+        let tol = if ty.is_quantized() { 1e-6 } else { 0.0 };
+        for (t, &id) in ids.iter().enumerate() {
+            let want = &table[id as usize * k..][..k];
+            let err = rel_err(&got[t * k..][..k], want);
+            assert!(
+                err <= tol,
+                "get_rows {ty} row {id}: error {err} (seed {s:#x})"
+            );
+        }
+    }
+}
+
+#[test]
+fn fused_products_match_the_ops_apart() {
+    let Some(mut g) = cuda() else { return };
+    let s = seed();
+    let mut r = Rng::new(s);
+    let (k, rows) = (256, 3);
+    for ty in [GgmlType::Q4_K, GgmlType::Q8_0, GgmlType::F16] {
+        let (n1, n2) = (64, 96);
+        let w1 = quantized(ty, k, n1, &mut r);
+        let w2 = quantized(ty, k, n2, &mut r);
+        for pre in [
+            Prologue::None,
+            Prologue::RmsNorm { eps: 1e-6 },
+            Prologue::AddRmsNorm { eps: 1e-6 },
+            Prologue::Glu(Activation::Silu),
+            Prologue::Glu(Activation::GeluTanh),
+        ] {
+            let (n_in, n_out) = pre.arity();
+            let mut bufs = vec![f32_buf(&r.normals(rows * k, 1.0))];
+            match pre {
+                Prologue::None => {}
+                Prologue::RmsNorm { .. } => bufs.push(f32_buf(&r.normals(k, 1.0))),
+                Prologue::AddRmsNorm { .. } => {
+                    bufs.push(f32_buf(&r.normals(rows * k, 1.0)));
+                    bufs.push(f32_buf(&r.normals(k, 1.0)));
+                }
+                Prologue::Glu(_) => bufs.push(f32_buf(&r.normals(rows * k, 1.0))),
+            }
+            bufs.push(weight_buf(&g, ty, k, &w1));
+            bufs.push(weight_buf(&g, ty, k, &w2));
+            for _ in 0..n_out {
+                bufs.push(zeros(rows * k * 4, BufKind::Activations));
+            }
+            bufs.push(zeros(rows * n1 * 4, BufKind::Activations));
+            bufs.push(zeros(rows * n2 * 4, BufKind::Activations));
+            let op = Op::FusedMatMul {
+                pre,
+                k,
+                parts: vec![(ty, n1), (ty, n2)],
+                exact: false,
+                rows,
+            };
+            let ins: Vec<usize> = (0..n_in + 2).collect();
+            let outs: Vec<usize> = (n_in + 2..n_in + 4 + n_out).collect();
+            let fused = Case {
+                bufs,
+                steps: vec![(op.clone(), ins.clone(), outs.clone())],
+                read: outs.clone(),
+            };
+            // The same op expanded into the ops it stands for, on the CPU.
+            let mut cpu = CpuBackend::new(1);
+            let apart = Case {
+                bufs: fused
+                    .bufs
+                    .iter()
+                    .map(|b| Buf {
+                        init: b.init.clone(),
+                        bytes: match b.weight {
+                            Some((ty, cols)) => cpu.weight_bytes(
+                                ty,
+                                cols,
+                                b.init.len() / (cols / ty.block_elems() * ty.block_bytes()),
+                            ),
+                            None => b.bytes,
+                        },
+                        kind: b.kind,
+                        weight: b.weight,
+                    })
+                    .collect(),
+                steps: hearth::graph::fuse::expand(&op)
+                    .expect("a fused op")
+                    .into_iter()
+                    .map(|p| {
+                        let idx = |a: &hearth::graph::fuse::Arg| match *a {
+                            hearth::graph::fuse::Arg::In(i) => ins[i],
+                            hearth::graph::fuse::Arg::Out(i) => outs[i],
+                        };
+                        (
+                            p.op.clone(),
+                            p.inputs.iter().map(idx).collect(),
+                            p.outputs.iter().map(idx).collect(),
+                        )
+                    })
+                    .collect(),
+                read: outs.clone(),
+            };
+            let want = run(&mut cpu, &apart);
+            let got = run(&mut g, &fused);
+            for (i, (w, gt)) in want.iter().zip(&got).enumerate() {
+                let err = rel_err(&as_f32(gt), &as_f32(w));
+                // The CPU rounds F16 products' activations to f16; CUDA keeps f32.
+                let tol = if ty.is_quantized() { 3e-2 } else { 1e-3 };
+                println!("fused {pre:?} {ty} output {i}: relative error {err:.2e}");
+                assert!(
+                    err <= tol,
+                    "fused {pre:?} {ty} output {i}: {err} > {tol} (seed {s:#x})"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn moe_experts_match_cpu() {
+    let Some(mut g) = cuda() else { return };
+    let s = seed();
+    let mut r = Rng::new(s);
+    let (tokens, ne, k, n_embd, n_ff) = (5, 8, 2, 256, 256);
+    for (ty, act) in [
+        (GgmlType::Q4_K, Activation::Silu),
+        (GgmlType::Q8_0, Activation::GeluTanh),
+    ] {
+        let gate = quantized(ty, n_embd, ne * n_ff, &mut r);
+        let up = quantized(ty, n_embd, ne * n_ff, &mut r);
+        let down = quantized(ty, n_ff, ne * n_embd, &mut r);
+        let logits = r.normals(tokens * ne, 2.0);
+        let x = r.normals(tokens * n_embd, 1.0);
+        let steps = vec![
+            (Op::MoeTopK { n_expert: ne, k }, vec![1], vec![2, 3]),
+            (
+                Op::MoeExperts {
+                    layer: 0,
+                    n_expert: ne,
+                    k,
+                    n_embd,
+                    n_ff,
+                    act,
+                    tys: [ty; 3],
+                    exact: true,
+                },
+                vec![0, 2, 3, 4, 5, 6],
+                vec![7],
+            ),
+        ];
+        let case_for = |b: &dyn Fn(GgmlType, usize, &[u8]) -> Buf| Case {
+            bufs: vec![
+                f32_buf(&x),
+                f32_buf(&logits),
+                zeros(tokens * k * 4, BufKind::Activations),
+                zeros(tokens * k * 4, BufKind::Activations),
+                b(ty, n_embd, &gate),
+                b(ty, n_embd, &up),
+                b(ty, n_ff, &down),
+                zeros(tokens * n_embd * 4, BufKind::Activations),
+            ],
+            steps: steps.clone(),
+            read: vec![7, 2],
+        };
+        let mut cpu = CpuBackend::new(1);
+        let on_cpu = case_for(&|t, c, w| weight_buf(&cpu, t, c, w));
+        let want = run(&mut cpu, &on_cpu);
+        let on_cuda = case_for(&|t, c, w| weight_buf(&g, t, c, w));
+        let got = run(&mut g, &on_cuda);
+        assert_eq!(want[1], got[1], "routed experts (seed {s:#x})");
+        let err = rel_err(&as_f32(&got[0]), &as_f32(&want[0]));
+        println!("moe {ty} {act:?}: relative error {err:.2e}");
+        assert!(err <= 1e-4, "moe {ty} {act:?}: {err} (seed {s:#x})");
+    }
+}

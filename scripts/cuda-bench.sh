@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# The CUDA backend on the lent GPU: writes a Llama-3.1-8B-shaped Q4_K_M
+# model with `hearth synth` on the machine, benchmarks it with
+# `hearth bench --backend cuda` (prefill pp512, decode tg128 at batch 1 and
+# at 4 sequences), beside llama.cpp's CUDA build of the pinned source when
+# .cuda/llama.cpp.tar.xz is there (`prepare` makes it), and compares the
+# logits of a short prompt with the CPU backend's exact-f32 mode.
+#
+#   bash scripts/cuda-bench.sh prepare
+#       here: builds hearth with --features cuda into .cuda/hearth and packs
+#       the llama.cpp sources (ggml CPU + CUDA, llama-bench) into
+#       .cuda/llama.cpp.tar.xz (both ignored by git).
+#   bash scripts/cuda-bench.sh build-start; bash scripts/cuda-bench.sh device
+#       there, in one call carrying .cuda: starts llama.cpp's CUDA build in
+#       the background (it outlives the call while the machine stays warm),
+#       then Hearth's bench and logits (bench.txt, logits.txt in $OUT).
+#   bash scripts/cuda-bench.sh against
+#       there, in the next call while the machine is warm: waits for the
+#       build, then llama-bench and hearth bench on the same file, one after
+#       the other, twice (llamacpp.txt, bench.txt).
+#   Move tests/fixtures out of the tree for the call (a call carries 64 MiB).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+prepare() {
+  cargo build --release -p hearth-cli --features cuda
+  mkdir -p .cuda
+  strip -o .cuda/hearth target/release/hearth
+  [ -s .cuda/llama.cpp.tar.xz ] || pack_llamacpp
+  ls -la .cuda | head
+}
+
+# The pinned llama.cpp (the llama-cpp-python 0.3.36 sdist, as
+# scripts/build-llamacpp.sh) cut to what llama-bench with the CPU and CUDA
+# backends builds from, into .cuda/llama.cpp.tar.xz (~4 MB).
+pack_llamacpp() {
+  local ver=0.3.36 cache=${CACHE:-$HOME/.cache/hearth-llamacpp}
+  local sdist=$cache/sdist/llama_cpp_python-$ver.tar.gz tmp
+  [ -f "$sdist" ] || python3 -m pip download -q --no-deps --no-binary llama-cpp-python \
+    "llama-cpp-python==$ver" -d "$cache/sdist"
+  tmp=$(mktemp -d)
+  tar -C "$tmp" -xzf "$sdist" "llama_cpp_python-$ver/vendor/llama.cpp"
+  local src=$tmp/llama_cpp_python-$ver/vendor/llama.cpp dst=$tmp/mini
+  mkdir -p "$dst/ggml/src" "$dst/tools"
+  cp -r "$src"/{CMakeLists.txt,cmake,include,src,common,vendor,licenses,LICENSE} "$dst/"
+  cp -r "$src"/ggml/{CMakeLists.txt,cmake,include} "$dst/ggml/"
+  find "$src/ggml/src" -maxdepth 1 -type f -exec cp {} "$dst/ggml/src/" \;
+  cp -r "$src/ggml/src/ggml-cpu" "$src/ggml/src/ggml-cuda" "$dst/ggml/src/"
+  cp -r "$src/tools/llama-bench" "$dst/tools/"
+  printf 'find_package(Threads REQUIRED)\nllama_add_compile_flags()\nadd_subdirectory(llama-bench)\n' \
+    > "$dst/tools/CMakeLists.txt"
+  tar -C "$dst" -cJf .cuda/llama.cpp.tar.xz .
+  rm -rf "$tmp"
+}
+
+out="${OUT:-/tmp/out}" hearth=.cuda/hearth model=/root/llama-3.1-8b-q4_k_m.gguf
+toks=1,450,7347,315,9822,374,12366,13,578,6864,315,9635
+
+nrmse() {
+  python3 - "$@" <<'PY'
+import sys, struct, math
+def load(path):
+    b = open(path, 'rb').read()
+    return struct.unpack(f'<{len(b) // 4}f', b)
+ref = load(sys.argv[1])
+mean = sum(ref) / len(ref)
+var = sum((r - mean) ** 2 for r in ref)
+for path in sys.argv[2:]:
+    x = load(path)
+    print(f"{math.sqrt(sum((a - r) ** 2 for a, r in zip(x, ref)) / var):.3e}")
+PY
+}
+
+# llama.cpp's CUDA build of the pinned source, in /root (kept for a warm
+# follow-up call); prints its bin dir.
+llamacpp() {
+  local src=/root/llama.cpp bin=/root/llama.cpp/build/bin
+  if [ ! -x "$bin/llama-bench" ]; then
+    mkdir -p "$src"
+    tar -C "$src" -xJf .cuda/llama.cpp.tar.xz
+    cmake -S "$src" -B "$src/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
+      -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
+      -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF \
+      -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_TOOLS=ON >"$out/llamacpp-build.log" 2>&1
+    cmake --build "$src/build" --target llama-bench -j 16 >>"$out/llamacpp-build.log" 2>&1
+  fi
+  echo "$bin"
+}
+
+# Starts llama.cpp's build in its own session (it outlives this call while
+# the machine stays warm): `against` waits for it.
+build_start() {
+  mkdir -p "$out"
+  setsid bash -c "OUT=/root bash scripts/cuda-bench.sh build >/root/build.out 2>&1; touch /root/build.done" </dev/null >/dev/null 2>&1 &
+}
+
+build_only() {
+  llamacpp >/dev/null
+}
+
+device() {
+  mkdir -p "$out"
+  nvidia-smi --query-gpu=name,memory.total,clocks.max.mem --format=csv | tee "$out/gpu.txt"
+  export HEARTH_CUDA_CACHE=/root/hearth-cuda-cache
+  [ -s "$model" ] || "$hearth" synth "$model" --shape llama-3.1-8b --type Q4_K_M --seed 1
+  "$hearth" bench -m "$model" --backend cuda -p 512 -n 128 --seqs 1,4 -r 3 | tee "$out/bench.txt"
+  "$hearth" logits -m "$model" --backend cuda --tokens "$toks" --out /tmp/cuda.f32
+  "$hearth" logits -m "$model" --backend cpu --exact --tokens "$toks" --out /tmp/exact.f32
+  echo "logits nrmse vs cpu exact-f32: cuda $(nrmse /tmp/exact.f32 /tmp/cuda.f32)" | tee "$out/logits.txt"
+}
+
+# After `device` started the build: llama.cpp CUDA and Hearth CUDA on the
+# same file, one after the other, twice.
+against() {
+  mkdir -p "$out"
+  export HEARTH_CUDA_CACHE=/root/hearth-cuda-cache
+  while [ ! -e /root/build.done ]; do sleep 5; done
+  cp /root/llamacpp-build.log "$out/" 2>/dev/null || true
+  local bin=/root/llama.cpp/build/bin r
+  for r in 1 2; do
+    "$bin/llama-bench" -m "$model" -p 512 -n 128 -ngl 99 -r 3 2>&1 | grep -E '^\|' | tee -a "$out/llamacpp.txt"
+    "$hearth" bench -m "$model" --backend cuda -p 512 -n 128 --seqs 1,4 -r 3 | tee -a "$out/bench.txt"
+  done
+}
+
+case "${1:-}" in
+  prepare) prepare ;;
+  device) device ;;
+  build-start) build_start ;;
+  build) build_only ;;
+  against) against ;;
+  *) echo "usage: $0 prepare|device|build-start|against" >&2; exit 2 ;;
+esac
