@@ -123,11 +123,45 @@ against() {
   done
 }
 
+# The backend's settings side by side on a smaller model (SHAPE, default
+# llama-3.2-1b, Q4_K_M, written here in seconds): the default, graphs off,
+# 4 items ahead in the matrix-vector kernels, prefill on the matrix-vector
+# kernels instead of the tiles; then where decode and prefill spend their
+# device time (HEARTH_PROFILE=cuda), and the logits of a short prompt
+# against the CPU's int8 path and its exact-f32 mode.
+sweep() {
+  mkdir -p "$out"
+  export HEARTH_CUDA_CACHE=/root/hearth-cuda-cache
+  local shape=${SHAPE:-llama-3.2-1b} m=/root/sweep.gguf v
+  [ -s "$m" ] || "$hearth" synth "$m" --shape "$shape" --type Q4_K_M --seed 1
+  local variants=(default HEARTH_CUDA_GRAPHS=0 HEARTH_CUDA_MV_ITEMS=4 HEARTH_CUDA_TILE_TOKENS=100000 default)
+  # SWEEP="A=1 B=2 default" replaces the list (one setting a run, `default` for none).
+  [ -z "${SWEEP:-}" ] || read -r -a variants <<< "$SWEEP"
+  for v in "${variants[@]}"; do
+    [ "$v" != default ] || v=""
+    echo "== $shape ${v:-default}" | tee -a "$out/sweep.txt"
+    env $v "$hearth" bench -m "$m" --backend cuda -p 512 -n 128 --seqs 1,4 -r 3 2>&1 \
+      | grep -E '(pp|tg)[0-9]' | tee -a "$out/sweep.txt"
+  done
+  HEARTH_PROFILE=cuda "$hearth" bench -m "$m" --backend cuda -p 0 -n 64 -r 1 2>&1 >/dev/null \
+    | head -25 | tee "$out/profile-decode.txt"
+  HEARTH_PROFILE=cuda "$hearth" bench -m "$m" --backend cuda -p 512 -n 0 -r 1 2>&1 >/dev/null \
+    | head -25 | tee "$out/profile-prefill.txt"
+  "$hearth" logits -m "$m" --backend cuda --tokens "$toks" --out /tmp/cuda.f32 >/dev/null
+  "$hearth" logits -m "$m" --backend cpu --tokens "$toks" --out /tmp/cpu.f32 >/dev/null
+  "$hearth" logits -m "$m" --backend cpu --exact --tokens "$toks" --out /tmp/exact.f32 >/dev/null
+  local e
+  e=$(nrmse /tmp/exact.f32 /tmp/cuda.f32 /tmp/cpu.f32 | tr '\n' ' ')
+  echo "$shape logits nrmse vs cpu exact-f32 (cuda, cpu int8): $e; cuda vs cpu int8: $(nrmse /tmp/cpu.f32 /tmp/cuda.f32)" \
+    | tee "$out/logits.txt"
+}
+
 case "${1:-}" in
   prepare) prepare ;;
   device) device ;;
   build-start) build_start ;;
   build) build_only ;;
   against) against ;;
+  sweep) sweep ;;
   *) echo "usage: $0 prepare|device|build-start|against" >&2; exit 2 ;;
 esac

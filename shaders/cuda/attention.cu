@@ -1,6 +1,6 @@
 // Paged causal attention over the K/V cache (Op::PagedAttention; composed
-// after common.cuh). One block of ATT_WARPS warps per (query head, token
-// row): warp w takes the keys w, w + ATT_WARPS, ... of the row's window
+// after common.cuh). One block of W warps (4, 8 or 16) per (query head,
+// token row): warp w takes the keys w, w + W, ... of the row's window
 // with an online softmax (lane i holds head dims i, i + 32, ...), and the
 // warps' partial results are merged at the end.
 //
@@ -8,7 +8,6 @@
 // sequence's block table in `tables`. Key position p of a sequence lives in
 // slot tables[off + p / block_size] * block_size + p % block_size.
 
-#define ATT_WARPS 4
 #define ATT_MAX_DIM 256
 #define ATT_PER_LANE (ATT_MAX_DIM / WARP)
 
@@ -16,13 +15,11 @@ __device__ __forceinline__ float kv_at(const void* c, u64 i, u32 f16) {
     return f16 ? f16_f32(((const u16*)c)[i]) : ((const float*)c)[i];
 }
 
-extern "C" __global__ void __launch_bounds__(ATT_WARPS * WARP)
-    paged_attention(const float* __restrict__ q, const void* __restrict__ kc, const void* __restrict__ vc,
+template <int ATT_WARPS>
+__device__ __forceinline__ void paged_attention_body(const float* __restrict__ q, const void* __restrict__ kc, const void* __restrict__ vc,
                     const u32* __restrict__ seqs, u32 n_seq, const u32* __restrict__ tables,
                     float* __restrict__ out, u32 n_head, u32 n_head_kv, u32 hk, u32 hv, float scale, u32 window,
-                    float softcap, u32 block_size, u32 f16) {
-    __shared__ float sm[ATT_WARPS], sl[ATT_WARPS];
-    __shared__ float sacc[ATT_WARPS][ATT_MAX_DIM];
+                    float softcap, u32 block_size, u32 f16, float* sm, float* sl, float (*sacc)[ATT_MAX_DIM]) {
     const u32 h = blockIdx.x, row = blockIdx.y;
     const u32 lane = threadIdx.x % WARP, wid = threadIdx.x / WARP;
     // The row's sequence.
@@ -94,3 +91,21 @@ extern "C" __global__ void __launch_bounds__(ATT_WARPS * WARP)
         o[d] = total > 0.0f ? v / total : 0.0f;
     }
 }
+
+// One kernel per warp count (`paged_attention_W`): more warps take a
+// row's keys in more streams at once.
+#define PAGED_ATTENTION(W)                                                                              \
+    extern "C" __global__ void __launch_bounds__(W * WARP) paged_attention_##W(                          \
+        const float* __restrict__ q, const void* __restrict__ kc, const void* __restrict__ vc,          \
+        const u32* __restrict__ seqs, u32 n_seq, const u32* __restrict__ tables, float* __restrict__ out, \
+        u32 n_head, u32 n_head_kv, u32 hk, u32 hv, float scale, u32 window, float softcap,              \
+        u32 block_size, u32 f16) {                                                                      \
+        __shared__ float sm[W], sl[W];                                                                  \
+        __shared__ float sacc[W][ATT_MAX_DIM];                                                          \
+        paged_attention_body<W>(q, kc, vc, seqs, n_seq, tables, out, n_head, n_head_kv, hk, hv, scale,   \
+                                window, softcap, block_size, f16, sm, sl, sacc);                        \
+    }
+
+PAGED_ATTENTION(4)
+PAGED_ATTENTION(8)
+PAGED_ATTENTION(16)

@@ -114,11 +114,12 @@ __device__ __forceinline__ float item_dot(QW32 v, const uint4* __restrict__ xq, 
 }
 
 // Launched with MV_WARPS warps a block, grid (ceil(n / MV_WARPS), ceil(m / NT)).
-#define MV_Q8(F, NT)                                                                                  \
+// U items a lane are loaded before any is used (the loads in flight that
+// hide the memory latency): mv_q8_F_NT takes 2, mv4_q8_F_NT 4.
+#define MV_Q8_U(NAME, F, NT, U)                                                                       \
     extern "C" __global__ void __launch_bounds__(MV_WARPS * WARP)                                    \
-        mv_q8_##F##_##NT(const u32* __restrict__ w, u32 row_words, u32 nb, const uint4* __restrict__ xq, \
-                         const float2* __restrict__ xs, float* __restrict__ y, u32 n, u32 k, u32 m,   \
-                         u32 y_stride) {                                                              \
+        NAME(const u32* __restrict__ w, u32 row_words, u32 nb, const uint4* __restrict__ xq,         \
+             const float2* __restrict__ xs, float* __restrict__ y, u32 n, u32 k, u32 m, u32 y_stride) { \
         const u32 lane = threadIdx.x % WARP;                                                          \
         const u32 row = blockIdx.x * MV_WARPS + threadIdx.x / WARP;                                   \
         const u32 tok0 = blockIdx.y * NT;                                                             \
@@ -127,13 +128,13 @@ __device__ __forceinline__ float item_dot(QW32 v, const uint4* __restrict__ xq, 
         float acc[NT];                                                                                \
         _Pragma("unroll") for (u32 t = 0; t < NT; t++) acc[t] = 0.0f;                                 \
         u32 c = lane;                                                                                 \
-        for (; c + WARP < items; c += 2 * WARP) {                                                     \
-            const QW32 v0 = q32_##F(w, base, nb, c);                                                  \
-            const QW32 v1 = q32_##F(w, base, nb, c + WARP);                                           \
+        for (; c + (U - 1) * WARP < items; c += U * WARP) {                                           \
+            QW32 v[U];                                                                                \
+            _Pragma("unroll") for (u32 u = 0; u < U; u++) v[u] = q32_##F(w, base, nb, c + u * WARP);  \
             _Pragma("unroll") for (u32 t = 0; t < NT; t++) {                                          \
                 if (tok0 + t < m) {                                                                   \
                     const u32 o = (tok0 + t) * per_tok;                                               \
-                    acc[t] += item_dot(v0, xq, xs, o + 2 * c) + item_dot(v1, xq, xs, o + 2 * (c + WARP)); \
+                    _Pragma("unroll") for (u32 u = 0; u < U; u++) acc[t] += item_dot(v[u], xq, xs, o + 2 * (c + u * WARP)); \
                 }                                                                                     \
             }                                                                                         \
         }                                                                                             \
@@ -148,6 +149,7 @@ __device__ __forceinline__ float item_dot(QW32 v, const uint4* __restrict__ xq, 
             if (lane == 0 && tok0 + t < m) y[(u64)(tok0 + t) * y_stride + row] = s;                   \
         }                                                                                             \
     }
+#define MV_Q8(F, NT) MV_Q8_U(mv_q8_##F##_##NT, F, NT, 2) MV_Q8_U(mv4_q8_##F##_##NT, F, NT, 4)
 
 // f32 activations against dequantized weights (float formats, and exact
 // mode): lane i takes the 8-value groups i, i + 32, ...

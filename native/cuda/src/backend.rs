@@ -14,7 +14,7 @@ use std::ops::Range;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use cudarc::driver::sys::CUdeviceptr;
+use cudarc::driver::sys::{self, CUdeviceptr};
 use cudarc::driver::{result, CudaContext, CudaFunction, CudaModule, CudaStream};
 use cudarc::nvrtc::Ptx;
 use hearth::backend::packed::{packed_layout_aligned, PackedLayout, Repacker};
@@ -40,8 +40,6 @@ const MV_WARPS: u32 = 4;
 const MM_BM: u32 = 64;
 const MM_BN: u32 = 64;
 
-/// Warps of the attention kernel's blocks (`ATT_WARPS` of attention.cu).
-const ATT_WARPS: u32 = 4;
 /// The widest head the attention kernel holds (`ATT_MAX_DIM`).
 const ATT_MAX_DIM: usize = 256;
 
@@ -149,6 +147,59 @@ pub struct CudaBackend {
     use_graphs: bool,
     /// Products of at least this many tokens run on the tensor-core tiles.
     tile_tokens: usize,
+    /// Kernel timings ([`CudaBackend::set_profile`]).
+    prof: Option<Profile>,
+    /// Scratch replaced during a step, freed once the step is read back.
+    retired: Vec<Arc<DeviceMem>>,
+    /// Weight items a lane of the int8 matrix-vector kernels loads ahead (2 or 4).
+    mv_items: u32,
+    /// Warps of an attention block (4, 8 or 16).
+    att_warps: u32,
+}
+
+/// Device time per kernel, from a pair of CUDA events around each launch.
+#[derive(Default)]
+struct Profile {
+    /// Launches whose events are not read yet.
+    pending: Vec<(String, sys::CUevent, sys::CUevent)>,
+    /// Per kernel: milliseconds and launches.
+    totals: HashMap<String, (f64, u64)>,
+}
+
+impl Profile {
+    /// Reads the events of finished launches (the stream was synchronized).
+    fn collect(&mut self) {
+        for (name, a, b) in self.pending.drain(..) {
+            // SAFETY: both events were recorded on a stream that is done.
+            let ms = unsafe { result::event::elapsed(a, b) }.unwrap_or(0.0);
+            let t = self.totals.entry(name).or_default();
+            t.0 += f64::from(ms);
+            t.1 += 1;
+            // SAFETY: made by event::create, destroyed once.
+            unsafe {
+                let _ = result::event::destroy(a);
+                let _ = result::event::destroy(b);
+            }
+        }
+    }
+
+    fn report(&self) -> String {
+        let mut rows: Vec<(&String, &(f64, u64))> = self.totals.iter().collect();
+        rows.sort_by(|a, b| b.1 .0.total_cmp(&a.1 .0));
+        let total: f64 = rows.iter().map(|r| r.1 .0).sum();
+        let mut out = format!(
+            "cuda profile: {total:.2} ms of kernels\n{:<28} {:>10} {:>8} {:>10} {:>6}\n",
+            "kernel", "ms", "calls", "us/call", "share"
+        );
+        for (name, &(ms, n)) in rows {
+            out += &format!(
+                "{name:<28} {ms:>10.3} {n:>8} {:>10.2} {:>5.1}%\n",
+                ms * 1e3 / n.max(1) as f64,
+                100.0 * ms / total.max(1e-12)
+            );
+        }
+        out
+    }
 }
 
 impl std::fmt::Debug for CudaBackend {
@@ -285,6 +336,10 @@ impl CudaBackend {
             graphs: Graphs::default(),
             use_graphs: true,
             tile_tokens: 16,
+            prof: None,
+            retired: Vec::new(),
+            mv_items: 2,
+            att_warps: 4,
         })
     }
 
@@ -293,6 +348,40 @@ impl CudaBackend {
     pub fn set_graphs(&mut self, on: bool) {
         self.use_graphs = on;
         self.graphs.clear();
+    }
+
+    /// Times every kernel with CUDA events (and records op by op: a graph
+    /// replay has no per-kernel events); [`CudaBackend::profile_report`]
+    /// gives the table, and the backend prints it when dropped.
+    pub fn set_profile(&mut self, on: bool) {
+        self.prof = on.then(Profile::default);
+        if on {
+            self.set_graphs(false);
+        }
+    }
+
+    /// Device time per kernel so far, where profiling is on.
+    pub fn profile_report(&mut self) -> Option<String> {
+        let _ = self.stream.synchronize();
+        let prof = self.prof.as_mut()?;
+        prof.collect();
+        Some(prof.report())
+    }
+
+    /// Weight items each lane of the int8 matrix-vector kernels loads before
+    /// using any: 2 (the default) or 4.
+    pub fn set_mv_items(&mut self, items: u32) {
+        self.mv_items = if items >= 4 { 4 } else { 2 };
+    }
+
+    /// Warps of each attention block (one block per query head and token):
+    /// 4 (the default), 8 or 16 streams over a row's keys.
+    pub fn set_attention_warps(&mut self, warps: u32) {
+        self.att_warps = match warps {
+            0..=5 => 4,
+            6..=11 => 8,
+            _ => 16,
+        };
     }
 
     /// Products of at least `tokens` tokens run on the tensor-core tiles
@@ -437,7 +526,11 @@ impl CudaBackend {
         }
         let mem = self.malloc(bytes.next_power_of_two(), what)?;
         let ptr = mem.ptr;
-        self.scratch.insert(what, mem);
+        // The old buffer goes after the step: freeing synchronizes, which
+        // a stream being captured into a graph must not do.
+        if let Some(old) = self.scratch.insert(what, mem) {
+            self.retired.push(old);
+        }
         Ok(ptr)
     }
 
@@ -462,7 +555,6 @@ impl CudaBackend {
                 })?;
             self.kernels.functions.insert(name.to_string(), f);
         }
-        let f = &self.kernels.functions[name];
         let mut values: Vec<u64> = args
             .iter()
             .map(|a| match *a {
@@ -476,21 +568,35 @@ impl CudaBackend {
             .map(|v| (v as *mut u64).cast::<c_void>())
             .collect();
         self.bind()?;
+        let stream = self.stream.cu_stream();
+        let events = match self.prof {
+            Some(_) => {
+                let flags = sys::CUevent_flags::CU_EVENT_DEFAULT;
+                let (a, b) = (
+                    result::event::create(flags).map_err(driver)?,
+                    result::event::create(flags).map_err(driver)?,
+                );
+                // SAFETY: a fresh event on our stream.
+                unsafe { result::event::record(a, stream) }.map_err(driver)?;
+                Some((a, b))
+            }
+            None => None,
+        };
+        let f = &self.kernels.functions[name];
         // SAFETY: the arguments are those the kernel declares, in order
         // (pointers as 8 bytes, u32 / f32 as the low 4 bytes of a
         // little-endian slot), and the buffers they point into are alive
         // and large enough (checked by each op before its launch).
         unsafe {
-            result::launch_kernel(
-                f.cu_function(),
-                grid,
-                (block, 1, 1),
-                0,
-                self.stream.cu_stream(),
-                &mut params,
-            )
+            result::launch_kernel(f.cu_function(), grid, (block, 1, 1), 0, stream, &mut params)
         }
-        .map_err(|e| driver(format!("{name}: {e:?}")))
+        .map_err(|e| driver(format!("{name}: {e:?}")))?;
+        if let (Some(prof), Some((a, b))) = (self.prof.as_mut(), events) {
+            // SAFETY: a fresh event on our stream.
+            unsafe { result::event::record(b, stream) }.map_err(driver)?;
+            prof.pending.push((name.to_string(), a, b));
+        }
+        Ok(())
     }
 
     /// A copy between device buffers, queued.
@@ -606,7 +712,13 @@ impl CudaBackend {
                 let mut args = common.to_vec();
                 args.extend([Arg::P(xq), Arg::P(xs)]);
                 args.extend(tail);
-                self.launch(&format!("mv_q8_{fmt}_{nt}"), grid, MV_WARPS * 32, &args)
+                let prefix = if self.mv_items == 4 { "mv4" } else { "mv" };
+                self.launch(
+                    &format!("{prefix}_q8_{fmt}_{nt}"),
+                    grid,
+                    MV_WARPS * 32,
+                    &args,
+                )
             }
             None => {
                 let mut args = common.to_vec();
@@ -923,10 +1035,11 @@ impl CudaBackend {
         if rows == 0 {
             return Ok(());
         }
+        let warps = self.att_warps;
         self.launch(
-            "paged_attention",
+            &format!("paged_attention_{warps}"),
             (n_head as u32, rows as u32, 1),
-            ATT_WARPS * 32,
+            warps * 32,
             &[
                 Arg::P(q.ptr()),
                 Arg::P(kc.ptr()),
@@ -1411,6 +1524,8 @@ impl Backend for CudaBackend {
     }
 
     fn step_buffers(&mut self, sizes: &[u64]) -> Result<Vec<CudaBuffer>, BackendError> {
+        // A new step: nothing is being captured, the old scratch can go.
+        self.retired.clear();
         let mut out = Vec::with_capacity(sizes.len());
         for (i, &bytes) in sizes.iter().enumerate() {
             if self.pool.get(i).is_none_or(|m| m.bytes < bytes) {
@@ -1456,5 +1571,16 @@ impl Backend for CudaBackend {
         range: Range<u64>,
     ) -> impl Future<Output = Result<Vec<u8>, BackendError>> {
         std::future::ready(self.download_now(src, range))
+    }
+}
+
+impl Drop for CudaBackend {
+    /// With profiling on, prints the table of kernel times.
+    fn drop(&mut self) {
+        if self.prof.is_some() {
+            if let Some(report) = self.profile_report() {
+                eprint!("{report}");
+            }
+        }
     }
 }

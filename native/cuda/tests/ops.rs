@@ -192,16 +192,20 @@ fn kv_write_and_paged_attention_match_cpu() {
             (32, 80, Some(9), Some(2.0)),
         ] {
             let case = attention_case(&mut r, dtype, hk, hv, window, softcap);
-            let name =
-                format!("attention {dtype:?} hk{hk} hv{hv} window {window:?} softcap {softcap:?}");
-            let (cpu, gpu) = both(&mut g, &case);
-            assert!(
-                cpu[1] == gpu[1] && cpu[2] == gpu[2],
-                "{name}: caches differ (seed {s:#x})"
-            );
-            let err = rel_err(&as_f32(&gpu[0]), &as_f32(&cpu[0]));
-            println!("{name}: relative error {err:.2e}");
-            assert!(err <= 1e-5, "{name}: error {err} (seed {s:#x})");
+            for warps in [4, 8, 16] {
+                g.set_attention_warps(warps);
+                let name = format!(
+                    "attention {dtype:?} hk{hk} hv{hv} window {window:?} softcap {softcap:?} ({warps} warps)"
+                );
+                let (cpu, gpu) = both(&mut g, &case);
+                assert!(
+                    cpu[1] == gpu[1] && cpu[2] == gpu[2],
+                    "{name}: caches differ (seed {s:#x})"
+                );
+                let err = rel_err(&as_f32(&gpu[0]), &as_f32(&cpu[0]));
+                println!("{name}: relative error {err:.2e}");
+                assert!(err <= 1e-5, "{name}: error {err} (seed {s:#x})");
+            }
         }
     }
 }
@@ -529,5 +533,48 @@ fn moe_experts_match_cpu() {
         let err = rel_err(&as_f32(&got[0]), &as_f32(&want[0]));
         println!("moe {ty} {act:?}: relative error {err:.2e}");
         assert!(err <= 1e-4, "moe {ty} {act:?}: {err} (seed {s:#x})");
+    }
+}
+
+/// The matrix-vector kernels that load 4 items ahead give what those that
+/// load 2 give, for every quantized format.
+#[test]
+fn matrix_vector_variants_agree() {
+    let Some(mut g) = cuda() else { return };
+    let s = seed();
+    let mut r = Rng::new(s);
+    let (k, n) = (1024, 40);
+    for ty in WEIGHT_TYPES.into_iter().filter(|t| t.is_quantized()) {
+        let w = quantized(ty, k, n, &mut r);
+        for tokens in [1, 5] {
+            let x = r.normals(tokens * k, 1.0);
+            let case = Case {
+                bufs: vec![
+                    f32_buf(&x),
+                    weight_buf(&g, ty, k, &w),
+                    zeros(tokens * n * 4, BufKind::Activations),
+                ],
+                steps: vec![(
+                    Op::MatMul {
+                        ty,
+                        k,
+                        n,
+                        exact: false,
+                    },
+                    vec![0, 1],
+                    vec![2],
+                )],
+                read: vec![2],
+            };
+            g.set_mv_items(2);
+            let two = as_f32(&run(&mut g, &case)[0]);
+            g.set_mv_items(4);
+            let four = as_f32(&run(&mut g, &case)[0]);
+            let err = rel_err(&four, &two);
+            assert!(
+                err <= 1e-5,
+                "{ty} t{tokens}: 4 items ahead differ by {err} (seed {s:#x})"
+            );
+        }
     }
 }

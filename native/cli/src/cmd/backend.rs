@@ -104,6 +104,21 @@ pub async fn load_on<S: ByteSource>(
             if env("HEARTH_CUDA_GRAPHS").as_deref() == Some("0") {
                 backend.set_graphs(false);
             }
+            // HEARTH_PROFILE=cuda times every kernel (op by op) and prints
+            // the table at exit; HEARTH_CUDA_TILE_TOKENS=N moves the point
+            // where products switch to the tensor-core tiles.
+            if env("HEARTH_PROFILE").as_deref() == Some("cuda") {
+                backend.set_profile(true);
+            }
+            if let Some(n) = env("HEARTH_CUDA_TILE_TOKENS").and_then(|v| v.parse().ok()) {
+                backend.set_tile_tokens(n);
+            }
+            if let Some(n) = env("HEARTH_CUDA_MV_ITEMS").and_then(|v| v.parse().ok()) {
+                backend.set_mv_items(n);
+            }
+            if let Some(n) = env("HEARTH_CUDA_ATT_WARPS").and_then(|v| v.parse().ok()) {
+                backend.set_attention_warps(n);
+            }
             AnyModel::new(load_model(backend, model, sources, opts, progress).await?)
         }
         "webgpu" => {
