@@ -42,6 +42,7 @@ test: setup lint check-wasm test-wasm-kernels test-wasm-relaxed test-neon
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(CARGO) clippy -p hearth-cli --features cuda --all-targets -- -D warnings
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc -p hearth -p hearth-cuda --no-deps
 
 check-wasm:

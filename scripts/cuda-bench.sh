@@ -57,18 +57,7 @@ out="${OUT:-/tmp/out}" hearth=.cuda/hearth model=/root/llama-3.1-8b-q4_k_m.gguf
 toks=1,450,7347,315,9822,374,12366,13,578,6864,315,9635
 
 nrmse() {
-  python3 - "$@" <<'PY'
-import sys, struct, math
-def load(path):
-    b = open(path, 'rb').read()
-    return struct.unpack(f'<{len(b) // 4}f', b)
-ref = load(sys.argv[1])
-mean = sum(ref) / len(ref)
-var = sum((r - mean) ** 2 for r in ref)
-for path in sys.argv[2:]:
-    x = load(path)
-    print(f"{math.sqrt(sum((a - r) ** 2 for a, r in zip(x, ref)) / var):.3e}")
-PY
+  python3 scripts/nrmse.py "$@"
 }
 
 # llama.cpp's CUDA build of the pinned source, in /root (kept for a warm

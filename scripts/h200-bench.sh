@@ -70,18 +70,7 @@ setup_device() {
 # nrmse of each f32 file after the first against the first (the reference),
 # over the reference's spread, as the model tests measure it.
 nrmse() {
-  python3 - "$@" <<'PY'
-import sys, struct, math
-def load(path):
-    b = open(path, 'rb').read()
-    return struct.unpack(f'<{len(b) // 4}f', b)
-ref = load(sys.argv[1])
-mean = sum(ref) / len(ref)
-var = sum((r - mean) ** 2 for r in ref)
-for path in sys.argv[2:]:
-    x = load(path)
-    print(f"{math.sqrt(sum((a - r) ** 2 for a, r in zip(x, ref)) / var):.3e}")
-PY
+  python3 scripts/nrmse.py "$@"
 }
 
 sweep() {

@@ -20,33 +20,7 @@ const SEED: u64 = 0x5eed_0005;
 /// (relative to the largest reference value).
 fn check(name: &str, case: &Case, tol: f32) {
     let Some(mut g) = gpu() else { return };
-    let (cpu, gpu) = both(&mut g, case);
-    for (i, (c, w)) in cpu.iter().zip(&gpu).enumerate() {
-        let err = rel_err(&as_f32(w), &as_f32(c));
-        println!("{name} output {i}: relative error {err:.2e}");
-        assert!(
-            err <= tol,
-            "{name} output {i}: error {err} > {tol} (seed {SEED:#x})"
-        );
-    }
-}
-
-fn unary_case(op: Op, x: Vec<f32>) -> Case {
-    let n = x.len();
-    Case {
-        bufs: vec![f32_buf(&x), zeros(n * 4, BufKind::Activations)],
-        steps: vec![(op, vec![0], vec![1])],
-        read: vec![1],
-    }
-}
-
-fn binary_case(op: Op, x: Vec<f32>, y: Vec<f32>) -> Case {
-    let n = x.len();
-    Case {
-        bufs: vec![f32_buf(&x), f32_buf(&y), zeros(n * 4, BufKind::Activations)],
-        steps: vec![(op, vec![0, 1], vec![2])],
-        read: vec![2],
-    }
+    check_with_cpu(&mut g, name, case, tol, SEED);
 }
 
 #[test]

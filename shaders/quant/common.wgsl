@@ -1,7 +1,7 @@
 // Helpers shared by the quant format files (shaders/quant/<format>.wgsl).
 //
 // The quant interface. Every format file defines, over the packed weight
-// layout of src/backend/webgpu/quant/layout.rs held in the global `w`
+// layout of src/backend/packed.rs held in the global `w`
 // (`array<u32>`, declared by the kernel file):
 //
 //   fn quant_w8(base: u32, nb: u32, g: u32) -> W8

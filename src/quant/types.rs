@@ -176,6 +176,31 @@ impl GgmlType {
         self.info().block_bytes
     }
 
+    /// The lower-case name of a weight type ([`WEIGHT_TYPES`]), as kernel
+    /// and shader names spell it (`q4_k`, `iq4_xs`, `bf16`); `None` for
+    /// the other types.
+    pub fn weight_label(self) -> Option<&'static str> {
+        use GgmlType::*;
+        Some(match self {
+            F32 => "f32",
+            F16 => "f16",
+            BF16 => "bf16",
+            Q4_0 => "q4_0",
+            Q4_1 => "q4_1",
+            Q5_0 => "q5_0",
+            Q5_1 => "q5_1",
+            Q8_0 => "q8_0",
+            Q2_K => "q2_k",
+            Q3_K => "q3_k",
+            Q4_K => "q4_k",
+            Q5_K => "q5_k",
+            Q6_K => "q6_k",
+            IQ4_NL => "iq4_nl",
+            IQ4_XS => "iq4_xs",
+            _ => return None,
+        })
+    }
+
     /// True for block-quantized types (block of more than one element).
     pub fn is_quantized(self) -> bool {
         self.block_elems() > 1
@@ -207,6 +232,18 @@ impl fmt::Display for GgmlType {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn weight_labels_are_the_lower_case_names_of_the_weight_types() {
+        for ty in WEIGHT_TYPES {
+            assert_eq!(
+                ty.weight_label(),
+                Some(ty.to_string().to_lowercase().as_str()),
+                "{ty}"
+            );
+        }
+        assert_eq!(GgmlType::Q8_K.weight_label(), None);
+    }
 
     #[test]
     fn table_is_consistent() {

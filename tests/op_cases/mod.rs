@@ -171,6 +171,42 @@ pub fn as_f32(b: &[u8]) -> Vec<f32> {
         .collect()
 }
 
+/// A unary op over `x` into a buffer of its size.
+pub fn unary_case(op: Op, x: Vec<f32>) -> Case {
+    let n = x.len();
+    Case {
+        bufs: vec![f32_buf(&x), zeros(n * 4, BufKind::Activations)],
+        steps: vec![(op, vec![0], vec![1])],
+        read: vec![1],
+    }
+}
+
+/// A binary op over `x` and `y` into a buffer of their size.
+pub fn binary_case(op: Op, x: Vec<f32>, y: Vec<f32>) -> Case {
+    let n = x.len();
+    Case {
+        bufs: vec![f32_buf(&x), f32_buf(&y), zeros(n * 4, BufKind::Activations)],
+        steps: vec![(op, vec![0, 1], vec![2])],
+        read: vec![2],
+    }
+}
+
+/// Runs `case` on the CPU backend and on `b`, and checks every read buffer
+/// within `tol` relative to the largest CPU value (`seed`: for the message).
+pub fn check_with_cpu<B: Backend>(b: &mut B, name: &str, case: &Case, tol: f32, seed: u64) {
+    let mut cpu = hearth::backend::cpu::CpuBackend::new(1);
+    let want = run(&mut cpu, case);
+    let got = run(b, case);
+    for (i, (c, w)) in want.iter().zip(&got).enumerate() {
+        let err = rel_err(&as_f32(w), &as_f32(c));
+        println!("{name} output {i}: relative error {err:.2e}");
+        assert!(
+            err <= tol,
+            "{name} output {i}: error {err} > {tol} (seed {seed:#x})"
+        );
+    }
+}
+
 /// Largest |a - b| relative to max(1, max |b|).
 pub fn rel_err(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len());

@@ -241,25 +241,7 @@ fn weight_runs(ty: GgmlType, k: usize) -> bool {
 
 /// The kernel-name stem of a weight type (`q4_k`).
 fn format_name(ty: GgmlType) -> Option<&'static str> {
-    use GgmlType::*;
-    Some(match ty {
-        F32 => "f32",
-        F16 => "f16",
-        BF16 => "bf16",
-        Q4_0 => "q4_0",
-        Q4_1 => "q4_1",
-        Q5_0 => "q5_0",
-        Q5_1 => "q5_1",
-        Q8_0 => "q8_0",
-        Q2_K => "q2_k",
-        Q3_K => "q3_k",
-        Q4_K => "q4_k",
-        Q5_K => "q5_k",
-        Q6_K => "q6_k",
-        IQ4_NL => "iq4_nl",
-        IQ4_XS => "iq4_xs",
-        _ => return None,
-    })
+    ty.weight_label()
 }
 
 /// Whether the dot of `ty` takes q8_K activations (per 256 values).

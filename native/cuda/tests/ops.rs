@@ -50,33 +50,7 @@ fn both(g: &mut CudaBackend, case: &Case) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
 }
 
 fn check(g: &mut CudaBackend, name: &str, case: &Case, tol: f32, seed: u64) {
-    let (cpu, gpu) = both(g, case);
-    for (i, (c, w)) in cpu.iter().zip(&gpu).enumerate() {
-        let err = rel_err(&as_f32(w), &as_f32(c));
-        println!("{name} output {i}: relative error {err:.2e}");
-        assert!(
-            err <= tol,
-            "{name} output {i}: error {err} > {tol} (seed {seed:#x})"
-        );
-    }
-}
-
-fn unary(op: Op, x: Vec<f32>) -> Case {
-    let n = x.len();
-    Case {
-        bufs: vec![f32_buf(&x), zeros(n * 4, BufKind::Activations)],
-        steps: vec![(op, vec![0], vec![1])],
-        read: vec![1],
-    }
-}
-
-fn binary(op: Op, x: Vec<f32>, y: Vec<f32>) -> Case {
-    let n = x.len();
-    Case {
-        bufs: vec![f32_buf(&x), f32_buf(&y), zeros(n * 4, BufKind::Activations)],
-        steps: vec![(op, vec![0, 1], vec![2])],
-        read: vec![2],
-    }
+    check_with_cpu(g, name, case, tol, seed);
 }
 
 #[test]
@@ -91,20 +65,20 @@ fn element_and_row_ops_match_cpu() {
         ("silu_mul", Op::SiluMul),
         ("gelu_mul", Op::GeluTanhMul),
     ] {
-        let case = binary(op, r.normals(n, 3.0), r.normals(n, 1.0));
+        let case = binary_case(op, r.normals(n, 3.0), r.normals(n, 1.0));
         check(&mut g, name, &case, 1e-5, s);
     }
     check(
         &mut g,
         "scale",
-        &unary(Op::Scale(0.37), r.normals(n, 1.0)),
+        &unary_case(Op::Scale(0.37), r.normals(n, 1.0)),
         1e-6,
         s,
     );
     check(
         &mut g,
         "softcap",
-        &unary(Op::LogitSoftcap(30.0), r.normals(n, 40.0)),
+        &unary_case(Op::LogitSoftcap(30.0), r.normals(n, 40.0)),
         1e-5,
         s,
     );
@@ -130,7 +104,7 @@ fn element_and_row_ops_match_cpu() {
             read: vec![2],
         };
         check(&mut g, &format!("rms_norm w{width}"), &case, 1e-5, s);
-        let case = unary(Op::Softmax { width }, r.normals(rows * width, 3.0));
+        let case = unary_case(Op::Softmax { width }, r.normals(rows * width, 3.0));
         check(&mut g, &format!("softmax w{width}"), &case, 1e-5, s);
     }
 }

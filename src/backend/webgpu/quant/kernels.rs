@@ -5,7 +5,7 @@
 //! - `y[m, n] = x[m, k] · W[n, k]ᵀ` ([`QuantKernels::encode_matmul`]);
 //! - `y[count, k] = W[ids[t], :]` ([`QuantKernels::encode_get_rows`]).
 //!
-//! `W` is packed ([`super::layout`]) and may be split by rows into several
+//! `W` is packed ([`crate::backend::packed`]) and may be split by rows into several
 //! buffers ([`WeightPart`]); each part gets its own dispatch writing its
 //! columns of `y`.
 

@@ -84,25 +84,7 @@ pub fn format_source(ty: GgmlType) -> Option<&'static str> {
 
 /// The lower-case label of a type in pipeline keys (`q4_k`).
 pub fn type_label(ty: GgmlType) -> &'static str {
-    use GgmlType::*;
-    match ty {
-        F32 => "f32",
-        F16 => "f16",
-        BF16 => "bf16",
-        Q4_0 => "q4_0",
-        Q4_1 => "q4_1",
-        Q5_0 => "q5_0",
-        Q5_1 => "q5_1",
-        Q8_0 => "q8_0",
-        Q2_K => "q2_k",
-        Q3_K => "q3_k",
-        Q4_K => "q4_k",
-        Q5_K => "q5_k",
-        Q6_K => "q6_k",
-        IQ4_NL => "iq4_nl",
-        IQ4_XS => "iq4_xs",
-        _ => "unsupported",
-    }
+    ty.weight_label().unwrap_or("unsupported")
 }
 
 /// The item file of `ty` reading rows in 16-byte loads through a second
