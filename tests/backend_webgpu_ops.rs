@@ -121,30 +121,14 @@ fn rope_matches_cpu() {
     let (tokens, heads, head_dim) = (5, 3, 32);
     for mode in [RopeMode::Norm, RopeMode::Neox] {
         for (n_rot, factors, scale) in [(32, false, 1.0), (16, true, 0.5)] {
-            let pos: Vec<u32> = (0..tokens).map(|_| r.below(600) as u32).collect();
-            let mut bufs = vec![
-                f32_buf(&r.normals(tokens * heads * head_dim, 1.0)),
-                u32_buf(&pos),
-                zeros(tokens * heads * head_dim * 4, BufKind::Activations),
-            ];
-            let mut ins = vec![0, 1];
-            if factors {
-                let f: Vec<f32> = (0..n_rot / 2).map(|_| 1.0 + 3.0 * r.uniform()).collect();
-                bufs.push(f32_buf(&f));
-                ins.push(3);
-            }
-            let op = Op::Rope {
+            let case = rope_case(
+                &mut r,
                 mode,
-                head_dim,
+                (tokens, heads, head_dim),
                 n_rot,
-                base: 10000.0,
+                factors,
                 scale,
-            };
-            let case = Case {
-                bufs,
-                steps: vec![(op, ins, vec![2])],
-                read: vec![2],
-            };
+            );
             // Angles up to ~600 rad: sin/cos of large arguments differ by a few ulps of the angle.
             check(&format!("rope {mode:?} n_rot {n_rot}"), &case, 2e-4);
         }

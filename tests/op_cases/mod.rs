@@ -191,6 +191,43 @@ pub fn binary_case(op: Op, x: Vec<f32>, y: Vec<f32>) -> Case {
     }
 }
 
+/// RoPE of `tokens` rows of `heads` heads at random positions below 600,
+/// with per-pair frequency divisors when `factors`, into buffer 2.
+#[allow(clippy::too_many_arguments)]
+pub fn rope_case(
+    r: &mut Rng,
+    mode: hearth::graph::RopeMode,
+    (tokens, heads, head_dim): (usize, usize, usize),
+    n_rot: usize,
+    factors: bool,
+    scale: f32,
+) -> Case {
+    let pos: Vec<u32> = (0..tokens).map(|_| r.below(600) as u32).collect();
+    let mut bufs = vec![
+        f32_buf(&r.normals(tokens * heads * head_dim, 1.0)),
+        u32_buf(&pos),
+        zeros(tokens * heads * head_dim * 4, BufKind::Activations),
+    ];
+    let mut ins = vec![0, 1];
+    if factors {
+        let f: Vec<f32> = (0..n_rot / 2).map(|_| 1.0 + 3.0 * r.uniform()).collect();
+        bufs.push(f32_buf(&f));
+        ins.push(3);
+    }
+    let op = Op::Rope {
+        mode,
+        head_dim,
+        n_rot,
+        base: 10000.0,
+        scale,
+    };
+    Case {
+        bufs,
+        steps: vec![(op, ins, vec![2])],
+        read: vec![2],
+    }
+}
+
 /// Runs `case` on the CPU backend and on `b`, and checks every read buffer
 /// within `tol` relative to the largest CPU value (`seed`: for the message).
 pub fn check_with_cpu<B: Backend>(b: &mut B, name: &str, case: &Case, tol: f32, seed: u64) {
