@@ -114,8 +114,7 @@ against() {
 
 # The backend's settings side by side on a smaller model (SHAPE, default
 # llama-3.2-1b, Q4_K_M, written here in seconds): the default, graphs off,
-# 4 items ahead in the matrix-vector kernels, prefill on the matrix-vector
-# kernels instead of the tiles; then where decode and prefill spend their
+# prefill on the matrix-vector kernels instead of the tiles; then where decode and prefill spend their
 # device time (HEARTH_PROFILE=cuda), and the logits of a short prompt
 # against the CPU's int8 path and its exact-f32 mode.
 sweep() {
@@ -123,7 +122,7 @@ sweep() {
   export HEARTH_CUDA_CACHE=/root/hearth-cuda-cache
   local shape=${SHAPE:-llama-3.2-1b} m=/root/sweep.gguf v
   [ -s "$m" ] || "$hearth" synth "$m" --shape "$shape" --type Q4_K_M --seed 1
-  local variants=(default HEARTH_CUDA_GRAPHS=0 HEARTH_CUDA_MV_ITEMS=4 HEARTH_CUDA_TILE_TOKENS=100000 default)
+  local variants=(default HEARTH_CUDA_GRAPHS=0 HEARTH_CUDA_TILE_TOKENS=100000 default)
   # SWEEP="A=1 B=2 default" replaces the list (one setting a run, `default` for none).
   [ -z "${SWEEP:-}" ] || read -r -a variants <<< "$SWEEP"
   for v in "${variants[@]}"; do

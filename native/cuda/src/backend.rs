@@ -151,8 +151,6 @@ pub struct CudaBackend {
     prof: Option<Profile>,
     /// Scratch replaced during a step, freed once the step is read back.
     retired: Vec<Arc<DeviceMem>>,
-    /// Weight items a lane of the int8 matrix-vector kernels loads ahead (2 or 4).
-    mv_items: u32,
     /// Warps of an attention block (4, 8 or 16).
     att_warps: u32,
 }
@@ -320,7 +318,6 @@ impl CudaBackend {
             tile_tokens: 16,
             prof: None,
             retired: Vec::new(),
-            mv_items: 2,
             att_warps: 4,
         })
     }
@@ -348,12 +345,6 @@ impl CudaBackend {
         let prof = self.prof.as_mut()?;
         prof.collect();
         Some(prof.report())
-    }
-
-    /// Weight items each lane of the int8 matrix-vector kernels loads before
-    /// using any: 2 (the default) or 4.
-    pub fn set_mv_items(&mut self, items: u32) {
-        self.mv_items = if items >= 4 { 4 } else { 2 };
     }
 
     /// Warps of each attention block (one block per query head and token):
@@ -694,13 +685,7 @@ impl CudaBackend {
                 let mut args = common.to_vec();
                 args.extend([Arg::P(xq), Arg::P(xs)]);
                 args.extend(tail);
-                let prefix = if self.mv_items == 4 { "mv4" } else { "mv" };
-                self.launch(
-                    &format!("{prefix}_q8_{fmt}_{nt}"),
-                    grid,
-                    MV_WARPS * 32,
-                    &args,
-                )
+                self.launch(&format!("mv_q8_{fmt}_{nt}"), grid, MV_WARPS * 32, &args)
             }
             None => {
                 let mut args = common.to_vec();

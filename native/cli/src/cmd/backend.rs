@@ -114,9 +114,6 @@ pub async fn load_on<S: ByteSource>(
             if let Some(n) = env("HEARTH_CUDA_TILE_TOKENS").and_then(|v| v.parse().ok()) {
                 backend.set_tile_tokens(n);
             }
-            if let Some(n) = env("HEARTH_CUDA_MV_ITEMS").and_then(|v| v.parse().ok()) {
-                backend.set_mv_items(n);
-            }
             if let Some(n) = env("HEARTH_CUDA_ATT_WARPS").and_then(|v| v.parse().ok()) {
                 backend.set_attention_warps(n);
             }
