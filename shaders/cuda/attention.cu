@@ -109,3 +109,202 @@ __device__ __forceinline__ void paged_attention_body(const float* __restrict__ q
 PAGED_ATTENTION(4)
 PAGED_ATTENTION(8)
 PAGED_ATTENTION(16)
+
+// ---- Split attention: one block per (K/V head, row, split of the keys).
+//
+// The G = n_head / n_head_kv query heads that share a K/V head share its
+// loads: a block stages tiles of ATT_TILE keys of K and V in shared memory
+// (coalesced rows, through the block table), then warp w takes heads
+// w, w + 4, ...: lane (2j + h) scores key j of the tile over the dims
+// 2i + h, an online softmax over the tile, and the lanes take the output
+// dims lane, lane + 32, ... of p · V. A row's keys are cut into `splits`
+// runs (a fixed count, so that a recorded plan holds for every length);
+// with one split the block writes the output, else (m, l, acc) partials
+// that attention_combine merges.
+
+#define ATT_TILE 16
+#define ATT_SPLIT_WARPS 4
+// Query values of a block's heads in shared memory: G * head width at most.
+#define ATT_MAX_Q 2048
+// Keys a split takes at least (short rows stay in one block), and the
+// most splits (a warp's lanes in attention_combine).
+#define ATT_MIN_SPLIT 32
+#define ATT_MAX_SPLITS 32
+
+__device__ __forceinline__ void kv_pair(const void* c, u64 i, u32 f16, float* a, float* b) {
+    if (f16) {
+        const float2 p = f16x2(((const u32*)c)[i / 2]);
+        *a = p.x;
+        *b = p.y;
+    } else {
+        const float2 p = ((const float2*)c)[i / 2];
+        *a = p.x;
+        *b = p.y;
+    }
+}
+
+// Where a row's keys are and how the split kernel cuts them: `per` keys a
+// split (whole tiles, at least ATT_MIN_SPLIT), `active` splits with keys.
+struct RowKeys {
+    u32 toff, first_key, keys, per, active;
+};
+
+__device__ __forceinline__ RowKeys row_keys(u32 row, const u32* __restrict__ seqs, u32 n_seq, u32 window,
+                                            u32 splits) {
+    u32 pos = 0, toff = 0;
+    bool found = false;
+    for (u32 s = 0; s < n_seq; s++) {
+        const u32 first = seqs[4 * s], len = seqs[4 * s + 1];
+        if (row >= first && row < first + len) {
+            pos = seqs[4 * s + 2] + (row - first);
+            toff = seqs[4 * s + 3];
+            found = true;
+        }
+    }
+    RowKeys r;
+    r.toff = toff;
+    r.first_key = (window > 0 && pos + 1 > window) ? pos + 1 - window : 0;
+    r.keys = found ? pos + 1 - r.first_key : 0;
+    r.per = max(ATT_MIN_SPLIT, ((r.keys + splits - 1) / splits + ATT_TILE - 1) / ATT_TILE * ATT_TILE);
+    r.active = (r.keys + r.per - 1) / r.per;
+    return r;
+}
+
+extern "C" __global__ void __launch_bounds__(ATT_SPLIT_WARPS * WARP) paged_attention_split(
+    const float* __restrict__ q, const void* __restrict__ kc, const void* __restrict__ vc,
+    const u32* __restrict__ seqs, u32 n_seq, const u32* __restrict__ tables, float* __restrict__ out,
+    float* __restrict__ part, u32 n_head, u32 n_head_kv, u32 hk, u32 hv, float scale, u32 window, float softcap,
+    u32 block_size, u32 f16, u32 splits) {
+    __shared__ float sk[ATT_TILE][ATT_MAX_DIM + 2];
+    __shared__ float sv[ATT_TILE][ATT_MAX_DIM + 2];
+    __shared__ float sq[ATT_MAX_Q];
+    __shared__ u64 sslot[ATT_TILE];
+    const u32 kvh = blockIdx.x, row = blockIdx.y, split = blockIdx.z;
+    const u32 tid = threadIdx.x, lane = tid % WARP, wid = tid / WARP;
+    const u32 G = n_head / n_head_kv;
+    const RowKeys rk = row_keys(row, seqs, n_seq, window, splits);
+    // Splits past the keys have nothing to do; with one the block writes
+    // the output itself (and attention_combine leaves the row).
+    if (split > 0 && split >= rk.active) return;
+    const u32 toff = rk.toff, first_key = rk.first_key, keys = rk.keys, per = rk.per;
+    const u32 kb = first_key + min(keys, split * per), ke = first_key + min(keys, (split + 1) * per);
+    const bool direct = rk.active <= 1;
+    const u32 k_width = n_head_kv * hk, v_width = n_head_kv * hv;
+    for (u32 i = tid; i < G * hk; i += ATT_SPLIT_WARPS * WARP)
+        sq[i] = q[((u64)row * n_head + kvh * G) * hk + i];
+    float m[2] = {NEG_INF, NEG_INF}, l[2] = {0.0f, 0.0f};
+    float acc[2][ATT_PER_LANE];
+#pragma unroll
+    for (u32 a = 0; a < 2; a++)
+#pragma unroll
+        for (u32 j = 0; j < ATT_PER_LANE; j++) acc[a][j] = 0.0f;
+    const u32 j = lane >> 1, hh = lane & 1u;
+    for (u32 t0 = kb; t0 < ke; t0 += ATT_TILE) {
+        __syncthreads();
+        if (tid < ATT_TILE) {
+            const u32 p = t0 + tid;
+            sslot[tid] = p < ke ? (u64)tables[toff + p / block_size] * block_size + p % block_size : 0;
+        }
+        __syncthreads();
+        for (u32 i = tid; i < ATT_TILE * (hk / 2); i += ATT_SPLIT_WARPS * WARP) {
+            const u32 key = i / (hk / 2), c = 2 * (i % (hk / 2));
+            float a = 0.0f, b = 0.0f;
+            if (t0 + key < ke) kv_pair(kc, sslot[key] * k_width + kvh * hk + c, f16, &a, &b);
+            sk[key][c] = a;
+            sk[key][c + 1] = b;
+        }
+        for (u32 i = tid; i < ATT_TILE * (hv / 2); i += ATT_SPLIT_WARPS * WARP) {
+            const u32 key = i / (hv / 2), c = 2 * (i % (hv / 2));
+            float a = 0.0f, b = 0.0f;
+            if (t0 + key < ke) kv_pair(vc, sslot[key] * v_width + kvh * hv + c, f16, &a, &b);
+            sv[key][c] = a;
+            sv[key][c + 1] = b;
+        }
+        __syncthreads();
+        const bool live = t0 + j < ke;
+#pragma unroll
+        for (u32 a = 0; a < 2; a++) {
+            const u32 h = wid + a * ATT_SPLIT_WARPS;
+            if (h >= G) break;
+            const float* qh = sq + h * hk;
+            float dot = 0.0f;
+            for (u32 d = hh; d < hk; d += 2) dot += qh[d] * sk[j][d];
+            dot += SHFL_XOR(dot, 1);
+            float s = dot * scale;
+            if (softcap > 0.0f) s = softcap * tanhf(s / softcap);
+            if (!live) s = NEG_INF;
+            const float mn = fmaxf(m[a], warp_max(s));
+            const float corr = m[a] == NEG_INF ? 0.0f : expf(m[a] - mn);
+            const float p = live ? expf(s - mn) : 0.0f;
+            l[a] = l[a] * corr + warp_sum(hh == 0 ? p : 0.0f);
+#pragma unroll
+            for (u32 e = 0; e < ATT_PER_LANE; e++) acc[a][e] *= corr;
+#pragma unroll
+            for (u32 key = 0; key < ATT_TILE; key++) {
+                const float pk = __shfl_sync(0xffffffffu, p, 2 * key, WARP);
+#pragma unroll
+                for (u32 e = 0; e < ATT_PER_LANE; e++) {
+                    const u32 d = lane + e * WARP;
+                    if (d < hv) acc[a][e] += pk * sv[key][d];
+                }
+            }
+            m[a] = mn;
+        }
+    }
+#pragma unroll
+    for (u32 a = 0; a < 2; a++) {
+        const u32 h = wid + a * ATT_SPLIT_WARPS;
+        if (h >= G) break;
+        const u32 head = kvh * G + h;
+        if (direct) {
+            float* o = out + ((u64)row * n_head + head) * hv;
+#pragma unroll
+            for (u32 e = 0; e < ATT_PER_LANE; e++) {
+                const u32 d = lane + e * WARP;
+                if (d < hv) o[d] = l[a] > 0.0f ? acc[a][e] / l[a] : 0.0f;
+            }
+        } else {
+            float* pp = part + (((u64)row * n_head + head) * splits + split) * (hv + 2);
+            if (lane == 0) {
+                pp[0] = m[a];
+                pp[1] = l[a];
+            }
+#pragma unroll
+            for (u32 e = 0; e < ATT_PER_LANE; e++) {
+                const u32 d = lane + e * WARP;
+                if (d < hv) pp[2 + d] = acc[a][e];
+            }
+        }
+    }
+}
+
+// The splits' partials of paged_attention_split into the output: one
+// block per (query head, row); the first warp weighs the splits (a lane
+// each), then a thread per output dim.
+extern "C" __global__ void attention_combine(const float* __restrict__ part, float* __restrict__ out,
+                                             const u32* __restrict__ seqs, u32 n_seq, u32 window, u32 n_head,
+                                             u32 hv, u32 splits) {
+    __shared__ float ws[ATT_MAX_SPLITS];
+    __shared__ float total;
+    const u32 h = blockIdx.x, row = blockIdx.y;
+    const u32 active = row_keys(row, seqs, n_seq, window, splits).active;
+    if (active <= 1) return;
+    const float* pp = part + ((u64)row * n_head + h) * splits * (hv + 2);
+    if (threadIdx.x < WARP) {
+        const u32 s = threadIdx.x;
+        const float m = s < active ? pp[s * (hv + 2)] : NEG_INF;
+        const float l = s < active ? pp[s * (hv + 2) + 1] : 0.0f;
+        const float mx = warp_max(m);
+        const float w = m == NEG_INF ? 0.0f : expf(m - mx);
+        const float t = warp_sum(l * w);
+        if (s < ATT_MAX_SPLITS) ws[s] = w;
+        if (s == 0) total = t;
+    }
+    __syncthreads();
+    float* o = out + ((u64)row * n_head + h) * hv;
+    for (u32 d = threadIdx.x; d < hv; d += blockDim.x) {
+        float v = 0.0f;
+        for (u32 s = 0; s < active; s++) v += pp[s * (hv + 2) + 2 + d] * ws[s];
+        o[d] = total > 0.0f ? v / total : 0.0f;
+    }
+}

@@ -1,69 +1,70 @@
 // Matrix products over the packed weights of quant.cuh (composed after
 // common.cuh and quant.cuh): y[t, r] = dot(W[r, :], x[t, :]).
 //
-// Decode runs on int8 activations: quantize_q8 turns x into int8 quants
-// with one scale d per 32 values and, per 16 values, (d, d * sum of the
-// quants); with value_j = a * q_j + b a 16-value run contributes
+// Quantized weights multiply int8 activations: quantize_q8 (or a prologue
+// fused with it: the RMS norms, the GLU) turns x into int8 quants with,
+// per 16 values, (d, d * sum of the quants); with value_j = a * q_j + b a
+// 16-value run contributes
 //   d * (a * dot(q, xq) + b * sum(xq)),
-// the dot four bytes at a time with DP4A. One warp owns a weight row and
-// sweeps it front to back, lane i taking the 32-value items i, i + 32, ...;
-// each item is read once for all NT tokens of the launch (several
-// sequences share one pass over each weight row).
+// the dot four bytes at a time with DP4A (decode) or on the tensor cores
+// (prefill tiles). In decode one warp owns a weight row and sweeps it
+// front to back, lane i taking the items i, i + 32, ...; each item is read
+// once for all NT tokens of the launch (several sequences share one pass
+// over each weight row).
 
 #define MV_WARPS 4
 
-// x [rows, k] f32 to xq (k / 4 words a row) and xs (k / 16 float2 a row);
-// one thread per 32 values (k a multiple of 32: the flat order is the rows').
-extern "C" __global__ void quantize_q8(const float* __restrict__ x, u32 blocks, uint4* __restrict__ xq,
-                                       float2* __restrict__ xs) {
-    const u32 i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= blocks) return;
-    const float4* src = (const float4*)(x + (u64)i * 32);
-    float v[32];
-    float amax = 0.0f;
-#pragma unroll
-    for (u32 j = 0; j < 8; j++) {
-        const float4 f = src[j];
-        v[4 * j] = f.x;
-        v[4 * j + 1] = f.y;
-        v[4 * j + 2] = f.z;
-        v[4 * j + 3] = f.w;
-        amax = fmaxf(amax, fmaxf(fmaxf(fabsf(f.x), fabsf(f.y)), fmaxf(fabsf(f.z), fabsf(f.w))));
-    }
-    const float d = amax / 127.0f;
-    const float id = d > 0.0f ? 1.0f / d : 0.0f;
-    u32 words[8];
-    i32 sums[2] = {0, 0};
-#pragma unroll
-    for (u32 j = 0; j < 8; j++) {
-        u32 word = 0;
-#pragma unroll
-        for (u32 b = 0; b < 4; b++) {
-            const i32 q = (i32)roundf(v[4 * j + b] * id);
-            sums[j / 4] += q;
-            word |= ((u32)q & 0xffu) << (8 * b);
-        }
-        words[j] = word;
-    }
-    xq[2 * i] = make_uint4(words[0], words[1], words[2], words[3]);
-    xq[2 * i + 1] = make_uint4(words[4], words[5], words[6], words[7]);
-    xs[2 * i] = make_float2(d, d * (float)sums[0]);
-    xs[2 * i + 1] = make_float2(d, d * (float)sums[1]);
+// ---- Activation quantizers
+//
+// A warp quantizes 256 values, 8 a lane (value 8 lane + j of the chunk),
+// into xq (the int8 quants, 4 a word, in the values' order) and xs (per
+// 16 values, (d, d * sum of the quants)). `at` is the chunk's first value,
+// `valid` whether the lane's 8 values exist (whole 32-value blocks are,
+// or are not); every lane takes part in the shuffles.
+
+__device__ __forceinline__ void load8(const float* p, float* v) {
+    const float4 a = ((const float4*)p)[0], b = ((const float4*)p)[1];
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
 }
 
-// x [rows, k] f32 to int8 as ggml's q8_K (what its K-quant and IQ4_XS dots
-// take): per 256 values q = min(127, rint(-127 / max * x)), max the value
-// of largest magnitude (the first of equals), d = 1 / (-127 / max); into
-// the same xq / xs as quantize_q8 (every 16-value run with the block's d).
-// One warp per 256 values, 8 a lane; k a multiple of 256.
-extern "C" __global__ void quantize_q8_k(const float* __restrict__ x, u32 blocks, uint4* __restrict__ xq,
-                                         float2* __restrict__ xs) {
+__device__ __forceinline__ void store8(float* p, const float* v) {
+    ((float4*)p)[0] = make_float4(v[0], v[1], v[2], v[3]);
+    ((float4*)p)[1] = make_float4(v[4], v[5], v[6], v[7]);
+}
+
+// q8_0 / q8_1 rounding (what ggml's other dots take): per 32 values,
+// d = max |x| / 127, q = round(x / d); 4 lanes a block.
+__device__ __forceinline__ void q8_lane(const float* v, u64 at, bool valid, u32* __restrict__ xq,
+                                        float2* __restrict__ xs) {
     const u32 lane = threadIdx.x % WARP;
-    const u32 b = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;
-    if (b >= blocks) return;
-    const float4* src = (const float4*)(x + (u64)b * 256 + lane * 8);
-    const float4 f0 = src[0], f1 = src[1];
-    const float v[8] = {f0.x, f0.y, f0.z, f0.w, f1.x, f1.y, f1.z, f1.w};
+    float amax = 0.0f;
+#pragma unroll
+    for (u32 j = 0; j < 8; j++) amax = fmaxf(amax, fabsf(v[j]));
+    amax = fmaxf(amax, SHFL_XOR(amax, 1));
+    amax = fmaxf(amax, SHFL_XOR(amax, 2));
+    const float d = amax / 127.0f;
+    const float id = d > 0.0f ? 1.0f / d : 0.0f;
+    u32 words[2] = {0, 0};
+    i32 sum = 0;
+#pragma unroll
+    for (u32 j = 0; j < 8; j++) {
+        const i32 q = (i32)roundf(v[j] * id);
+        sum += q;
+        words[j / 4] |= ((u32)q & 0xffu) << (8 * (j % 4));
+    }
+    const i32 run = sum + SHFL_XOR(sum, 1);
+    if (!valid) return;
+    const u64 i = at + lane * 8;
+    *(uint2*)(xq + i / 4) = make_uint2(words[0], words[1]);
+    if ((lane & 1u) == 0) xs[i / 16] = make_float2(d, d * (float)run);
+}
+
+// q8_K rounding (ggml's K-quant and IQ4_XS dots): per 256 values
+// q = min(127, rint(-127 / max * x)), max the value of largest magnitude
+// (the first of equals), d = 1 / (-127 / max); every 16-value run with
+// the block's d. The whole chunk must be valid.
+__device__ __forceinline__ void q8k_lane(const float* v, u64 at, u32* __restrict__ xq, float2* __restrict__ xs) {
+    const u32 lane = threadIdx.x % WARP;
     // The lane's first value of largest magnitude, then the warp's (lowest lane on ties).
     float amax = 0.0f, max = 0.0f;
 #pragma unroll
@@ -72,15 +73,15 @@ extern "C" __global__ void quantize_q8_k(const float* __restrict__ x, u32 blocks
             amax = fabsf(v[j]);
             max = v[j];
         }
-    u32 at = lane;
+    u32 at_lane = lane;
 #pragma unroll
     for (int m = WARP / 2; m > 0; m >>= 1) {
         const float oa = SHFL_XOR(amax, m), om = SHFL_XOR(max, m);
-        const u32 oat = SHFL_XOR(at, m);
-        if (oa > amax || (oa == amax && oat < at)) {
+        const u32 oat = SHFL_XOR(at_lane, m);
+        if (oa > amax || (oa == amax && oat < at_lane)) {
             amax = oa;
             max = om;
-            at = oat;
+            at_lane = oat;
         }
     }
     const float iscale = amax == 0.0f ? 0.0f : -127.0f / max;
@@ -93,13 +94,156 @@ extern "C" __global__ void quantize_q8_k(const float* __restrict__ x, u32 blocks
         words[j / 4] |= ((u32)q & 0xffu) << (8 * (j % 4));
     }
     const float d = amax == 0.0f ? 0.0f : 1.0f / iscale;
-    // Lanes 2i and 2i + 1 hold one 16-value run.
     const i32 run = sum + SHFL_XOR(sum, 1);
-    u32* q = (u32*)xq + (u64)b * 64 + lane * 2;
-    q[0] = words[0];
-    q[1] = words[1];
-    if ((lane & 1u) == 0) xs[(u64)b * 16 + lane / 2] = make_float2(d, d * (float)run);
+    const u64 i = at + lane * 8;
+    *(uint2*)(xq + i / 4) = make_uint2(words[0], words[1]);
+    if ((lane & 1u) == 0) xs[i / 16] = make_float2(d, d * (float)run);
 }
+
+// The lane's 8 values of chunk c (of 256) of n, quantized (per_256: q8_K).
+__device__ __forceinline__ void quantize_chunk(const float* v, u64 c, u64 n, u32 per_256, u32* xq, float2* xs) {
+    const u64 at = c * 256;
+    if (per_256)
+        q8k_lane(v, at, xq, xs);
+    else
+        q8_lane(v, at, at + (threadIdx.x % WARP) * 8 < n, xq, xs);
+}
+
+// n f32 values at x (a multiple of 32; of 256 with per_256) to int8: one
+// warp per 256 values.
+extern "C" __global__ void quantize_q8(const float* __restrict__ x, u32 n, u32 per_256, u32* __restrict__ xq,
+                                       float2* __restrict__ xs) {
+    const u64 c = (u64)blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;
+    if (c * 256 >= n) return;
+    const u64 i = c * 256 + (threadIdx.x % WARP) * 8;
+    float v[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    if (i < n) load8(x + i, v);
+    quantize_chunk(v, c, n, per_256, xq, xs);
+}
+
+// Prologues of the products fused with the quantizing of their output:
+// x = rms_norm(a) * w (rms_norm_q8), s = a + b and x = rms_norm(s) * w
+// (add_rms_norm_q8), then x to int8 as quantize_q8. One block of 256
+// threads a row of `width` (a multiple of 32; of 256 with per_256): warp
+// w takes the 256-value chunks w, w + 8, ..., a lane 8 values of each, so
+// rows up to NORM_HELD values stay in registers between the sum of
+// squares and the output (wider rows are read again).
+#define NORM_SLOTS 4
+#define NORM_HELD (NORM_SLOTS * 8 * 256)
+
+template <bool ADD>
+__device__ __forceinline__ void norm_q8_row(const float* a, const float* b, const float* __restrict__ w, float* s,
+                                            float* x, u32 width, float eps, u32 per_256, u32* __restrict__ xq,
+                                            float2* __restrict__ xs) {
+    __shared__ float scratch[32];
+    const u64 r = (u64)blockIdx.x * width;
+    const u32 lane = threadIdx.x % WARP, wid = threadIdx.x / WARP;
+    float v[NORM_SLOTS][8];
+    float acc = 0.0f;
+    for (u32 base = 0; base < width; base += NORM_HELD) {
+        // Every load of the pass before any store (s may alias a or b).
+        float t[NORM_SLOTS][8];
+#pragma unroll
+        for (u32 k = 0; k < NORM_SLOTS; k++) {
+            const u32 i = base + (wid + 8 * k) * 256 + lane * 8;
+#pragma unroll
+            for (u32 j = 0; j < 8; j++) v[k][j] = t[k][j] = 0.0f;
+            if (i < width) {
+                load8(a + r + i, v[k]);
+                if (ADD) load8(b + r + i, t[k]);
+            }
+        }
+#pragma unroll
+        for (u32 k = 0; k < NORM_SLOTS; k++) {
+            const u32 i = base + (wid + 8 * k) * 256 + lane * 8;
+#pragma unroll
+            for (u32 j = 0; j < 8; j++) {
+                if (ADD) v[k][j] += t[k][j];
+                acc += v[k][j] * v[k][j];
+            }
+            if (ADD && i < width) store8(s + r + i, v[k]);
+        }
+    }
+    // block_sum's barrier also makes s visible to the whole block.
+    const float scale = 1.0f / sqrtf(block_sum(acc, scratch, 256) / (float)width + eps);
+    const float* src = ADD ? s : a;
+    for (u32 base = 0; base < width; base += NORM_HELD) {
+        float g[NORM_SLOTS][8];
+#pragma unroll
+        for (u32 k = 0; k < NORM_SLOTS; k++) {
+            const u32 i = base + (wid + 8 * k) * 256 + lane * 8;
+            if (i < width) {
+                if (width > NORM_HELD) load8(src + r + i, v[k]);
+                load8(w + i, g[k]);
+            }
+        }
+#pragma unroll
+        for (u32 k = 0; k < NORM_SLOTS; k++) {
+            const u32 c = base / 256 + wid + 8 * k, i = c * 256 + lane * 8;
+            if (c * 256 >= width) break;
+            if (i < width) {
+#pragma unroll
+                for (u32 j = 0; j < 8; j++) v[k][j] = (v[k][j] * scale) * g[k][j];
+                store8(x + r + i, v[k]);
+            } else {
+#pragma unroll
+                for (u32 j = 0; j < 8; j++) v[k][j] = 0.0f;
+            }
+            // Chunks are 256 values of the row: rows of a multiple of 256
+            // make them the flat chunks of quantize_q8; other widths take
+            // q8 blocks, which never straddle a row.
+            if (per_256)
+                q8k_lane(v[k], r + c * 256, xq, xs);
+            else
+                q8_lane(v[k], r + c * 256, i < width, xq, xs);
+        }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(256) rms_norm_q8(const float* a, const float* __restrict__ w, float* x,
+                                                              u32 width, float eps, u32 per_256,
+                                                              u32* __restrict__ xq, float2* __restrict__ xs) {
+    norm_q8_row<false>(a, nullptr, w, nullptr, x, width, eps, per_256, xq, xs);
+}
+
+extern "C" __global__ void __launch_bounds__(256) add_rms_norm_q8(const float* a, const float* b,
+                                                                  const float* __restrict__ w, float* s, float* x,
+                                                                  u32 width, float eps, u32 per_256,
+                                                                  u32* __restrict__ xq, float2* __restrict__ xs) {
+    norm_q8_row<true>(a, b, w, s, x, width, eps, per_256, xq, xs);
+}
+
+__device__ __forceinline__ float silu_mul_q(float g, float u) { return g / (1.0f + expf(-g)) * u; }
+
+// ggml's CPU geglu (as rowops.cu's gelu_mul).
+__device__ __forceinline__ float gelu_mul_q(float x, float u) {
+    if (x <= -10.0f) return 0.0f;
+    if (x >= 10.0f) return x * u;
+    const float h = f16_f32(f32_f16(x));
+    const float g = 0.5f * h * (1.0f + tanhf(0.7978846f * h * (1.0f + 0.044715f * h * h)));
+    return f16_f32(f32_f16(g)) * u;
+}
+
+// x = act(g) * u over n values (Prologue::Glu), then x to int8 as
+// quantize_q8; one warp per 256 values. gelu: GELU (tanh) else SiLU.
+extern "C" __global__ void glu_q8(const float* __restrict__ g, const float* __restrict__ u, float* x, u32 n,
+                                  u32 gelu, u32 per_256, u32* __restrict__ xq, float2* __restrict__ xs) {
+    const u64 c = (u64)blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;
+    if (c * 256 >= n) return;
+    const u64 i = c * 256 + (threadIdx.x % WARP) * 8;
+    float v[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    if (i < n) {
+        float a[8], b[8];
+        load8(g + i, a);
+        load8(u + i, b);
+#pragma unroll
+        for (u32 j = 0; j < 8; j++) v[j] = gelu ? gelu_mul_q(a[j], b[j]) : silu_mul_q(a[j], b[j]);
+        store8(x + i, v);
+    }
+    quantize_chunk(v, c, n, per_256, xq, xs);
+}
+
+// ---- Decode: matrix-vector products on int8 activations
 
 __device__ __forceinline__ i32 dot16(uint4 q, uint4 x) {
     return DP4A(q.w, x.w, DP4A(q.z, x.z, DP4A(q.y, x.y, DP4A(q.x, x.x, 0))));
@@ -113,48 +257,111 @@ __device__ __forceinline__ float item_dot(QW32 v, const uint4* __restrict__ xq, 
     return v.a.x * s0.x * i0 + v.a.y * s1.x * i1 + v.b.x * s0.y + v.b.y * s1.y;
 }
 
-// Launched with MV_WARPS warps a block, grid (ceil(n / MV_WARPS), ceil(m / NT)).
-// U items a lane are loaded before any is used (the loads in flight that
-// hide the memory latency); 2 (4 measured no faster on an H100).
-#define MV_Q8_U(NAME, F, NT, U)                                                                       \
-    extern "C" __global__ void __launch_bounds__(MV_WARPS * WARP)                                    \
-        NAME(const u32* __restrict__ w, u32 row_words, u32 nb, const uint4* __restrict__ xq,         \
-             const float2* __restrict__ xs, float* __restrict__ y, u32 n, u32 k, u32 m, u32 y_stride) { \
-        const u32 lane = threadIdx.x % WARP;                                                          \
-        const u32 row = blockIdx.x * MV_WARPS + threadIdx.x / WARP;                                   \
-        const u32 tok0 = blockIdx.y * NT;                                                             \
-        if (row >= n) return;                                                                         \
-        const u32 base = row * row_words, items = k / 32, per_tok = k / 16;                           \
-        float acc[NT];                                                                                \
-        _Pragma("unroll") for (u32 t = 0; t < NT; t++) acc[t] = 0.0f;                                 \
-        u32 c = lane;                                                                                 \
-        for (; c + (U - 1) * WARP < items; c += U * WARP) {                                           \
-            QW32 v[U];                                                                                \
-            _Pragma("unroll") for (u32 u = 0; u < U; u++) v[u] = q32_##F(w, base, nb, c + u * WARP);  \
-            _Pragma("unroll") for (u32 t = 0; t < NT; t++) {                                          \
-                if (tok0 + t < m) {                                                                   \
-                    const u32 o = (tok0 + t) * per_tok;                                               \
-                    _Pragma("unroll") for (u32 u = 0; u < U; u++) acc[t] += item_dot(v[u], xq, xs, o + 2 * (c + u * WARP)); \
-                }                                                                                     \
+// Up to three products of one format over the same activations in one
+// launch (q | k | v, gate | up): rows [0, e0) of the launch are w0's, rows
+// [e0, e1) w1's, [e1, e2) w2's; y_i is [m, rows of w_i].
+//
+// The grid is as many blocks of MV_WARPS warps as the device holds at
+// once (or fewer), grid.y = ceil(m / NT); warp j of the grid takes rows
+// j, j + warps, ... in units of U items a lane (QN_F runs of 32 values
+// each), and loads the next unit before it multiplies the current one,
+// so a warp always has loads in flight (the memory latency hidden behind
+// the arithmetic, and no gap between rows).
+#define MV_ROW(AT) ((AT) < e0 ? (AT) : (AT) < e1 ? (AT) - e0 : (AT) - e1)
+#define MV_W(AT) ((AT) < e0 ? w0 : (AT) < e1 ? w1 : w2)
+#define MV_LOAD(F, U, V, AT, IT)                                                                      \
+    {                                                                                                 \
+        const u32* __restrict__ wp = MV_W(AT);                                                        \
+        const u32 rb = MV_ROW(AT) * row_words, c0 = (IT) * (U * WARP) + lane;                         \
+        /* Past the row's end a lane loads its last item again (unused): */                          \
+        /* unconditional loads stay in registers. */                                                  \
+        _Pragma("unroll") for (u32 u = 0; u < U; u++) qn_##F(wp, rb, nb, min(c0 + u * WARP, items - 1), V[u]); \
+    }
+#define MV_ARGS                                                                                       \
+    const u32 *__restrict__ w0, const u32 *__restrict__ w1, const u32 *__restrict__ w2, u32 e0, u32 e1, \
+        u32 e2, u32 row_words, u32 nb, const uint4 *__restrict__ xq, const float2 *__restrict__ xs,  \
+        float *__restrict__ y0, float *__restrict__ y1, float *__restrict__ y2, u32 k, u32 m
+#define MV_DOTS(F, U, V, IT)                                                                          \
+    {                                                                                                 \
+        const u32 c0 = (IT) * (U * WARP) + lane;                                                      \
+        _Pragma("unroll") for (u32 t = 0; t < NTOK; t++) {                                              \
+            if (tok0 + t < m) {                                                                       \
+                const u32 o = (tok0 + t) * per_tok;                                                   \
+                _Pragma("unroll") for (u32 u = 0; u < U; u++) if (c0 + u * WARP < items)              \
+                    _Pragma("unroll") for (u32 j = 0; j < QN_##F; j++)                                \
+                        acc[t] += item_dot(V[u][j], xq, xs, o + 2 * ((c0 + u * WARP) * QN_##F + j));  \
             }                                                                                         \
-        }                                                                                             \
-        for (; c < items; c += WARP) {                                                                \
-            const QW32 v = q32_##F(w, base, nb, c);                                                   \
-            _Pragma("unroll") for (u32 t = 0; t < NT; t++) {                                          \
-                if (tok0 + t < m) acc[t] += item_dot(v, xq, xs, (tok0 + t) * per_tok + 2 * c);        \
-            }                                                                                         \
-        }                                                                                             \
-        _Pragma("unroll") for (u32 t = 0; t < NT; t++) {                                              \
-            const float s = warp_sum(acc[t]);                                                         \
-            if (lane == 0 && tok0 + t < m) y[(u64)(tok0 + t) * y_stride + row] = s;                   \
         }                                                                                             \
     }
-#define MV_Q8(F, NT) MV_Q8_U(mv_q8_##F##_##NT, F, NT, 2)
+#define MV_STORE(AT)                                                                                  \
+    {                                                                                                 \
+        float* __restrict__ yp = (AT) < e0 ? y0 : (AT) < e1 ? y1 : y2;                                \
+        const u32 n = (AT) < e0 ? e0 : (AT) < e1 ? e1 - e0 : e2 - e1;                                 \
+        _Pragma("unroll") for (u32 t = 0; t < NTOK; t++) {                                              \
+            const float s = warp_sum(acc[t]);                                                         \
+            if (lane == 0 && tok0 + t < m) yp[(u64)(tok0 + t) * n + MV_ROW(AT)] = s;                  \
+            acc[t] = 0.0f;                                                                            \
+        }                                                                                             \
+    }
+
+#define MV_Q8_U(NAME, F, NT, U)                                                                       \
+    extern "C" __global__ void __launch_bounds__(MV_WARPS * WARP, 1) NAME(MV_ARGS) {                  \
+        constexpr u32 NTOK = NT;                                                                      \
+        const u32 lane = threadIdx.x % WARP, warps = gridDim.x * MV_WARPS;                            \
+        const u32 tok0 = blockIdx.y * NT;                                                             \
+        const u32 items = k / (32 * QN_##F), per_tok = k / 16, iters = (items + U * WARP - 1) / (U * WARP); \
+        u32 at = blockIdx.x * MV_WARPS + threadIdx.x / WARP, it = 0;                                  \
+        if (at >= e2) return;                                                                         \
+        float acc[NT];                                                                                \
+        _Pragma("unroll") for (u32 t = 0; t < NT; t++) acc[t] = 0.0f;                                 \
+        QW32 v[U][QN_##F];                                                                            \
+        MV_LOAD(F, U, v, at, 0)                                                                       \
+        for (;;) {                                                                                    \
+            u32 nat = at, nit = it + 1;                                                               \
+            if (nit == iters) {                                                                       \
+                nit = 0;                                                                              \
+                nat += warps;                                                                         \
+            }                                                                                         \
+            const bool more = nat < e2;                                                               \
+            QW32 nx[U][QN_##F];                                                                       \
+            /* The next unit (the current one again after the last). */                               \
+            MV_LOAD(F, U, nx, more ? nat : at, more ? nit : it)                                      \
+            MV_DOTS(F, U, v, it)                                                                      \
+            if (nit == 0) MV_STORE(at)                                                                \
+            if (!more) break;                                                                         \
+            _Pragma("unroll") for (u32 u = 0; u < U; u++)                                             \
+                _Pragma("unroll") for (u32 j = 0; j < QN_##F; j++) v[u][j] = nx[u][j];                \
+            at = nat;                                                                                 \
+            it = nit;                                                                                 \
+        }                                                                                             \
+    }
+// One item a lane a unit: with the prefetch, two are in flight.
+#define MV_U(F) 1
+#define MV_Q8(F, NT) MV_Q8_U(mv_q8_##F##_##NT, F, NT, MV_U(F))
+
+// The same without the prefetch (one unit a warp at a time, a warp a row
+// at a time over a grid of every row): for comparison
+// (HEARTH_CUDA_MV_PREFETCH=0), the decode formats of the common files.
+#define MVN_Q8(F)                                                                                     \
+    extern "C" __global__ void __launch_bounds__(MV_WARPS * WARP, 1) mvn_q8_##F##_1(MV_ARGS) {        \
+        constexpr u32 NTOK = 1, U = QN_##F >= 4 ? 1 : 2;                                              \
+        const u32 lane = threadIdx.x % WARP, tok0 = blockIdx.y;                                       \
+        const u32 items = k / (32 * QN_##F), per_tok = k / 16, iters = (items + U * WARP - 1) / (U * WARP); \
+        const u32 at = blockIdx.x * MV_WARPS + threadIdx.x / WARP;                                    \
+        if (at >= e2) return;                                                                         \
+        float acc[1] = {0.0f};                                                                        \
+        for (u32 it = 0; it < iters; it++) {                                                          \
+            QW32 v[U][QN_##F];                                                                        \
+            MV_LOAD(F, U, v, at, it)                                                                  \
+            MV_DOTS(F, U, v, it)                                                                      \
+        }                                                                                             \
+        MV_STORE(at)                                                                                  \
+    }
 
 // f32 activations against dequantized weights (float formats, and exact
 // mode): lane i takes the 8-value groups i, i + 32, ...
 #define MV_F(F, NT)                                                                                   \
-    extern "C" __global__ void __launch_bounds__(MV_WARPS * WARP)                                    \
+    extern "C" __global__ void __launch_bounds__(MV_WARPS * WARP, 1)                                  \
         mv_f_##F##_##NT(const u32* __restrict__ w, u32 row_words, u32 nb, const float* __restrict__ x, \
                         float* __restrict__ y, u32 n, u32 k, u32 m, u32 y_stride) {                  \
         const u32 lane = threadIdx.x % WARP;                                                          \
@@ -203,7 +410,7 @@ __device__ __forceinline__ float item_dot(QW32 v, const uint4* __restrict__ xq, 
 // x row p / x_div and writes y row p from the rows of expert ids[p]
 // (n rows an expert in the stacked weight). Grid (ceil(n / MV_WARPS), pairs).
 #define MOE_MV(F)                                                                                     \
-    extern "C" __global__ void __launch_bounds__(MV_WARPS * WARP)                                    \
+    extern "C" __global__ void __launch_bounds__(MV_WARPS * WARP, 1)                                  \
         moe_mv_##F(const u32* __restrict__ w, u32 row_words, u32 nb, const float* __restrict__ x,     \
                    const u32* __restrict__ ids, u32 x_div, float* __restrict__ y, u32 n, u32 k,       \
                    u32 n_expert) {                                                                    \
@@ -231,6 +438,7 @@ __device__ __forceinline__ float item_dot(QW32 v, const uint4* __restrict__ xq, 
 #define MV_F_ALL(F) MV_F(F, 1) MV_F(F, 2) MV_F(F, 4) MV_F(F, 8)
 
 QUANT_FORMATS(MV_Q8_ALL)
+MVN_Q8(q4_0) MVN_Q8(q8_0) MVN_Q8(q4_k) MVN_Q8(q6_k)
 QUANT_FORMATS(MV_F_ALL)
 FLOAT_FORMATS(MV_F_ALL)
 QUANT_FORMATS(GET_ROWS)
@@ -254,7 +462,7 @@ extern "C" __global__ void moe_combine(const float* __restrict__ y, const float*
 //
 // y[t, r] for a tile of MM_BM tokens by MM_BN weight rows, over k in
 // chunks of MM_BK values staged in shared memory: the int8 quants of x
-// (quantize_q8 / quantize_q8_k) and of the weights (q32_FMT), each 16-value
+// (quantize_q8 and the fused prologues) and of the weights (q32_FMT), each 16-value
 // run multiplied on the tensor cores (mma m16n8k16, s8 x s8 -> s32) and
 // rescaled into f32 accumulators: acc += a_w * d_x * dot + b_w * (d_x * sum x).
 // 4 warps in a 2 x 2 grid, each 32 tokens x 32 rows (2 x 4 mma tiles).
@@ -372,4 +580,138 @@ __device__ __forceinline__ void mma_s8_16x8x16(i32* c, u32 a0, u32 a1, u32 b0) {
 
 QUANT_FORMATS(MM_Q8)
 
+// ---- Prefill on f16 tensor cores.
+//
+// y[t, r] over tiles of MF_BM tokens by MF_BN weight rows, k in steps of
+// MF_BK: the activations as f16 (to_f16), the weights dequantized (w8_FMT)
+// to f16 into shared memory, multiplied with mma m16n8k16 (f16 x f16 ->
+// f32). No per-run rescaling: the scales are in the dequantized values.
+// 8 warps, 2 (tokens) x 4 (rows), each 64 x 32 of the tile. The next
+// step's activations (cp.async) and weights (in registers) load while the
+// current one multiplies. k a multiple of MF_BK.
+
+#define MF_BM 128
+#define MF_BN 128
+#define MF_BK 32
+// Halves of a staged row: MF_BK and 8 of padding (conflict-free ldmatrix).
+#define MF_ROW (MF_BK + 8)
+
+__device__ __forceinline__ u32 smem_addr(const void* p) {
+    u32 a;
+    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+    return a;
+}
+
+__device__ __forceinline__ u32 f16x2_of(float lo, float hi) {
+    u32 r;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+
+// x [n] f32 to f16 (n a multiple of 8): 8 values a thread.
+extern "C" __global__ void to_f16(const float* __restrict__ x, uint4* __restrict__ out, u32 n) {
+    const u32 i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i * 8 >= n) return;
+    float v[8];
+    load8(x + (u64)i * 8, v);
+    out[i] = make_uint4(f16x2_of(v[0], v[1]), f16x2_of(v[2], v[3]), f16x2_of(v[4], v[5]), f16x2_of(v[6], v[7]));
+}
+
+#define MF_F16(F)                                                                                      \
+    extern "C" __global__ void __launch_bounds__(256, 1)                                             \
+        mm_f16_##F(const u32* __restrict__ w, u32 row_words, u32 nb, const u16* __restrict__ xh,       \
+                   float* __restrict__ y, u32 n, u32 k, u32 m, u32 y_stride) {                        \
+        __shared__ __align__(16) u16 sa[2][MF_BM * MF_ROW];                                           \
+        __shared__ __align__(16) u16 sb[2][MF_BN * MF_ROW];                                           \
+        const u32 tid = threadIdx.x, lane = tid % WARP, warp = tid / WARP;                            \
+        const u32 row0 = blockIdx.x * MF_BN, tok0 = blockIdx.y * MF_BM;                               \
+        const u32 wm = (warp >> 2) * 64, wn = (warp & 3u) * 32;                                       \
+        float acc[4][4][4];                                                                           \
+        _Pragma("unroll") for (u32 i = 0; i < 4; i++)                                                 \
+            _Pragma("unroll") for (u32 j = 0; j < 4; j++)                                             \
+                _Pragma("unroll") for (u32 e = 0; e < 4; e++) acc[i][j][e] = 0.0f;                    \
+        /* Thread tid stages 16-byte pieces tid and tid + 256 of each tile: */                       \
+        /* row p / 4, values 8 (p % 4) ... */                                                         \
+        const u32 steps = k / MF_BK;                                                                  \
+        uint4 wv[2];                                                                                  \
+        auto load_a = [&](u32 ks, u32 buf) {                                                          \
+            _Pragma("unroll") for (u32 h = 0; h < 2; h++) {                                           \
+                const u32 p = tid + h * 256, r = p / 4, c = (p % 4) * 8;                              \
+                const bool ok = tok0 + r < m;                                                         \
+                const u16* src = xh + (u64)(ok ? tok0 + r : 0) * k + ks * MF_BK + c;                  \
+                asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_addr(&sa[buf][r * MF_ROW + c])), \
+                             "l"(src), "r"(ok ? 16 : 0));                                             \
+            }                                                                                         \
+            asm volatile("cp.async.commit_group;");                                                   \
+        };                                                                                            \
+        auto load_w = [&](u32 ks) {                                                                   \
+            _Pragma("unroll") for (u32 h = 0; h < 2; h++) {                                           \
+                const u32 p = tid + h * 256, r = p / 4, g = ks * (MF_BK / 8) + p % 4;                 \
+                float v[8] = {0, 0, 0, 0, 0, 0, 0, 0};                                                \
+                if (row0 + r < n) w8_##F(w, (row0 + r) * row_words, nb, g, v);                       \
+                wv[h] = make_uint4(f16x2_of(v[0], v[1]), f16x2_of(v[2], v[3]), f16x2_of(v[4], v[5]),  \
+                                   f16x2_of(v[6], v[7]));                                             \
+            }                                                                                         \
+        };                                                                                            \
+        auto store_w = [&](u32 buf) {                                                                 \
+            _Pragma("unroll") for (u32 h = 0; h < 2; h++) {                                           \
+                const u32 p = tid + h * 256, r = p / 4, c = (p % 4) * 8;                              \
+                *(uint4*)&sb[buf][r * MF_ROW + c] = wv[h];                                            \
+            }                                                                                         \
+        };                                                                                            \
+        load_a(0, 0);                                                                                 \
+        load_w(0);                                                                                    \
+        store_w(0);                                                                                   \
+        asm volatile("cp.async.wait_all;");                                                           \
+        __syncthreads();                                                                              \
+        for (u32 ks = 0; ks < steps; ks++) {                                                          \
+            const u32 cur = ks & 1u;                                                                  \
+            if (ks + 1 < steps) {                                                                     \
+                load_a(ks + 1, cur ^ 1u);                                                             \
+                load_w(ks + 1);                                                                       \
+            }                                                                                         \
+            _Pragma("unroll") for (u32 kk = 0; kk < MF_BK; kk += 16) {                                \
+                u32 a[4][4], b[4][2];                                                                 \
+                _Pragma("unroll") for (u32 i = 0; i < 4; i++) {                                       \
+                    const u32 r = wm + 16 * i + (lane % 16), c = kk + (lane / 16) * 8;                \
+                    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"   \
+                                 : "=r"(a[i][0]), "=r"(a[i][1]), "=r"(a[i][2]), "=r"(a[i][3])         \
+                                 : "r"(smem_addr(&sa[cur][r * MF_ROW + c])));                         \
+                }                                                                                     \
+                _Pragma("unroll") for (u32 j = 0; j < 4; j += 2) {                                    \
+                    const u32 r = wn + 8 * j + (lane % 8) + (lane / 16) * 8, c = kk + ((lane / 8) % 2) * 8; \
+                    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"   \
+                                 : "=r"(b[j][0]), "=r"(b[j][1]), "=r"(b[j + 1][0]), "=r"(b[j + 1][1]) \
+                                 : "r"(smem_addr(&sb[cur][r * MF_ROW + c])));                         \
+                }                                                                                     \
+                _Pragma("unroll") for (u32 i = 0; i < 4; i++)                                         \
+                    _Pragma("unroll") for (u32 j = 0; j < 4; j++)                                     \
+                        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, " \
+                                     "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"                   \
+                                     : "+f"(acc[i][j][0]), "+f"(acc[i][j][1]), "+f"(acc[i][j][2]),    \
+                                       "+f"(acc[i][j][3])                                              \
+                                     : "r"(a[i][0]), "r"(a[i][1]), "r"(a[i][2]), "r"(a[i][3]),        \
+                                       "r"(b[j][0]), "r"(b[j][1]));                                    \
+            }                                                                                         \
+            if (ks + 1 < steps) {                                                                     \
+                store_w(cur ^ 1u);                                                                    \
+                asm volatile("cp.async.wait_all;");                                                   \
+            }                                                                                         \
+            __syncthreads();                                                                          \
+        }                                                                                             \
+        const u32 g = lane >> 2, tg = lane & 3u;                                                      \
+        _Pragma("unroll") for (u32 i = 0; i < 4; i++)                                                 \
+            _Pragma("unroll") for (u32 j = 0; j < 4; j++) {                                           \
+                const u32 t0 = tok0 + wm + 16 * i + g, r0 = row0 + wn + 8 * j + 2 * tg;               \
+                if (t0 < m && r0 < n) y[(u64)t0 * y_stride + r0] = acc[i][j][0];                      \
+                if (t0 < m && r0 + 1 < n) y[(u64)t0 * y_stride + r0 + 1] = acc[i][j][1];              \
+                if (t0 + 8 < m && r0 < n) y[(u64)(t0 + 8) * y_stride + r0] = acc[i][j][2];            \
+                if (t0 + 8 < m && r0 + 1 < n) y[(u64)(t0 + 8) * y_stride + r0 + 1] = acc[i][j][3];    \
+            }                                                                                         \
+    }
+
+QUANT_FORMATS(MF_F16)
+FLOAT_FORMATS(MF_F16)
+
 #endif
+

@@ -43,13 +43,15 @@ __device__ __forceinline__ u32 bits_to_bytes(u32 h) {
 // Bit `bit` of each byte of v, moved to bit 0 of that byte.
 __device__ __forceinline__ u32 byte_bits(u32 v, u32 bit) { return (v >> bit) & 0x01010101u; }
 
-// The 16 levels of IQ4_NL / IQ4_XS (kvalues_iq4nl).
+// The 16 levels of IQ4_NL / IQ4_XS (kvalues_iq4nl) for the four nibbles
+// in the bytes of v: byte permutes of the table held in four words (a
+// local array would live in memory), levels 0-7 or 8-15 by bit 3.
 __device__ __forceinline__ u32 iq4_levels(u32 v) {
-    const i32 levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
-    u32 out = 0;
-#pragma unroll
-    for (u32 j = 0; j < 4; j++) out |= ((u32)levels[(v >> (8 * j)) & 0xfu] & 0xffu) << (8 * j);
-    return out;
+    const u32 t0 = 0xbfad9881u, t1 = 0xf6eaddcfu, t2 = 0x26190d01u, t3 = 0x71594535u;
+    const u32 sel = (v & 7u) | ((v >> 4) & 0x70u) | ((v >> 8) & 0x700u) | ((v >> 12) & 0x7000u);
+    const u32 lo = __byte_perm(t0, t1, sel), hi = __byte_perm(t2, t3, sel);
+    const u32 mask = ((v >> 3) & 0x01010101u) * 0xffu;
+    return (lo & ~mask) | (hi & mask);
 }
 
 // The 6-bit scale and min of sub-block j of Q4_K / Q5_K (get_scale_min_k4).
@@ -325,6 +327,75 @@ __device__ __forceinline__ QW8 q8_iq4_xs(QARGS) {
     return make_qw8(iq4_levels((w[o] >> sh) & 0x0f0f0f0fu), iq4_levels((w[o + 1] >> sh) & 0x0f0f0f0fu), d, 0.0f);
 }
 
+// ---- Decode items
+//
+// QN_FMT runs of 32 values make an item of the matrix-vector kernels, and
+// qn_FMT(w, base, nb, c, v) fills v[0 .. QN_FMT) with values
+// 32 QN_FMT c ...: a lane loads whole items, so every byte it loads is
+// used (a Q4_K item is the 32 bytes whose low and high nibbles are two
+// sub-blocks; a Q6_K item half a block, its ql and qh bytes shared by
+// four runs). The other formats' items are their q32 runs.
+
+#define QN_q4_k 2
+__device__ __forceinline__ void qn_q4_k(QARGS, QW32* v) {
+    const u32 blk = base + (g >> 2) * 36, j = g & 3u;
+    const uint4 hdr = w_vec4(w, blk);
+    const uint4 b0 = w_vec4(w, blk + 4 + 8 * j), b1 = w_vec4(w, blk + 8 + 8 * j);
+    const float2 dm = f16x2(hdr.x);
+    const u32 m = 0x0f0f0f0fu;
+#pragma unroll
+    for (u32 h = 0; h < 2; h++) {
+        const uint2 sm = scale_min_k4(2 * j + h, hdr.y, hdr.z, hdr.w);
+        const float a = dm.x * (float)sm.x, b = -dm.y * (float)sm.y;
+        const u32 sh = 4 * h;
+        v[h].q0 = make_uint4((b0.x >> sh) & m, (b0.y >> sh) & m, (b0.z >> sh) & m, (b0.w >> sh) & m);
+        v[h].q1 = make_uint4((b1.x >> sh) & m, (b1.y >> sh) & m, (b1.z >> sh) & m, (b1.w >> sh) & m);
+        v[h].a = make_float2(a, a);
+        v[h].b = make_float2(b, b);
+    }
+}
+
+#define QN_q6_k 4
+__device__ __forceinline__ u32 q6_word(u32 l, u32 h, u32 sh, u32 hs) {
+    return ((l >> sh) & 0x0f0f0f0fu) | (((h >> hs) & 0x03030303u) << 4);
+}
+
+__device__ __forceinline__ void qn_q6_k(QARGS, QW32* v) {
+    const u32 b = g >> 1, half = g & 1u;
+    const u32 blk = base + b * 52;
+    const u32 o = blk + 16 * half, oh = blk + 32 + 8 * half;
+    const uint4 l[4] = {w_vec4(w, o), w_vec4(w, o + 4), w_vec4(w, o + 8), w_vec4(w, o + 12)};
+    const uint4 h0 = w_vec4(w, oh), h1 = w_vec4(w, oh + 4);
+    const uint2 sw = *(const uint2*)(w + blk + 48 + 2 * half);
+    const float d = w_f16(w, (base + nb * 52) * 4 + b * 2);
+#pragma unroll
+    for (u32 p = 0; p < 4; p++) {
+        const uint4 l0 = l[2 * (p & 1u)], l1 = l[2 * (p & 1u) + 1];
+        const u32 sh = 4 * (p >> 1), hs = 2 * p;
+        v[p].q0 = make_uint4(q6_word(l0.x, h0.x, sh, hs), q6_word(l0.y, h0.y, sh, hs), q6_word(l0.z, h0.z, sh, hs),
+                             q6_word(l0.w, h0.w, sh, hs));
+        v[p].q1 = make_uint4(q6_word(l1.x, h1.x, sh, hs), q6_word(l1.y, h1.y, sh, hs), q6_word(l1.z, h1.z, sh, hs),
+                             q6_word(l1.w, h1.w, sh, hs));
+        const u32 word = (p >> 1) ? sw.y : sw.x, at = 16 * (p & 1u);
+        const i32 sc0 = ((i32)(word << (24 - at))) >> 24, sc1 = ((i32)(word << (16 - at))) >> 24;
+        v[p].a = make_float2(d * (float)sc0, d * (float)sc1);
+        v[p].b = make_float2(-32.0f * v[p].a.x, -32.0f * v[p].a.y);
+    }
+}
+
+#define QN_OF_Q32(F)                                                                               \
+    __device__ __forceinline__ void qn_##F(QARGS, QW32* v) { v[0] = q32_##F(w, base, nb, g); }
+#define QN_q4_0 1
+#define QN_q4_1 1
+#define QN_q5_0 1
+#define QN_q5_1 1
+#define QN_q8_0 1
+#define QN_q2_k 1
+#define QN_q3_k 1
+#define QN_q5_k 1
+#define QN_iq4_nl 1
+#define QN_iq4_xs 1
+
 // quant_q32 and quant_w8 of the formats without their own.
 #define Q32_OF_Q8(F)                                                                               \
     __device__ __forceinline__ QW32 q32_##F(QARGS) {                                               \
@@ -342,6 +413,17 @@ Q32_OF_Q8(q2_k)
 Q32_OF_Q8(q3_k)
 Q32_OF_Q8(q5_k)
 Q32_OF_Q8(iq4_xs)
+
+QN_OF_Q32(q4_0)
+QN_OF_Q32(q4_1)
+QN_OF_Q32(q5_0)
+QN_OF_Q32(q5_1)
+QN_OF_Q32(q8_0)
+QN_OF_Q32(q2_k)
+QN_OF_Q32(q3_k)
+QN_OF_Q32(q5_k)
+QN_OF_Q32(iq4_nl)
+QN_OF_Q32(iq4_xs)
 
 W8_OF_Q8(q4_0)
 W8_OF_Q8(q4_1)

@@ -255,6 +255,27 @@ pub fn rel_err(a: &[f32], b: &[f32]) -> f32 {
         / scale
 }
 
+/// The heads and lengths of an [`attention_case_shaped`]: sequence A has
+/// `a_cached` keys in the cache and `a_new` new rows, sequence B
+/// `b_cached` and one new row.
+#[derive(Debug, Clone, Copy)]
+pub struct AttnShape {
+    pub n_head: usize,
+    pub n_head_kv: usize,
+    pub a_cached: usize,
+    pub a_new: usize,
+    pub b_cached: usize,
+}
+
+/// Two query heads a K/V head, 20 + 3 and 7 + 1 keys.
+pub const SMALL_ATTN: AttnShape = AttnShape {
+    n_head: 4,
+    n_head_kv: 2,
+    a_cached: 20,
+    a_new: 3,
+    b_cached: 7,
+};
+
 /// K/V history and new tokens written through slots, then paged attention
 /// of two sequences (a prefill chunk and a decode) through block tables.
 pub fn attention_case(
@@ -265,22 +286,60 @@ pub fn attention_case(
     window: Option<usize>,
     softcap: Option<f32>,
 ) -> Case {
-    let (n_head, n_head_kv, bs, blocks) = (4, 2, 16, 5);
+    attention_case_shaped(r, dtype, hk, hv, window, softcap, SMALL_ATTN)
+}
+
+/// [`attention_case`] of other heads and lengths. The blocks of each
+/// sequence are laid out in the cache in reverse, so tables matter.
+pub fn attention_case_shaped(
+    r: &mut Rng,
+    dtype: KvType,
+    hk: usize,
+    hv: usize,
+    window: Option<usize>,
+    softcap: Option<f32>,
+    shape: AttnShape,
+) -> Case {
+    let AttnShape {
+        n_head,
+        n_head_kv,
+        a_cached,
+        a_new,
+        b_cached,
+    } = shape;
+    let bs = 16;
+    let (a_len, b_len) = (a_cached + a_new, b_cached + 1);
+    let (a_blocks, b_blocks) = (a_len.div_ceil(bs), b_len.div_ceil(bs));
+    // One spare block at the front: no table points at block 0.
+    let blocks = 1 + a_blocks + b_blocks;
     let slots_total = bs * blocks;
     let elem = if dtype == KvType::F16 { 2 } else { 4 };
     let (kw, vw) = (n_head_kv * hk, n_head_kv * hv);
-    // Sequence A: blocks [3, 1], 20 cached + 3 new; B: block [2], 7 cached + 1 new.
-    let table = [3u32, 1, 2];
+    let table: Vec<u32> = (0..a_blocks)
+        .rev()
+        .map(|b| (1 + b_blocks + b) as u32)
+        .chain((0..b_blocks).rev().map(|b| (1 + b) as u32))
+        .collect();
     let slot = |t: &[u32], p: usize| t[p / bs] * bs as u32 + (p % bs) as u32;
-    let hist: Vec<u32> = (0..20)
-        .map(|p| slot(&table[..2], p))
-        .chain((0..7).map(|p| slot(&table[2..], p)))
+    let (ta, tb) = table.split_at(a_blocks);
+    let hist: Vec<u32> = (0..a_cached)
+        .map(|p| slot(ta, p))
+        .chain((0..b_cached).map(|p| slot(tb, p)))
         .collect();
-    let new: Vec<u32> = (20..23)
-        .map(|p| slot(&table[..2], p))
-        .chain([slot(&table[2..], 7)])
+    let new: Vec<u32> = (a_cached..a_len)
+        .map(|p| slot(ta, p))
+        .chain([slot(tb, b_cached)])
         .collect();
-    let seqs = [0u32, 3, 20, 0, 3, 1, 7, 2];
+    let seqs = [
+        0u32,
+        a_new as u32,
+        a_cached as u32,
+        0,
+        a_new as u32,
+        1,
+        b_cached as u32,
+        a_blocks as u32,
+    ];
     let (nh, nn) = (hist.len(), new.len());
     let write = Op::KvWrite {
         layer: 0,

@@ -40,8 +40,37 @@ const MV_WARPS: u32 = 4;
 const MM_BM: u32 = 64;
 const MM_BN: u32 = 64;
 
+/// Tokens, weight rows and k step of an f16 prefill tile (`MF_BM`,
+/// `MF_BN`, `MF_BK` of matmul.cu).
+const MF_BM: u32 = 128;
+const MF_BN: u32 = 128;
+const MF_BK: usize = 32;
+
+/// The activations of a product as its kernels take them.
+#[derive(Debug, Clone, Copy)]
+enum Act {
+    /// f32 rows (float weights, exact mode).
+    F32(u64),
+    /// int8 quants and their scales (decode; the int8 tiles).
+    Int8(u64, u64),
+    /// f16 rows (the f16 tiles).
+    F16(u64),
+}
+
+/// Values of a row one block of the wide argmax and top-k takes
+/// (`TOPK_SLICE` of rowops.cu).
+const ARGMAX_SLICE: usize = 4096;
+
 /// The widest head the attention kernel holds (`ATT_MAX_DIM`).
 const ATT_MAX_DIM: usize = 256;
+/// Query heads a K/V head of the split attention kernel serves at most
+/// (two a warp), and their values it holds (`ATT_MAX_Q`).
+const ATT_SPLIT_HEADS: usize = 8;
+const ATT_MAX_Q: usize = 2048;
+/// Blocks the split attention aims at (a few per SM of the largest cards),
+/// and the most splits of a row's keys.
+const ATT_TARGET_BLOCKS: usize = 512;
+const ATT_MAX_SPLITS: usize = 32;
 
 fn driver(e: impl std::fmt::Debug) -> BackendError {
     BackendError::from_device(CudaError::Driver(format!("{e:?}")))
@@ -126,6 +155,8 @@ enum Arg {
 struct Kernels {
     modules: Vec<Arc<CudaModule>>,
     functions: HashMap<String, CudaFunction>,
+    /// Blocks of a kernel an SM holds at once (by name, for its block size).
+    resident: HashMap<String, u32>,
 }
 
 /// The CUDA backend.
@@ -151,8 +182,14 @@ pub struct CudaBackend {
     prof: Option<Profile>,
     /// Scratch replaced during a step, freed once the step is read back.
     retired: Vec<Arc<DeviceMem>>,
-    /// Warps of an attention block (4, 8 or 16).
+    /// Warps of an attention block (4, 8 or 16), 0 for the split kernel.
     att_warps: u32,
+    /// Whether the matrix-vector kernels prefetch (off: the comparison kernels).
+    mv_prefetch: bool,
+    /// Whether prefill multiplies on the f16 tiles (off: the int8 tiles).
+    prefill_f16: bool,
+    /// Streaming multiprocessors of the device.
+    sm_count: u32,
 }
 
 /// Device time per kernel, from a pair of CUDA events around each launch.
@@ -295,6 +332,11 @@ impl CudaBackend {
             .ctx
             .mem_get_info()
             .map_err(|e| CudaError::Driver(format!("{e:?}")))?;
+        let sm_count = dev
+            .ctx
+            .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+            .map_err(|e| CudaError::Driver(format!("{e:?}")))?
+            .max(1) as u32;
         let caps = Caps {
             backend: NAME,
             name: format!("{} ({})", dev.name, dev.arch.sm()),
@@ -309,6 +351,7 @@ impl CudaBackend {
             kernels: Kernels {
                 modules,
                 functions: HashMap::new(),
+                resident: HashMap::new(),
             },
             pool: Vec::new(),
             scratch: HashMap::new(),
@@ -318,7 +361,10 @@ impl CudaBackend {
             tile_tokens: 16,
             prof: None,
             retired: Vec::new(),
-            att_warps: 4,
+            att_warps: 0,
+            mv_prefetch: true,
+            prefill_f16: true,
+            sm_count,
         })
     }
 
@@ -347,14 +393,30 @@ impl CudaBackend {
         Some(prof.report())
     }
 
-    /// Warps of each attention block (one block per query head and token):
-    /// 4 (the default), 8 or 16 streams over a row's keys.
+    /// The attention kernel: 0 (the default) the split kernel, which
+    /// serves the query heads of a K/V head together and cuts a row's keys
+    /// into splits, where the shapes fit it; 4, 8 or 16 the kernel of one
+    /// block per query head and token with that many warps over its keys.
     pub fn set_attention_warps(&mut self, warps: u32) {
         self.att_warps = match warps {
-            0..=5 => 4,
+            0 => 0,
+            1..=5 => 4,
             6..=11 => 8,
             _ => 16,
         };
+    }
+
+    /// Whether the matrix-vector kernels load a unit ahead (on by
+    /// default; off runs the Q4_0, Q8_0, Q4_K and Q6_K decode products on
+    /// kernels of a warp per row without it, for comparison).
+    pub fn set_mv_prefetch(&mut self, on: bool) {
+        self.mv_prefetch = on;
+    }
+
+    /// Whether prefill products multiply f16 activations against weights
+    /// dequantized to f16 (on by default) or int8 ones on the int8 tiles.
+    pub fn set_prefill_f16(&mut self, on: bool) {
+        self.prefill_f16 = on;
     }
 
     /// Products of at least `tokens` tokens run on the tensor-core tiles
@@ -507,14 +569,8 @@ impl CudaBackend {
         Ok(ptr)
     }
 
-    /// Queues kernel `name` on the stream.
-    fn launch(
-        &mut self,
-        name: &str,
-        grid: (u32, u32, u32),
-        block: u32,
-        args: &[Arg],
-    ) -> Result<(), BackendError> {
+    /// Kernel `name` from the loaded modules, kept for later launches.
+    fn load_function(&mut self, name: &str) -> Result<&CudaFunction, BackendError> {
         if !self.kernels.functions.contains_key(name) {
             let f = self
                 .kernels
@@ -528,6 +584,35 @@ impl CudaBackend {
                 })?;
             self.kernels.functions.insert(name.to_string(), f);
         }
+        self.kernels.functions.get(name).ok_or_else(|| {
+            BackendError::from_device(CudaError::Driver(format!("kernel {name} not kept")))
+        })
+    }
+
+    /// Blocks of `block` threads of kernel `name` the whole device holds
+    /// at once (at least one).
+    fn resident_blocks(&mut self, name: &str, block: u32) -> Result<u32, BackendError> {
+        if let Some(&n) = self.kernels.resident.get(name) {
+            return Ok(n);
+        }
+        let per_sm = self
+            .load_function(name)?
+            .occupancy_max_active_blocks_per_multiprocessor(block, 0, None)
+            .map_err(|e| driver(format!("occupancy of {name}: {e:?}")))?;
+        let n = (per_sm * self.sm_count).max(1);
+        self.kernels.resident.insert(name.to_string(), n);
+        Ok(n)
+    }
+
+    /// Queues kernel `name` on the stream.
+    fn launch(
+        &mut self,
+        name: &str,
+        grid: (u32, u32, u32),
+        block: u32,
+        args: &[Arg],
+    ) -> Result<(), BackendError> {
+        self.load_function(name)?;
         let mut values: Vec<u64> = args
             .iter()
             .map(|a| match *a {
@@ -587,11 +672,32 @@ impl CudaBackend {
         layout_of(ty, rows, cols)
     }
 
+    /// `name` over `n` threads in blocks of 128 (a kernel that checks its
+    /// own bound).
+    fn elementwise_n(&mut self, name: &str, n: u64, args: &[Arg]) -> Result<(), BackendError> {
+        if n == 0 {
+            return Ok(());
+        }
+        self.launch(name, (blocks(n, 128), 1, 1), 128, args)
+    }
+
     fn elementwise(&mut self, name: &str, n: u64, args: &[Arg]) -> Result<(), BackendError> {
         if n == 0 {
             return Ok(());
         }
         self.launch(name, (blocks(n, ELEM_BLOCK), 1, 1), ELEM_BLOCK, args)
+    }
+
+    /// Scratch for `n` values quantized as the dot of a weight type takes
+    /// them (`per_256`: q8_K, else q8_0 rounding): the address of the
+    /// quants and of the scales.
+    fn quant_scratch(&mut self, per_256: bool, n: u64) -> Result<(u64, u64), BackendError> {
+        let (q_name, s_name) = if per_256 {
+            ("int8 activations (q8_K)", "int8 activation scales (q8_K)")
+        } else {
+            ("int8 activations", "int8 activation scales")
+        };
+        Ok((self.scratch(q_name, n)?, self.scratch(s_name, n / 16 * 8)?))
     }
 
     /// Quantizes `m` rows of `k` f32 values at `x` to int8 as the dot of
@@ -607,91 +713,192 @@ impl CudaBackend {
     ) -> Result<(u64, u64), BackendError> {
         let n = (m * k) as u64;
         let per_256 = per_256(ty);
-        let (q_name, s_name) = if per_256 {
-            ("int8 activations (q8_K)", "int8 activation scales (q8_K)")
-        } else {
-            ("int8 activations", "int8 activation scales")
-        };
-        let xq = self.scratch(q_name, n)?;
-        let xs = self.scratch(s_name, n / 16 * 8)?;
-        if per_256 {
-            let nblocks = n / 256;
-            self.launch(
-                "quantize_q8_k",
-                (blocks(nblocks, 4), 1, 1),
-                128,
-                &[Arg::P(x), Arg::U(nblocks as u32), Arg::P(xq), Arg::P(xs)],
-            )?;
-        } else {
-            let nblocks = n / 32;
-            self.launch(
-                "quantize_q8",
-                (blocks(nblocks, 128), 1, 1),
-                128,
-                &[Arg::P(x), Arg::U(nblocks as u32), Arg::P(xq), Arg::P(xs)],
-            )?;
-        }
+        let (xq, xs) = self.quant_scratch(per_256, n)?;
+        self.launch(
+            "quantize_q8",
+            (blocks(n.div_ceil(256), 4), 1, 1),
+            128,
+            &[
+                Arg::P(x),
+                Arg::U(n as u32),
+                Arg::U(u32::from(per_256)),
+                Arg::P(xq),
+                Arg::P(xs),
+            ],
+        )?;
         Ok((xq, xs))
     }
 
-    /// `y[t, ..n] = x[t, :] · Wᵀ` for `m` tokens, `y` rows `y_stride` apart.
-    #[allow(clippy::too_many_arguments)]
-    fn product(
+    /// Whether `m` tokens of `k` values against `ty` weights multiply on
+    /// the f16 tensor-core tiles (prefill).
+    fn f16_tiles(&self, ty: GgmlType, k: usize, m: usize, exact: bool) -> bool {
+        self.prefill_f16
+            && !exact
+            && m >= self.tile_tokens
+            && k.is_multiple_of(MF_BK)
+            && (ty.is_quantized() || ty == GgmlType::F16)
+    }
+
+    /// x (`m` rows of `k` f32 at `x`) as f16, for the f16 tiles.
+    fn halves(&mut self, x: u64, m: usize, k: usize) -> Result<u64, BackendError> {
+        let n = (m * k) as u64;
+        let xh = self.scratch("f16 activations", n * 2)?;
+        self.elementwise_n("to_f16", n / 8, &[Arg::P(x), Arg::P(xh), Arg::U(n as u32)])?;
+        Ok(xh)
+    }
+
+    /// `y_i[t, ..n_i] = x[t, :] · W_iᵀ` for `m` tokens and every part
+    /// `(W_i, n_i, y_i)` of one weight type, from x as `act` holds it; the
+    /// matrix-vector kernels take up to three parts a launch (q | k | v,
+    /// gate | up).
+    fn products(
         &mut self,
         ty: GgmlType,
-        w: &CudaBuffer,
-        n: usize,
+        parts: &[(&CudaBuffer, usize, u64)],
         k: usize,
-        x: u64,
-        quantized: Option<(u64, u64)>,
-        y: u64,
+        act: Act,
         m: usize,
     ) -> Result<(), BackendError> {
-        let layout = self.layout(ty, n, k)?;
-        if w.len < layout.bytes {
-            return Err(BackendError::Shape(format!(
-                "a {ty} weight of {n} x {k} needs {} bytes, its buffer has {}",
-                layout.bytes, w.len
-            )));
-        }
         let fmt = format_name(ty).ok_or_else(|| BackendError::UnsupportedType {
-            tensor: format!("[{n}, {k}] weight"),
+            tensor: format!("[{}, {k}] weight", parts.first().map_or(0, |p| p.1)),
             ty,
             backend: NAME.into(),
         })?;
+        let mut row_words = 0;
+        let mut nb = 0;
+        for &(w, n, _) in parts {
+            let layout = self.layout(ty, n, k)?;
+            if w.len < layout.bytes {
+                return Err(BackendError::Shape(format!(
+                    "a {ty} weight of {n} x {k} needs {} bytes, its buffer has {}",
+                    layout.bytes, w.len
+                )));
+            }
+            row_words = layout.row_words() as u32;
+            nb = layout.blocks_per_row as u32;
+        }
         let nt = tokens_per_launch(m);
-        let grid = (blocks(n as u64, MV_WARPS), blocks(m as u64, nt), 1);
-        let common = [
-            Arg::P(w.ptr()),
-            Arg::U(layout.row_words() as u32),
-            Arg::U(layout.blocks_per_row as u32),
-        ];
-        let tail = [
-            Arg::P(y),
-            Arg::U(n as u32),
-            Arg::U(k as u32),
-            Arg::U(m as u32),
-            Arg::U(n as u32),
-        ];
-        match quantized {
-            Some((xq, xs)) if m >= self.tile_tokens => {
-                let mut args = common.to_vec();
-                args.extend([Arg::P(xq), Arg::P(xs)]);
-                args.extend(tail);
-                let grid = (blocks(n as u64, MM_BN), blocks(m as u64, MM_BM), 1);
-                self.launch(&format!("mm_q8_{fmt}"), grid, 128, &args)
+        match act {
+            Act::F16(xh) => {
+                for &(w, n, y) in parts {
+                    let grid = (blocks(n as u64, MF_BN), blocks(m as u64, MF_BM), 1);
+                    self.launch(
+                        &format!("mm_f16_{fmt}"),
+                        grid,
+                        256,
+                        &[
+                            Arg::P(w.ptr()),
+                            Arg::U(row_words),
+                            Arg::U(nb),
+                            Arg::P(xh),
+                            Arg::P(y),
+                            Arg::U(n as u32),
+                            Arg::U(k as u32),
+                            Arg::U(m as u32),
+                            Arg::U(n as u32),
+                        ],
+                    )?;
+                }
+                Ok(())
             }
-            Some((xq, xs)) => {
-                let mut args = common.to_vec();
-                args.extend([Arg::P(xq), Arg::P(xs)]);
-                args.extend(tail);
-                self.launch(&format!("mv_q8_{fmt}_{nt}"), grid, MV_WARPS * 32, &args)
+            Act::Int8(xq, xs) if m >= self.tile_tokens => {
+                for &(w, n, y) in parts {
+                    let grid = (blocks(n as u64, MM_BN), blocks(m as u64, MM_BM), 1);
+                    self.launch(
+                        &format!("mm_q8_{fmt}"),
+                        grid,
+                        128,
+                        &[
+                            Arg::P(w.ptr()),
+                            Arg::U(row_words),
+                            Arg::U(nb),
+                            Arg::P(xq),
+                            Arg::P(xs),
+                            Arg::P(y),
+                            Arg::U(n as u32),
+                            Arg::U(k as u32),
+                            Arg::U(m as u32),
+                            Arg::U(n as u32),
+                        ],
+                    )?;
+                }
+                Ok(())
             }
-            None => {
-                let mut args = common.to_vec();
-                args.push(Arg::P(x));
-                args.extend(tail);
-                self.launch(&format!("mv_f_{fmt}_{nt}"), grid, MV_WARPS * 32, &args)
+            Act::Int8(xq, xs) => {
+                for group in parts.chunks(3) {
+                    let (mut ws, mut ys, mut ends) = ([0u64; 3], [0u64; 3], [0u32; 3]);
+                    let mut end = 0u32;
+                    for i in 0..3 {
+                        if let Some(&(w, n, y)) = group.get(i) {
+                            ws[i] = w.ptr();
+                            ys[i] = y;
+                            end += n as u32;
+                        }
+                        ends[i] = end;
+                    }
+                    let gy = blocks(m as u64, nt);
+                    let rows_grid = blocks(u64::from(end), MV_WARPS);
+                    let plain = !self.mv_prefetch
+                        && nt == 1
+                        && matches!(
+                            ty,
+                            GgmlType::Q4_0 | GgmlType::Q8_0 | GgmlType::Q4_K | GgmlType::Q6_K
+                        );
+                    let (name, gx) = if plain {
+                        (format!("mvn_q8_{fmt}_1"), rows_grid)
+                    } else {
+                        // As many blocks as the device holds at once: each
+                        // warp walks its rows, loading one unit ahead.
+                        let name = format!("mv_q8_{fmt}_{nt}");
+                        let resident = self.resident_blocks(&name, MV_WARPS * 32)?;
+                        (name, rows_grid.min((resident / gy).max(1)))
+                    };
+                    self.launch(
+                        &name,
+                        (gx, gy, 1),
+                        MV_WARPS * 32,
+                        &[
+                            Arg::P(ws[0]),
+                            Arg::P(ws[1]),
+                            Arg::P(ws[2]),
+                            Arg::U(ends[0]),
+                            Arg::U(ends[1]),
+                            Arg::U(ends[2]),
+                            Arg::U(row_words),
+                            Arg::U(nb),
+                            Arg::P(xq),
+                            Arg::P(xs),
+                            Arg::P(ys[0]),
+                            Arg::P(ys[1]),
+                            Arg::P(ys[2]),
+                            Arg::U(k as u32),
+                            Arg::U(m as u32),
+                        ],
+                    )?;
+                }
+                Ok(())
+            }
+            Act::F32(x) => {
+                for &(w, n, y) in parts {
+                    let grid = (blocks(n as u64, MV_WARPS), blocks(m as u64, nt), 1);
+                    self.launch(
+                        &format!("mv_f_{fmt}_{nt}"),
+                        grid,
+                        MV_WARPS * 32,
+                        &[
+                            Arg::P(w.ptr()),
+                            Arg::U(row_words),
+                            Arg::U(nb),
+                            Arg::P(x),
+                            Arg::P(y),
+                            Arg::U(n as u32),
+                            Arg::U(k as u32),
+                            Arg::U(m as u32),
+                            Arg::U(n as u32),
+                        ],
+                    )?;
+                }
+                Ok(())
             }
         }
     }
@@ -710,12 +917,15 @@ impl CudaBackend {
         if m == 0 {
             return Ok(());
         }
-        let q = if ty.is_quantized() && !exact {
-            Some(self.quantize(ty, x.ptr(), m, k)?)
+        let act = if self.f16_tiles(ty, k, m, exact) {
+            Act::F16(self.halves(x.ptr(), m, k)?)
+        } else if ty.is_quantized() && !exact {
+            let (xq, xs) = self.quantize(ty, x.ptr(), m, k)?;
+            Act::Int8(xq, xs)
         } else {
-            None
+            Act::F32(x.ptr())
         };
-        self.product(ty, w, n, k, x.ptr(), q, y.ptr(), m)
+        self.products(ty, &[(w, n, y.ptr())], k, act, m)
     }
 
     fn fused_matmul(&mut self, op: &Op, io: &OpIo<'_, CudaBuffer>) -> Result<(), BackendError> {
@@ -731,6 +941,26 @@ impl CudaBackend {
         };
         let (n_in, n_out) = pre.arity();
         let bytes = (rows * k * 4) as u64;
+        // When every product takes int8 of one rounding, the prologue's
+        // kernel quantizes its output too (one launch fewer, x not re-read).
+        let roundings: Vec<bool> = parts.iter().map(|&(ty, _)| per_256(ty)).collect();
+        // Prefill: every product on the f16 tiles, x converted once.
+        let f16 = !parts.is_empty()
+            && parts
+                .iter()
+                .all(|&(ty, _)| self.f16_tiles(ty, k, rows, exact));
+        let all_int8 = !f16 && !exact && parts.iter().all(|&(ty, _)| ty.is_quantized());
+        let fused_q = match roundings.first() {
+            Some(&r) if all_int8 && roundings.iter().all(|&o| o == r) && rows > 0 => {
+                let (xq, xs) = self.quant_scratch(r, bytes / 4)?;
+                Some((r, xq, xs))
+            }
+            _ => None,
+        };
+        let q_args = |q: Option<(bool, u64, u64)>| match q {
+            Some((r, xq, xs)) => [Arg::U(u32::from(r)), Arg::P(xq), Arg::P(xs)],
+            None => [Arg::U(0), Arg::P(0), Arg::P(0)],
+        };
         // The prologue writes x (or x is input 0).
         let x = match pre {
             Prologue::None => {
@@ -749,18 +979,20 @@ impl CudaBackend {
                 if a.len < bytes || x.len < bytes || w.len < (k * 4) as u64 {
                     return Err(shape(op, "prologue buffers too small".into()));
                 }
-                self.launch(
-                    "rms_norm_f32",
-                    (rows as u32, 1, 1),
-                    ROW_BLOCK,
-                    &[
-                        Arg::P(a.ptr()),
-                        Arg::P(w.ptr()),
-                        Arg::P(x.ptr()),
-                        Arg::U(k as u32),
-                        Arg::F(eps),
-                    ],
-                )?;
+                let mut args = vec![
+                    Arg::P(a.ptr()),
+                    Arg::P(w.ptr()),
+                    Arg::P(x.ptr()),
+                    Arg::U(k as u32),
+                    Arg::F(eps),
+                ];
+                let name = if fused_q.is_some() {
+                    args.extend(q_args(fused_q));
+                    "rms_norm_q8"
+                } else {
+                    "rms_norm_f32"
+                };
+                self.launch(name, (rows as u32, 1, 1), ROW_BLOCK, &args)?;
                 x.ptr()
             }
             Prologue::AddRmsNorm { eps } => {
@@ -778,20 +1010,22 @@ impl CudaBackend {
                 {
                     return Err(shape(op, "prologue buffers too small".into()));
                 }
-                self.launch(
-                    "add_rms_norm_f32",
-                    (rows as u32, 1, 1),
-                    ROW_BLOCK,
-                    &[
-                        Arg::P(a.ptr()),
-                        Arg::P(b.ptr()),
-                        Arg::P(w.ptr()),
-                        Arg::P(s.ptr()),
-                        Arg::P(x.ptr()),
-                        Arg::U(k as u32),
-                        Arg::F(eps),
-                    ],
-                )?;
+                let mut args = vec![
+                    Arg::P(a.ptr()),
+                    Arg::P(b.ptr()),
+                    Arg::P(w.ptr()),
+                    Arg::P(s.ptr()),
+                    Arg::P(x.ptr()),
+                    Arg::U(k as u32),
+                    Arg::F(eps),
+                ];
+                let name = if fused_q.is_some() {
+                    args.extend(q_args(fused_q));
+                    "add_rms_norm_q8"
+                } else {
+                    "add_rms_norm_f32"
+                };
+                self.launch(name, (rows as u32, 1, 1), ROW_BLOCK, &args)?;
                 x.ptr()
             }
             Prologue::Glu(act) => {
@@ -803,45 +1037,82 @@ impl CudaBackend {
                 if g.len < bytes || u.len < bytes || x.len < bytes {
                     return Err(shape(op, "prologue buffers too small".into()));
                 }
-                let name = match act {
-                    Activation::Silu => "silu_mul_f32",
-                    Activation::GeluTanh => "gelu_mul_f32",
-                };
                 let n = (rows * k) as u64;
-                self.elementwise(
-                    name,
-                    n,
-                    &[
+                if fused_q.is_some() {
+                    let mut args = vec![
                         Arg::P(g.ptr()),
                         Arg::P(u.ptr()),
                         Arg::P(x.ptr()),
                         Arg::U(n as u32),
-                    ],
-                )?;
+                        Arg::U(u32::from(act == Activation::GeluTanh)),
+                    ];
+                    args.extend(q_args(fused_q));
+                    self.launch("glu_q8", (blocks(n.div_ceil(256), 4), 1, 1), 128, &args)?;
+                } else {
+                    let name = match act {
+                        Activation::Silu => "silu_mul_f32",
+                        Activation::GeluTanh => "gelu_mul_f32",
+                    };
+                    self.elementwise(
+                        name,
+                        n,
+                        &[
+                            Arg::P(g.ptr()),
+                            Arg::P(u.ptr()),
+                            Arg::P(x.ptr()),
+                            Arg::U(n as u32),
+                        ],
+                    )?;
+                }
                 x.ptr()
             }
         };
         if rows == 0 {
             return Ok(());
         }
-        // x quantized once for all products of each rounding (q8_K, q8_0).
+        // x quantized once for all products of each rounding (q8_K, q8_0),
+        // unless the prologue did it.
         let mut quantized: [Option<(u64, u64)>; 2] = [None, None];
-        for (i, &(ty, n)) in parts.iter().enumerate() {
-            let w = nth(io.inputs, n_in + i, op)?;
-            let y = nth(io.outputs, n_out + i, op)?;
-            if y.len < (rows * n * 4) as u64 {
-                return Err(shape(op, format!("product {i} of {} bytes", y.len)));
+        match fused_q {
+            Some((r, xq, xs)) if !matches!(pre, Prologue::None) => {
+                quantized[usize::from(r)] = Some((xq, xs));
             }
-            let q = if ty.is_quantized() && !exact {
-                let slot = usize::from(per_256(ty));
-                if quantized[slot].is_none() {
-                    quantized[slot] = Some(self.quantize(ty, x, rows, k)?);
+            _ => {}
+        }
+        let xh = if f16 {
+            Some(self.halves(x, rows, k)?)
+        } else {
+            None
+        };
+        // Consecutive products of one type share a launch.
+        let mut i = 0;
+        while i < parts.len() {
+            let ty = parts[i].0;
+            let mut group = Vec::new();
+            while i < parts.len() && parts[i].0 == ty {
+                let n = parts[i].1;
+                let w = nth(io.inputs, n_in + i, op)?;
+                let y = nth(io.outputs, n_out + i, op)?;
+                if y.len < (rows * n * 4) as u64 {
+                    return Err(shape(op, format!("product {i} of {} bytes", y.len)));
                 }
-                quantized[slot]
+                group.push((w, n, y.ptr()));
+                i += 1;
+            }
+            let act = if let Some(xh) = xh {
+                Act::F16(xh)
+            } else if ty.is_quantized() && !exact {
+                let slot = usize::from(per_256(ty));
+                let (xq, xs) = match quantized[slot] {
+                    Some(q) => q,
+                    None => self.quantize(ty, x, rows, k)?,
+                };
+                quantized[slot] = Some((xq, xs));
+                Act::Int8(xq, xs)
             } else {
-                None
+                Act::F32(x)
             };
-            self.product(ty, w, n, k, x, q, y.ptr(), rows)?;
+            self.products(ty, &group, k, act, rows)?;
         }
         Ok(())
     }
@@ -1002,7 +1273,76 @@ impl CudaBackend {
         if rows == 0 {
             return Ok(());
         }
-        let warps = self.att_warps;
+        let group = n_head / n_head_kv.max(1);
+        let split_fits = n_head_kv > 0
+            && n_head % n_head_kv == 0
+            && group <= ATT_SPLIT_HEADS
+            && group * head_dim_k <= ATT_MAX_Q
+            && head_dim_k % 2 == 0
+            && head_dim_v % 2 == 0
+            && self.att_warps == 0;
+        if split_fits {
+            // Enough blocks to fill the device whatever the context: the
+            // count is fixed when the step is recorded, the keys of each
+            // split follow the lengths when it runs.
+            let splits = ATT_TARGET_BLOCKS
+                .div_ceil(n_head_kv * rows)
+                .clamp(1, ATT_MAX_SPLITS) as u32;
+            let part = if splits > 1 {
+                let floats = rows * n_head * splits as usize * (head_dim_v + 2);
+                self.scratch("attention partials", (floats * 4) as u64)?
+            } else {
+                0
+            };
+            self.launch(
+                "paged_attention_split",
+                (n_head_kv as u32, rows as u32, splits),
+                128,
+                &[
+                    Arg::P(q.ptr()),
+                    Arg::P(kc.ptr()),
+                    Arg::P(vc.ptr()),
+                    Arg::P(seqs.ptr()),
+                    Arg::U((seqs.len / 16) as u32),
+                    Arg::P(tables.ptr()),
+                    Arg::P(out.ptr()),
+                    Arg::P(part),
+                    Arg::U(n_head as u32),
+                    Arg::U(n_head_kv as u32),
+                    Arg::U(head_dim_k as u32),
+                    Arg::U(head_dim_v as u32),
+                    Arg::F(scale),
+                    Arg::U(window.unwrap_or(0) as u32),
+                    Arg::F(softcap.unwrap_or(0.0)),
+                    Arg::U(block_size as u32),
+                    Arg::U(u32::from(dtype == KvType::F16)),
+                    Arg::U(splits),
+                ],
+            )?;
+            if splits > 1 {
+                self.launch(
+                    "attention_combine",
+                    (n_head as u32, rows as u32, 1),
+                    128,
+                    &[
+                        Arg::P(part),
+                        Arg::P(out.ptr()),
+                        Arg::P(seqs.ptr()),
+                        Arg::U((seqs.len / 16) as u32),
+                        Arg::U(window.unwrap_or(0) as u32),
+                        Arg::U(n_head as u32),
+                        Arg::U(head_dim_v as u32),
+                        Arg::U(splits),
+                    ],
+                )?;
+            }
+            return Ok(());
+        }
+        let warps = if self.att_warps == 0 {
+            4
+        } else {
+            self.att_warps
+        };
         self.launch(
             &format!("paged_attention_{warps}"),
             (n_head as u32, rows as u32, 1),
@@ -1261,9 +1601,58 @@ impl CudaBackend {
                 let (q, k, v, pos, slots) = (input(0)?, input(1)?, input(2)?, input(3)?, input(4)?);
                 let ff = io.inputs.get(5).copied();
                 let (qo, ko, kc, vc) = (output(0)?, output(1)?, output(2)?, output(3)?);
-                self.rope(rope, q, pos, ff, qo)?;
-                self.rope(rope, k, pos, ff, ko)?;
-                self.kv_write(ko, v, slots, kc, vc, k_width, v_width, dtype)
+                let rows = (pos.len / 4) as usize;
+                let hd = rope.head_dim;
+                let fits = rows > 0
+                    && hd > 0
+                    && rope.n_rot >= 2
+                    && rope.n_rot <= hd
+                    && k_width.is_multiple_of(hd)
+                    && q.len.is_multiple_of((rows * hd * 4) as u64)
+                    && k.len >= (rows * k_width * 4) as u64
+                    && v.len >= (rows * v_width * 4) as u64
+                    && qo.len >= q.len
+                    && ko.len >= (rows * k_width * 4) as u64
+                    && slots.len >= (rows * 4) as u64;
+                if !fits {
+                    // Edge shapes take the ops apart (their own checks and errors).
+                    self.rope(rope, q, pos, ff, qo)?;
+                    self.rope(rope, k, pos, ff, ko)?;
+                    return self.kv_write(ko, v, slots, kc, vc, k_width, v_width, dtype);
+                }
+                let q_heads = (q.len / (rows * hd * 4) as u64) as u32;
+                let kv_heads = (k_width / hd) as u32;
+                let n = u64::from(q_heads + kv_heads) * (rows * hd / 2) as u64
+                    + (rows * v_width) as u64;
+                self.elementwise(
+                    "rope_kv_write",
+                    n,
+                    &[
+                        Arg::P(q.ptr()),
+                        Arg::P(k.ptr()),
+                        Arg::P(v.ptr()),
+                        Arg::P(pos.ptr()),
+                        Arg::P(slots.ptr()),
+                        Arg::P(ff.map_or(0, CudaBuffer::ptr)),
+                        Arg::P(qo.ptr()),
+                        Arg::P(ko.ptr()),
+                        Arg::P(kc.ptr()),
+                        Arg::P(vc.ptr()),
+                        Arg::U(q_heads),
+                        Arg::U(kv_heads),
+                        Arg::U(hd as u32),
+                        Arg::U(rope.n_rot as u32),
+                        Arg::F(rope.base.powf(-2.0 / rope.n_rot as f32)),
+                        Arg::F(rope.scale),
+                        Arg::U(match rope.mode {
+                            RopeMode::Norm => 0,
+                            RopeMode::Neox => 1,
+                        }),
+                        Arg::U(rows as u32),
+                        Arg::U(v_width as u32),
+                        Arg::U(u32::from(dtype == KvType::F16)),
+                    ],
+                )
             }
             Op::PagedAttention { .. } => self.attention(op, io),
             Op::MoeTopK { n_expert, k } => {
@@ -1303,11 +1692,34 @@ impl CudaBackend {
                 if rows == 0 {
                     return Ok(());
                 }
+                if width < ARGMAX_SLICE * 2 {
+                    return self.launch(
+                        "argmax_f32",
+                        (rows as u32, 1, 1),
+                        ROW_BLOCK,
+                        &[Arg::P(x.ptr()), Arg::P(out.ptr()), Arg::U(width as u32)],
+                    );
+                }
+                // Wide rows (a vocabulary): slices of a row in parallel,
+                // then the best of the slices.
+                let slices = width.div_ceil(ARGMAX_SLICE) as u32;
+                let part = self.scratch("argmax slices", rows * u64::from(slices) * 12)?;
                 self.launch(
-                    "argmax_f32",
-                    (rows as u32, 1, 1),
+                    "argmax_part",
+                    (slices, rows as u32, 1),
                     ROW_BLOCK,
-                    &[Arg::P(x.ptr()), Arg::P(out.ptr()), Arg::U(width as u32)],
+                    &[
+                        Arg::P(x.ptr()),
+                        Arg::P(part),
+                        Arg::U(width as u32),
+                        Arg::U(ARGMAX_SLICE as u32),
+                    ],
+                )?;
+                self.launch(
+                    "argmax_final",
+                    (rows as u32, 1, 1),
+                    32,
+                    &[Arg::P(part), Arg::P(out.ptr()), Arg::U(slices)],
                 )
             }
             Op::TopK { width, k } => {
@@ -1324,14 +1736,46 @@ impl CudaBackend {
                 if rows == 0 {
                     return Ok(());
                 }
+                if width < ARGMAX_SLICE * 2 {
+                    return self.launch(
+                        "top_k_f32",
+                        (rows as u32, 1, 1),
+                        ROW_BLOCK,
+                        &[
+                            Arg::P(x.ptr()),
+                            Arg::P(out.ptr()),
+                            Arg::U(width as u32),
+                            Arg::U(k as u32),
+                        ],
+                    );
+                }
+                // Wide rows: each slice's k best in parallel, then the
+                // row's k best of those.
+                let slices = width.div_ceil(ARGMAX_SLICE) as u64;
+                let part = self.scratch("top-k slices", rows * slices * k as u64 * 8)?;
+                let flags = self.scratch("top-k slice flags", rows * slices * 4)?;
                 self.launch(
-                    "top_k_f32",
-                    (rows as u32, 1, 1),
+                    "top_k_part",
+                    (slices as u32, rows as u32, 1),
                     ROW_BLOCK,
                     &[
                         Arg::P(x.ptr()),
-                        Arg::P(out.ptr()),
+                        Arg::P(part),
+                        Arg::P(flags),
                         Arg::U(width as u32),
+                        Arg::U(ARGMAX_SLICE as u32),
+                        Arg::U(k as u32),
+                    ],
+                )?;
+                self.launch(
+                    "top_k_final",
+                    (rows as u32, 1, 1),
+                    ROW_BLOCK,
+                    &[
+                        Arg::P(part),
+                        Arg::P(flags),
+                        Arg::P(out.ptr()),
+                        Arg::U(slices as u32),
                         Arg::U(k as u32),
                     ],
                 )

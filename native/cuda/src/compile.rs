@@ -65,12 +65,48 @@ pub fn compile(
     if let Some(bytes) = path.as_deref().and_then(|p| std::fs::read(p).ok()) {
         return Ok(bytes);
     }
-    let cubin = nvrtc_cubin(name, source, arch)?;
+    let (cubin, _) = nvrtc_cubin(name, source, arch, false)?;
     if let Some(p) = &path {
         // A cache that cannot be written costs a compile next time, not an error.
         let _ = write_atomically(p, &cubin);
     }
     Ok(cubin)
+}
+
+/// Compiles `source` for `arch` with ptxas reporting on every kernel
+/// (`--ptxas-options=-v`: registers, stack, spill stores and loads); the
+/// cubin and the log. No cache: for the build's checks.
+pub fn compile_verbose(
+    name: &str,
+    source: &str,
+    arch: Arch,
+) -> Result<(Vec<u8>, String), CudaError> {
+    nvrtc_cubin(name, source, arch, true)
+}
+
+/// The kernels of a ptxas `-v` log that spill: (kernel, spill store
+/// bytes, spill load bytes) for each with either above zero.
+pub fn spills(log: &str) -> Vec<(String, u64, u64)> {
+    let mut out = Vec::new();
+    let mut kernel = String::new();
+    for line in log.lines() {
+        if let Some(rest) = line.split("Function properties for ").nth(1) {
+            kernel = rest.trim().to_string();
+        } else if line.contains("spill stores") {
+            let num = |what: &str| {
+                line.split(',')
+                    .find(|p| p.contains(what))
+                    .and_then(|p| p.split_whitespace().next())
+                    .and_then(|n| n.parse::<u64>().ok())
+                    .unwrap_or(0)
+            };
+            let (st, ld) = (num("spill stores"), num("spill loads"));
+            if st > 0 || ld > 0 {
+                out.push((kernel.clone(), st, ld));
+            }
+        }
+    }
+    out
 }
 
 /// The cache key of `source` for `arch` under NVRTC `version`.
@@ -93,7 +129,12 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 }
 
 /// One NVRTC compile of `source` to an `arch` cubin.
-fn nvrtc_cubin(name: &str, source: &str, arch: Arch) -> Result<Vec<u8>, CudaError> {
+fn nvrtc_cubin(
+    name: &str,
+    source: &str,
+    arch: Arch,
+    verbose: bool,
+) -> Result<(Vec<u8>, String), CudaError> {
     let fail =
         |what: &str, e: result::NvrtcError| CudaError::Nvrtc(format!("{name}: {what}: {e:?}"));
     let src = std::ffi::CString::new(source)
@@ -101,18 +142,26 @@ fn nvrtc_cubin(name: &str, source: &str, arch: Arch) -> Result<Vec<u8>, CudaErro
     let cname = std::ffi::CString::new(format!("{name}.cu"))
         .map_err(|_| CudaError::Nvrtc(format!("{name}: the name holds a NUL byte")))?;
     let prog = result::create_program(&src, Some(&cname)).map_err(|e| fail("create", e))?;
-    let opts = [
+    let mut opts = vec![
         format!("--gpu-architecture={}", arch.sm()),
         "--std=c++17".into(),
     ];
+    if verbose {
+        opts.push("--ptxas-options=-v".into());
+    }
     // SAFETY: `prog` is a live program, destroyed once below.
     let out = unsafe {
+        let log = || {
+            result::get_program_log(prog)
+                .map(|l| CStr::from_ptr(l.as_ptr()).to_string_lossy().into_owned())
+                .unwrap_or_default()
+        };
         match result::compile_program(prog, &opts) {
-            Ok(()) => cubin_of(prog).map_err(|e| fail("cubin", e)),
+            Ok(()) => cubin_of(prog)
+                .map(|c| (c, if verbose { log() } else { String::new() }))
+                .map_err(|e| fail("cubin", e)),
             Err(e) => {
-                let log = result::get_program_log(prog)
-                    .map(|l| CStr::from_ptr(l.as_ptr()).to_string_lossy().into_owned())
-                    .unwrap_or_default();
+                let log = log();
                 Err(CudaError::Nvrtc(format!(
                     "{name}.cu does not compile for {} ({e:?}):\n{log}",
                     arch.sm()

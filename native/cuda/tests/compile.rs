@@ -5,7 +5,7 @@
 //! Without NVRTC the test prints why and checks nothing, unless
 //! `HEARTH_REQUIRE_NVRTC=1`.
 
-use hearth_cuda::compile::{compile, nvrtc_present, nvrtc_version, Arch};
+use hearth_cuda::compile::{compile, compile_verbose, nvrtc_present, nvrtc_version, spills, Arch};
 use hearth_cuda::sources::MODULES;
 
 /// Every `.cu` file under `shaders/cuda/` is one of the backend's modules
@@ -37,17 +37,35 @@ fn every_kernel_compiles_for_each_target_architecture() {
         return;
     }
     let version = nvrtc_version().expect("version");
+    let mut spilled = Vec::new();
     for m in MODULES {
         let (name, source) = (m.name, m.source);
         for (major, minor) in [(8, 0), (8, 9), (9, 0)] {
             let arch = Arch { major, minor };
-            let cubin = compile(name, source, arch, None)
+            let (cubin, log) = compile_verbose(name, source, arch)
                 .unwrap_or_else(|e| panic!("{name}.cu for {}: {e}", arch.sm()));
             // An ELF image: what the driver loads.
             assert_eq!(&cubin[..4], b"\x7fELF", "{name}.cu for {}", arch.sm());
+            // ptxas's report on every kernel: one that spills registers to
+            // local memory fails (it would read and write memory in its
+            // inner loop).
+            assert!(
+                log.contains("spill stores"),
+                "{name}.cu: no ptxas report in\n{log}"
+            );
+            spilled.extend(
+                spills(&log)
+                    .into_iter()
+                    .map(|(k, st, ld)| format!("{name}.cu {} {k}: {st} / {ld} bytes", arch.sm())),
+            );
         }
         println!("{name}.cu compiles for sm_80, sm_89, sm_90 (NVRTC {version:?})");
     }
+    assert!(
+        spilled.is_empty(),
+        "kernels that spill (stores / loads):\n{}",
+        spilled.join("\n")
+    );
 }
 
 #[test]

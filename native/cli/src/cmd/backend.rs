@@ -114,8 +114,18 @@ pub async fn load_on<S: ByteSource>(
             if let Some(n) = env("HEARTH_CUDA_TILE_TOKENS").and_then(|v| v.parse().ok()) {
                 backend.set_tile_tokens(n);
             }
+            // HEARTH_CUDA_ATT_WARPS=4|8|16 runs attention on the kernel of
+            // a block per query head; HEARTH_CUDA_MV_PREFETCH=0 the decode
+            // products without their prefetch (both for comparison).
             if let Some(n) = env("HEARTH_CUDA_ATT_WARPS").and_then(|v| v.parse().ok()) {
                 backend.set_attention_warps(n);
+            }
+            if env("HEARTH_CUDA_MV_PREFETCH").as_deref() == Some("0") {
+                backend.set_mv_prefetch(false);
+            }
+            // HEARTH_CUDA_PREFILL=int8 multiplies prefill on the int8 tiles.
+            if env("HEARTH_CUDA_PREFILL").as_deref() == Some("int8") {
+                backend.set_prefill_f16(false);
             }
             AnyModel::new(load_model(backend, model, sources, opts, progress).await?)
         }
