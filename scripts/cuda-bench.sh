@@ -1,24 +1,27 @@
 #!/usr/bin/env bash
-# The CUDA backend on the lent GPU: writes a Llama-3.1-8B-shaped Q4_K_M
-# model with `hearth synth` on the machine, benchmarks it with
-# `hearth bench --backend cuda` (prefill pp512, decode tg128 at batch 1 and
-# at 4 sequences), beside llama.cpp's CUDA build of the pinned source when
-# .cuda/llama.cpp.tar.xz is there (`prepare` makes it), and compares the
-# logits of a short prompt with the CPU backend's exact-f32 mode.
+# The CUDA backend on the lent GPU beside llama.cpp's CUDA build of the
+# pinned source, on Llama-3.1-8B-shaped models that `hearth synth` writes
+# on the machine.
 #
 #   bash scripts/cuda-bench.sh prepare
 #       here: builds hearth with --features cuda into .cuda/hearth and packs
-#       the llama.cpp sources (ggml CPU + CUDA, llama-bench) into
-#       .cuda/llama.cpp.tar.xz (both ignored by git).
-#   bash scripts/cuda-bench.sh build-start; bash scripts/cuda-bench.sh device
-#       there, in one call carrying .cuda: starts llama.cpp's CUDA build in
-#       the background (it outlives the call while the machine stays warm),
-#       then Hearth's bench and logits (bench.txt, logits.txt in $OUT).
+#       the llama.cpp sources (ggml CPU + CUDA, llama-bench,
+#       llama-batched-bench) into .cuda/llama.cpp.tar.xz (ignored by git).
+#   Then, there, in one call carrying .cuda (move tests/fixtures out of the
+#   tree for it: a call carries 64 MiB):
+#   bash scripts/cuda-bench.sh build-start; bash scripts/cuda-bench.sh synth-start
+#       start llama.cpp's CUDA build and the 8B model in the background
+#       (they outlive a call while the machine stays warm);
 #   bash scripts/cuda-bench.sh against
-#       there, in the next call while the machine is warm: waits for the
-#       build, then llama-bench and hearth bench on the same file, one after
-#       the other, twice (llamacpp.txt, bench.txt).
-#   Move tests/fixtures out of the tree for the call (a call carries 64 MiB).
+#       the card's read bandwidth, llama-bench -fa 1 (pp512, tg128),
+#       llama-batched-bench (4 and 16 sequences) and hearth bench on the
+#       same file, one after the other, twice; report.txt has the table and
+#       a JSON line {"bench": "cuda", ...} (TYPE=Q4_0 etc. for other files);
+#   SHAPE=... LAYERS=N SWEEP="default A=1 ..." bash scripts/cuda-bench.sh sweep
+#       Hearth's settings side by side on a smaller model, with per-kernel
+#       profiles of decode and prefill and logits against the CPU;
+#   bash scripts/cuda-bench.sh device
+#       Hearth alone on the 8B model: bench and logits against the CPU.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -46,8 +49,8 @@ pack_llamacpp() {
   cp -r "$src"/ggml/{CMakeLists.txt,cmake,include} "$dst/ggml/"
   find "$src/ggml/src" -maxdepth 1 -type f -exec cp {} "$dst/ggml/src/" \;
   cp -r "$src/ggml/src/ggml-cpu" "$src/ggml/src/ggml-cuda" "$dst/ggml/src/"
-  cp -r "$src/tools/llama-bench" "$dst/tools/"
-  printf 'find_package(Threads REQUIRED)\nllama_add_compile_flags()\nadd_subdirectory(llama-bench)\n' \
+  cp -r "$src/tools/llama-bench" "$src/tools/batched-bench" "$dst/tools/"
+  printf 'find_package(Threads REQUIRED)\nllama_add_compile_flags()\nadd_subdirectory(llama-bench)\nadd_subdirectory(batched-bench)\n' \
     > "$dst/tools/CMakeLists.txt"
   tar -C "$dst" -cJf .cuda/llama.cpp.tar.xz .
   rm -rf "$tmp"
@@ -71,7 +74,7 @@ llamacpp() {
       -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
       -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF \
       -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_TOOLS=ON >"$out/llamacpp-build.log" 2>&1
-    cmake --build "$src/build" --target llama-bench -j 16 >>"$out/llamacpp-build.log" 2>&1
+    cmake --build "$src/build" --target llama-bench llama-batched-bench -j 16 >>"$out/llamacpp-build.log" 2>&1
   fi
   echo "$bin"
 }
@@ -87,6 +90,17 @@ build_only() {
   llamacpp >/dev/null
 }
 
+# Writes the 8B model of `against` (TYPE) in the background, so that it
+# and llama.cpp's build overlap the tests of the same call.
+synth_start() {
+  local ty=${TYPE:-Q4_K_M}
+  local m=/root/llama-3.1-8b-${ty,,}.gguf
+  [ -s "$m" ] && return
+  touch "$m.writing"
+  setsid bash -c "'$hearth' synth '$m' --shape llama-3.1-8b --type '$ty' --seed 1 >/root/synth.out 2>&1; rm -f '$m.writing'" \
+    </dev/null >/dev/null 2>&1 &
+}
+
 device() {
   mkdir -p "$out"
   nvidia-smi --query-gpu=name,memory.total,clocks.max.mem --format=csv | tee "$out/gpu.txt"
@@ -98,30 +112,45 @@ device() {
   echo "logits nrmse vs cpu exact-f32: cuda $(nrmse /tmp/exact.f32 /tmp/cuda.f32)" | tee "$out/logits.txt"
 }
 
-# After `device` started the build: llama.cpp CUDA and Hearth CUDA on the
-# same file, one after the other, twice.
+# After `build-start` (llama.cpp builds while the machine stays warm):
+# the card's read bandwidth, then llama.cpp CUDA (llama-bench -fa 1,
+# llama-batched-bench at 4 and 16 sequences) and Hearth CUDA on the same
+# file, one after the other, twice; the table and one JSON line
+# {"bench": "cuda", ...} (report.txt). TYPE picks the file type (Q4_K_M).
 against() {
   mkdir -p "$out"
   export HEARTH_CUDA_CACHE=/root/hearth-cuda-cache
+  local ty=${TYPE:-Q4_K_M} r
+  local m=/root/llama-3.1-8b-${ty,,}.gguf
+  while [ -e "$m.writing" ]; do sleep 5; done
+  [ -s "$m" ] || "$hearth" synth "$m" --shape llama-3.1-8b --type "$ty" --seed 1
+  nvcc -O2 -o /root/copy-bandwidth scripts/copy-bandwidth.cu && /root/copy-bandwidth | tee "$out/bandwidth.txt"
   while [ ! -e /root/build.done ]; do sleep 5; done
   cp /root/llamacpp-build.log "$out/" 2>/dev/null || true
-  local bin=/root/llama.cpp/build/bin r
+  local bin=/root/llama.cpp/build/bin
+  local reps=${REPS:-3}
   for r in 1 2; do
-    "$bin/llama-bench" -m "$model" -p 512 -n 128 -ngl 99 -r 3 2>&1 | grep -E '^\|' | tee -a "$out/llamacpp.txt"
-    "$hearth" bench -m "$model" --backend cuda -p 512 -n 128 --seqs 1,4 -r 3 | tee -a "$out/bench.txt"
+    "$bin/llama-bench" -m "$m" -p 512 -n 128 -ngl 99 -fa 1 -r "$reps" 2>&1 | grep -E '^\|' | tee -a "$out/llamacpp.txt"
+    "$bin/llama-batched-bench" -m "$m" -c 8192 -b 2048 -ub 512 -npp 128 -ntg 128 -npl 4,16 -ngl 99 -fa on 2>&1 \
+      | grep -E '^\|' | tee -a "$out/batched.txt"
+    "$hearth" bench -m "$m" --backend cuda -p 512 -n 128 --seqs 1,4,16 -r "$reps" | tee -a "$out/bench.txt"
   done
+  python3 scripts/cuda-report.py "$ty" "$out" | tee "$out/report.txt"
 }
 
 # The backend's settings side by side on a smaller model (SHAPE, default
-# llama-3.2-1b, Q4_K_M, written here in seconds): the default, graphs off,
+# llama-3.2-1b, Q4_K_M, written here in seconds; LAYERS cuts it): the default, graphs off,
 # prefill on the matrix-vector kernels instead of the tiles; then where decode and prefill spend their
 # device time (HEARTH_PROFILE=cuda), and the logits of a short prompt
 # against the CPU's int8 path and its exact-f32 mode.
 sweep() {
   mkdir -p "$out"
   export HEARTH_CUDA_CACHE=/root/hearth-cuda-cache
-  local shape=${SHAPE:-llama-3.2-1b} m=/root/sweep.gguf v
-  [ -s "$m" ] || "$hearth" synth "$m" --shape "$shape" --type Q4_K_M --seed 1
+  local shape=${SHAPE:-llama-3.2-1b} v
+  # LAYERS=N: the shape cut to N blocks (per-layer kernels as the full
+  # model's, written in a fraction of the time).
+  local m=/root/sweep-$shape${LAYERS:+-$LAYERS}.gguf
+  [ -s "$m" ] || "$hearth" synth "$m" --shape "$shape" --type Q4_K_M --seed 1 ${LAYERS:+--layers $LAYERS}
   local variants=(default HEARTH_CUDA_GRAPHS=0 HEARTH_CUDA_TILE_TOKENS=100000 default)
   # SWEEP="A=1 B=2 default" replaces the list (one setting a run, `default` for none).
   [ -z "${SWEEP:-}" ] || read -r -a variants <<< "$SWEEP"
@@ -149,7 +178,8 @@ case "${1:-}" in
   device) device ;;
   build-start) build_start ;;
   build) build_only ;;
+  synth-start) synth_start ;;
   against) against ;;
   sweep) sweep ;;
-  *) echo "usage: $0 prepare|device|build-start|against" >&2; exit 2 ;;
+  *) echo "usage: $0 prepare|device|build-start|synth-start|against|sweep" >&2; exit 2 ;;
 esac
