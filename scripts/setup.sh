@@ -51,4 +51,14 @@ if [ ! -e .cache/nvrtc/lib/libnvrtc.so.13 ]; then
   mv .cache/nvrtc/x/nvidia/cu13/lib .cache/nvrtc/lib
   rm -rf .cache/nvrtc/x
 fi
+# The server tests (native/cli/tests/serve) drive `hearth serve` with PyPI's
+# official openai client, from a virtual environment inside the build tree.
+PYENV_PKGS="openai==3.63.0"
+if [ "$(cat .cache/pyenv/.pkgs 2>/dev/null)" != "$PYENV_PKGS" ]; then
+  step "installing the server tests' Python packages ($PYENV_PKGS) into .cache/pyenv"
+  rm -rf .cache/pyenv
+  python3 -m venv .cache/pyenv
+  .cache/pyenv/bin/pip install -q $PYENV_PKGS
+  echo "$PYENV_PKGS" > .cache/pyenv/.pkgs
+fi
 step "ready"

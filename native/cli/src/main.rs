@@ -1,5 +1,5 @@
-//! The `hearth` command line: run, chat with, inspect, tokenize and quantize
-//! GGUF models.
+//! The `hearth` command line: run, chat with, serve, inspect, tokenize and
+//! quantize GGUF models.
 
 mod cmd;
 
@@ -21,6 +21,8 @@ enum Command {
     Run(cmd::run::Args),
     /// Chat with a model on stdin/stdout, using its chat template.
     Chat(cmd::chat::Args),
+    /// Serve a model over HTTP with OpenAI's API (chat, completions, streaming).
+    Serve(Box<cmd::serve::Args>),
     /// Write the logits of every position of a token sequence to a file.
     Logits(cmd::logits::Args),
     /// Describe a model: architecture, shapes, tokenizer, tensor types, memory.
@@ -41,6 +43,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Run(args) => cmd::run::run(args),
         Command::Chat(args) => cmd::chat::run(args),
+        Command::Serve(args) => cmd::serve::run(*args),
         Command::Logits(args) => cmd::logits::run(args),
         Command::Info(args) => cmd::info::run(args),
         Command::Tokenize(args) => cmd::tokenize::run(args),

@@ -48,6 +48,9 @@ pub fn run(args: Args) -> Result<()> {
         progress: true,
         exact_f32: false,
         default_ctx: None,
+        max_num_seqs: 4,
+        kv_tokens: 0,
+        kv_contexts: 1,
     };
     let mut loaded = load_engine(&args.model, &wish)?;
     let interactive = std::io::stdin().is_terminal();

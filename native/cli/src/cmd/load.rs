@@ -124,6 +124,13 @@ pub struct EngineWish<'a> {
     /// Multiply weights with f32 activations (the CPU backend's exact-f32
     /// mode) instead of int8-quantized ones.
     pub exact_f32: bool,
+    /// Most requests running at once.
+    pub max_num_seqs: usize,
+    /// Tokens the K/V pool holds over all sequences (0: `kv_contexts`
+    /// full contexts).
+    pub kv_tokens: usize,
+    /// Full contexts the K/V pool holds when `kv_tokens` is 0 (>= 1).
+    pub kv_contexts: usize,
 }
 
 /// A loaded engine and how long loading took.
@@ -157,7 +164,11 @@ pub fn load_engine(args: &ModelArgs, wish: &EngineWish<'_>) -> Result<Loaded> {
     .max(2);
     let config = EngineConfig {
         n_ctx,
-        max_num_seqs: 4,
+        max_num_seqs: wish.max_num_seqs,
+        kv_tokens: match wish.kv_tokens {
+            0 => n_ctx * wish.kv_contexts.max(1),
+            n => n,
+        },
         kv_type: wish.kv,
         ..EngineConfig::default()
     };

@@ -41,6 +41,9 @@ pub fn run(args: Args) -> Result<()> {
         progress: true,
         default_ctx: Some(args.tokens.len()),
         exact_f32: args.exact,
+        max_num_seqs: 4,
+        kv_tokens: 0,
+        kv_contexts: 1,
     };
     let mut loaded = load_engine(&args.model, &wish)?;
     let logits = pollster::block_on(loaded.engine.all_logits(&args.tokens))?;

@@ -9,6 +9,7 @@ pub mod logits;
 pub mod output;
 pub mod quantize;
 pub mod run;
+pub mod serve;
 pub mod synth;
 pub mod tokenize;
 

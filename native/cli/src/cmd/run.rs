@@ -67,6 +67,9 @@ pub fn run(args: Args) -> Result<()> {
         progress: !args.json,
         exact_f32: false,
         default_ctx: None,
+        max_num_seqs: 4,
+        kv_tokens: 0,
+        kv_contexts: 1,
     };
     let mut loaded = load_engine(&args.model, &wish)?;
     let req = request(&args);

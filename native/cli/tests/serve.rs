@@ -1,0 +1,50 @@
+//! `hearth serve` through real HTTP clients: OpenAI's Python client
+//! (tests/serve/test_openai.py) and a load / hostile-input suite on raw
+//! sockets (tests/serve/test_load.py), each against servers it starts on
+//! loopback with SmolLM2. The Python environment comes from `make setup`
+//! (.cache/pyenv, PyPI's `openai`).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn python() -> PathBuf {
+    let py = root().join(".cache/pyenv/bin/python");
+    assert!(
+        py.exists(),
+        "{} not found: run `make setup` (it installs the openai client the server tests use)",
+        py.display()
+    );
+    py
+}
+
+fn run_suite(script: &str) {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/serve");
+    let out = Command::new(python())
+        .arg(dir.join(script))
+        .current_dir(&dir)
+        .env("HEARTH_BIN", env!("CARGO_BIN_EXE_hearth"))
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .output()
+        .expect("run python");
+    let log = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    println!("{log}");
+    assert!(out.status.success(), "{script} failed:\n{log}");
+}
+
+#[test]
+fn openai_python_client() {
+    run_suite("test_openai.py");
+}
+
+#[test]
+fn load_cancellation_and_hostile_http() {
+    run_suite("test_load.py");
+}
