@@ -1,8 +1,9 @@
 //! `hearth serve` through real HTTP clients: OpenAI's Python client
 //! (tests/serve/test_openai.py) and a load / hostile-input suite on raw
-//! sockets (tests/serve/test_load.py), each against servers it starts on
-//! loopback with SmolLM2. The Python environment comes from `make setup`
-//! (.cache/pyenv, PyPI's `openai`).
+//! sockets (tests/serve/test_load.py), and two replicas behind SGLang's
+//! cache-aware router (tests/serve/test_router.py), each against servers it
+//! starts on loopback with SmolLM2. The Python environment comes from
+//! `make setup` (.cache/pyenv: PyPI's `openai` and `sglang-router`).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -47,4 +48,9 @@ fn openai_python_client() {
 #[test]
 fn load_cancellation_and_hostile_http() {
     run_suite("test_load.py");
+}
+
+#[test]
+fn replicas_behind_sglang_router() {
+    run_suite("test_router.py");
 }

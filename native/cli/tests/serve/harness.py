@@ -27,7 +27,8 @@ class Server:
     def __init__(self, *args, model=SMOLLM2, wait_ready=True):
         if not Path(model).exists():
             sys.exit(f"{model} not found: run `make setup` (or set HEARTH_MODELS)")
-        cmd = [BIN, "serve", "-m", str(model), "--port", "0", "-t", "2", *args]
+        threads = [] if "-t" in args else ["-t", "2"]
+        cmd = [BIN, "serve", "-m", str(model), "--port", "0", *threads, *args]
         self.proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
         self.log = []
         self.url = None

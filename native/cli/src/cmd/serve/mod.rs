@@ -82,6 +82,10 @@ pub struct Ready {
     pub n_ctx: usize,
     /// Whether chat requests can be rendered.
     pub has_chat_template: bool,
+    /// Tokens the K/V cache holds over all requests.
+    pub kv_tokens: usize,
+    /// Tokens per K/V block.
+    pub block_size: usize,
 }
 
 /// Server settings the handlers read.
@@ -206,6 +210,8 @@ fn spawn_engine(
                 tokenizer: engine.tokenizer().clone(),
                 n_ctx: cfg.n_ctx,
                 has_chat_template: engine.chat_template().is_some(),
+                kv_tokens: (cfg.num_blocks() - 1) * cfg.block_size,
+                block_size: cfg.block_size,
             };
             let _ = shared.ready.set(ready);
             eprintln!(

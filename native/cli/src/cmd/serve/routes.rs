@@ -44,6 +44,8 @@ pub fn router(shared: Arc<Shared>, max_body: usize, cors: &[String]) -> Result<R
         .route_layer(middleware::from_fn_with_state(shared.clone(), auth));
     let mut app = api
         .route("/health", get(health))
+        .route("/model_info", get(model_info))
+        .route("/server_info", get(server_info))
         .route("/metrics", get(metrics))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
@@ -166,6 +168,28 @@ async fn metrics(State(shared): AppState) -> Response {
         shared.metrics.render(),
     )
         .into_response()
+}
+
+/// SGLang's `/model_info`, which its router reads when a worker joins.
+async fn model_info(State(shared): AppState) -> Json<Value> {
+    Json(json!({
+        "model_path": shared.settings.model_name,
+        "tokenizer_path": null,
+        "is_generation": true,
+    }))
+}
+
+/// SGLang's `/server_info`: the settings a router may read.
+async fn server_info(State(shared): AppState) -> Json<Value> {
+    let r = shared.ready.get();
+    Json(json!({
+        "model_path": shared.settings.model_name,
+        "served_model_name": shared.settings.model_name,
+        "context_length": r.map(|r| r.n_ctx),
+        "max_total_num_tokens": r.map(|r| r.kv_tokens),
+        "page_size": r.map(|r| r.block_size),
+        "version": env!("CARGO_PKG_VERSION"),
+    }))
 }
 
 async fn models(State(shared): AppState) -> Json<Value> {
