@@ -299,3 +299,54 @@ fn python_str_forms_for_printed_values() {
         "True None [1, 'a', True] 2.0 |{'role': 'user', 'content': \"it's\"}"
     );
 }
+
+/// A template rendered with `tools`, against Hugging Face's
+/// `apply_chat_template(messages, tools=...)` (tool_cases.json).
+#[derive(Deserialize)]
+struct ToolCase {
+    template: String,
+    case: String,
+    bos_token: String,
+    eos_token: String,
+    now_unix: i64,
+    add_generation_prompt: bool,
+    tools: Vec<serde_json::Value>,
+    messages: Vec<ChatMessage>,
+    expected: String,
+}
+
+#[derive(Deserialize)]
+struct ToolCases {
+    cases: Vec<ToolCase>,
+}
+
+#[test]
+fn tools_and_tool_calls_render_as_hugging_face_does() {
+    let cases: ToolCases = serde_json::from_str(&read(fixtures().join("tool_cases.json")))
+        .expect("tool_cases.json parses");
+    assert!(cases.cases.len() >= 4);
+    let mut failures = Vec::new();
+    for c in &cases.cases {
+        let t = ChatTemplate::new(&template_source(&c.template), &c.bos_token, &c.eos_token)
+            .unwrap()
+            .with_now(c.now_unix);
+        assert!(t.supports_tools(), "{} reads `tools`", c.template);
+        let got = t
+            .render_with_tools(&c.messages, Some(&c.tools), c.add_generation_prompt)
+            .unwrap_or_else(|e| panic!("{} / {}: {e}", c.template, c.case));
+        if got != c.expected {
+            failures.push(format!(
+                "{} / {}:\n--- expected\n{}\n--- got\n{got}\n---",
+                c.template, c.case, c.expected
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn templates_without_tools_say_so() {
+    let smollm2 = ChatTemplate::new(&template_source("smollm2.jinja"), "", "").unwrap();
+    assert!(!smollm2.supports_tools());
+    assert!(!ChatTemplate::builtin("chatml").unwrap().supports_tools());
+}

@@ -2,7 +2,7 @@
 
 use super::request::Prompt;
 use super::EngineError;
-use crate::model::chat::{ChatError, ChatTemplate};
+use crate::model::chat::{ChatError, ChatMessage, ChatTemplate};
 use crate::model::tokenizer::Tokenizer;
 
 /// Tokenizes `prompt` (see [`Prompt`] for each kind's rules). Checks ids
@@ -17,11 +17,9 @@ pub(crate) fn tokenize_prompt(
         Prompt::Text(text) if text.is_empty() => Vec::new(),
         Prompt::Text(text) => tokenizer.encode(text, true, false)?,
         Prompt::Tokens(ids) => ids.clone(),
-        Prompt::Chat(messages) => {
-            let template = template.ok_or(ChatError::NoTemplate)?;
-            let text = template.render(messages, true)?;
-            let text = strip_added_specials(&text, tokenizer, template);
-            tokenizer.encode(text, true, true)?
+        Prompt::Chat(messages) => chat_ids(messages, None, tokenizer, template)?,
+        Prompt::ChatWithTools { messages, tools } => {
+            chat_ids(messages, Some(tools), tokenizer, template)?
         }
     };
     if ids.is_empty() {
@@ -31,6 +29,20 @@ pub(crate) fn tokenize_prompt(
         return Err(EngineError::TokenOutOfVocab { token, n_vocab }.into());
     }
     Ok(ids)
+}
+
+/// A conversation rendered with the template (opening the assistant's
+/// turn) and tokenized with special tokens parsed.
+fn chat_ids(
+    messages: &[ChatMessage],
+    tools: Option<&[serde_json::Value]>,
+    tokenizer: &Tokenizer,
+    template: Option<&ChatTemplate>,
+) -> crate::Result<Vec<u32>> {
+    let template = template.ok_or(ChatError::NoTemplate)?;
+    let text = template.render_with_tools(messages, tools, true)?;
+    let text = strip_added_specials(&text, tokenizer, template);
+    Ok(tokenizer.encode(text, true, true)?)
 }
 
 /// llama.cpp's `common_chat_template_direct_apply`: when the tokenizer adds

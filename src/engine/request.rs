@@ -17,6 +17,16 @@ pub enum Prompt {
     /// assistant's turn) and tokenized with special tokens parsed, as
     /// llama.cpp does (a BOS the template prints itself is not doubled).
     Chat(Vec<ChatMessage>),
+    /// A conversation and the functions the model may call (OpenAI's
+    /// `tools`), given to the template as `tools`; otherwise as
+    /// [`Prompt::Chat`]. Templates that do not read `tools` ignore them
+    /// (see [`ChatTemplate::supports_tools`](crate::model::chat::ChatTemplate::supports_tools)).
+    ChatWithTools {
+        /// The conversation.
+        messages: Vec<ChatMessage>,
+        /// The functions, `[{"type": "function", "function": {...}}]`.
+        tools: Vec<serde_json::Value>,
+    },
 }
 
 /// A generation request.

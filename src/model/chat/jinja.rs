@@ -29,6 +29,7 @@ struct RaisedException(String);
 /// A compiled Jinja chat template.
 pub(crate) struct JinjaTemplate {
     env: Environment<'static>,
+    source: String,
 }
 
 impl fmt::Debug for JinjaTemplate {
@@ -44,6 +45,8 @@ pub(crate) struct RenderVars<'a> {
     pub eos_token: &'a str,
     /// Seconds since the Unix epoch for `strftime_now`; `None` makes it an error.
     pub now_unix: Option<i64>,
+    /// The functions the model may call (`tools`), when offered.
+    pub tools: Option<&'a [serde_json::Value]>,
 }
 
 impl JinjaTemplate {
@@ -67,12 +70,29 @@ impl JinjaTemplate {
             .map_err(|e| ChatError::Syntax {
                 detail: describe(&e),
             })?;
-        Ok(JinjaTemplate { env })
+        Ok(JinjaTemplate {
+            env,
+            source: source.to_string(),
+        })
+    }
+
+    /// The template source.
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// Whether the template reads the `tools` variable.
+    pub fn reads_tools(&self) -> bool {
+        self.env
+            .get_template(TEMPLATE_NAME)
+            .map(|t| t.undeclared_variables(false).contains("tools"))
+            .unwrap_or(false)
     }
 
     /// Renders the conversation. The template sees `messages` (maps with
-    /// `role` and `content`), `add_generation_prompt`, `bos_token` and
-    /// `eos_token`; `tools` and the like stay undefined.
+    /// `role` and `content`, and `tool_calls` / `tool_call_id` where a
+    /// message has them), `add_generation_prompt`, `bos_token`, `eos_token`
+    /// and, when offered, `tools`.
     pub fn render(
         &self,
         messages: &[ChatMessage],
@@ -99,16 +119,25 @@ impl JinjaTemplate {
         if let Some(now) = vars.now_unix {
             ctx.insert(NOW_VAR.into(), Value::from(now));
         }
+        if let Some(tools) = vars.tools {
+            ctx.insert(
+                "tools".into(),
+                Value::from(tools.iter().map(json_value).collect::<Vec<_>>()),
+            );
+        }
         template.render(ctx).map_err(render_error)
     }
 }
 
 /// One chat message as a template sees it: a map with keys `role` and
-/// `content` in that order (as in the Python dicts templates are written for).
+/// `content` in that order (as in the Python dicts templates are written
+/// for), then `tool_calls` and `tool_call_id` when the message has them.
 #[derive(Debug)]
 struct MessageObject {
     role: Value,
     content: Value,
+    tool_calls: Option<Value>,
+    tool_call_id: Option<Value>,
 }
 
 impl MessageObject {
@@ -116,6 +145,11 @@ impl MessageObject {
         MessageObject {
             role: Value::from(m.role.as_str()),
             content: Value::from(m.content.as_str()),
+            tool_calls: m
+                .tool_calls
+                .as_ref()
+                .map(|c| json_value(&arguments_as_maps(c))),
+            tool_call_id: m.tool_call_id.as_deref().map(Value::from),
         }
     }
 }
@@ -125,12 +159,86 @@ impl Object for MessageObject {
         match key.as_str()? {
             "role" => Some(self.role.clone()),
             "content" => Some(self.content.clone()),
+            "tool_calls" => self.tool_calls.clone(),
+            "tool_call_id" => self.tool_call_id.clone(),
             _ => None,
         }
     }
 
     fn enumerate(self: &Arc<Self>) -> Enumerator {
-        Enumerator::Str(&["role", "content"])
+        let keys: &'static [&'static str] = match (&self.tool_calls, &self.tool_call_id) {
+            (None, None) => &["role", "content"],
+            (Some(_), None) => &["role", "content", "tool_calls"],
+            (None, Some(_)) => &["role", "content", "tool_call_id"],
+            (Some(_), Some(_)) => &["role", "content", "tool_calls", "tool_call_id"],
+        };
+        Enumerator::Str(keys)
+    }
+}
+
+/// OpenAI sends a call's `arguments` as a JSON string; Hugging Face
+/// templates expect a map. Strings that parse as JSON objects become maps.
+fn arguments_as_maps(calls: &serde_json::Value) -> serde_json::Value {
+    let mut calls = calls.clone();
+    if let Some(list) = calls.as_array_mut() {
+        for call in list {
+            let args = call
+                .get_mut("function")
+                .and_then(|f| f.get_mut("arguments"));
+            if let Some(args) = args {
+                let parsed = args
+                    .as_str()
+                    .and_then(|s| serde_json::from_str::<serde_json::Value>(s).ok());
+                if let Some(p @ serde_json::Value::Object(_)) = parsed {
+                    *args = p;
+                }
+            }
+        }
+    }
+    calls
+}
+
+/// A JSON value as a template value (maps keep their key order).
+fn json_value(v: &serde_json::Value) -> Value {
+    use serde_json::Value as J;
+    match v {
+        J::Null => Value::from(()),
+        J::Bool(b) => Value::from(*b),
+        J::Number(n) => match (n.as_i64(), n.as_u64(), n.as_f64()) {
+            (Some(i), _, _) => Value::from(i),
+            (_, Some(u), _) => Value::from(u),
+            (_, _, f) => Value::from(f.unwrap_or(f64::NAN)),
+        },
+        J::String(s) => Value::from(s.as_str()),
+        J::Array(items) => Value::from(items.iter().map(json_value).collect::<Vec<_>>()),
+        J::Object(map) => Value::from_object(JsonMap(
+            map.iter()
+                .map(|(k, v)| (k.clone(), json_value(v)))
+                .collect(),
+        )),
+    }
+}
+
+/// A JSON object as a template map, keys in their order.
+#[derive(Debug)]
+struct JsonMap(Vec<(String, Value)>);
+
+impl Object for JsonMap {
+    fn get_value(self: &Arc<Self>, key: &Value) -> Option<Value> {
+        let key = key.as_str()?;
+        self.0
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.clone())
+    }
+
+    fn enumerate(self: &Arc<Self>) -> Enumerator {
+        Enumerator::Values(
+            self.0
+                .iter()
+                .map(|(k, _)| Value::from(k.as_str()))
+                .collect(),
+        )
     }
 }
 

@@ -82,10 +82,19 @@ pub enum ChatError {
 /// One message of a conversation.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ChatMessage {
-    /// `system`, `user`, `assistant`, or any role the template knows.
+    /// `system`, `user`, `assistant`, `tool`, or any role the template knows.
     pub role: String,
     /// The message text.
     pub content: String,
+    /// The calls an assistant turn made, in OpenAI's shape
+    /// (`[{"id", "type": "function", "function": {"name", "arguments"}}]`);
+    /// templates see `arguments` as a map when it is a JSON string, as
+    /// Hugging Face templates expect.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<serde_json::Value>,
+    /// The call a `tool` message answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
 }
 
 impl ChatMessage {
@@ -94,6 +103,8 @@ impl ChatMessage {
         ChatMessage {
             role: role.into(),
             content: content.into(),
+            tool_calls: None,
+            tool_call_id: None,
         }
     }
 }
@@ -194,6 +205,19 @@ impl ChatTemplate {
         messages: &[ChatMessage],
         add_generation_prompt: bool,
     ) -> Result<String, ChatError> {
+        self.render_with_tools(messages, None, add_generation_prompt)
+    }
+
+    /// [`ChatTemplate::render`] with the functions the model may call
+    /// (`tools`: OpenAI's `[{"type": "function", "function": {...}}]`),
+    /// which a Jinja template sees as `tools`. Built-in formats have no
+    /// place for tools and ignore them; see [`ChatTemplate::supports_tools`].
+    pub fn render_with_tools(
+        &self,
+        messages: &[ChatMessage],
+        tools: Option<&[serde_json::Value]>,
+        add_generation_prompt: bool,
+    ) -> Result<String, ChatError> {
         match &self.kind {
             Kind::Builtin(b) => Ok(b.render(messages, add_generation_prompt)),
             Kind::Jinja(t) => t.render(
@@ -203,8 +227,27 @@ impl ChatTemplate {
                     bos_token: &self.bos_token,
                     eos_token: &self.eos_token,
                     now_unix: self.now_unix.or_else(system_now),
+                    tools,
                 },
             ),
+        }
+    }
+
+    /// Whether the template renders `tools` itself (a Jinja template that
+    /// reads the variable). Without that, a caller offering tools must
+    /// describe them in a message.
+    pub fn supports_tools(&self) -> bool {
+        match &self.kind {
+            Kind::Builtin(_) => false,
+            Kind::Jinja(t) => t.reads_tools(),
+        }
+    }
+
+    /// The Jinja source, or `None` for a built-in.
+    pub fn source(&self) -> Option<&str> {
+        match &self.kind {
+            Kind::Builtin(_) => None,
+            Kind::Jinja(t) => Some(t.source()),
         }
     }
 }
