@@ -99,7 +99,7 @@ setup-neon:
 
 test-wasm-kernels:
 	$(CARGO) test -p hearth --target wasm32-wasip1 --test backend_kernels_isa --test backend_matmul --test cpu_attention
-	$(CARGO) test -p hearth --target wasm32-wasip1 --lib -- backend::cpu::rowops backend::cpu::kernels::wasm
+	$(CARGO) test -p hearth --target wasm32-wasip1 --lib -- backend::cpu::rowops backend::cpu::kernels::wasm engine::constraint
 
 $(WASM_RELAXED_NODE): tests/wasm-relaxed/package-lock.json
 	cd tests/wasm-relaxed && npm ci --no-audit --no-fund --loglevel=error

@@ -8,6 +8,10 @@
 //! distribution, so it reports the plain softmax of the logits after
 //! penalties.
 //!
+//! A constrained request samples with [`Sampler::sample_allowed`]: the
+//! tokens its grammar rules out are dropped before the chain, as if their
+//! logits were `-inf`, so they are never drawn nor reported.
+//!
 //! The random source is [`Pcg32`], a few lines of integer arithmetic seeded
 //! per request: identical on every target (wasm32 included) and every run.
 
@@ -127,6 +131,12 @@ pub enum SampleError {
         "the logits row holds a NaN or an infinity: the forward pass produced a non-finite value"
     )]
     NonFiniteRow,
+    /// A constraint allowed no token of the row.
+    #[error("the constraint allows none of the row's {n_vocab} tokens")]
+    NothingAllowed {
+        /// The row's width.
+        n_vocab: usize,
+    },
     /// Candidates that are not the row's best `top_k`, best first.
     #[error("{got} candidates given where the sampler keeps the best {want}")]
     Candidates {
@@ -278,6 +288,30 @@ impl Sampler {
     /// `penalty_last_n` count). Ids in `history` outside the vocabulary are
     /// ignored. Errors on an empty row or a non-finite logit.
     pub fn sample(&mut self, logits: &[f32], history: &[u32]) -> Result<Sampled, SampleError> {
+        self.sample_filtered(logits, history, None)
+    }
+
+    /// [`Sampler::sample`] over the tokens `allowed` accepts (a grammar's
+    /// mask): the others are dropped before the chain, as logits of `-inf`
+    /// would be, so they are neither drawn nor in the log-probabilities,
+    /// which are those of the allowed tokens alone. Errors as `sample`
+    /// does, and when no token of the row is allowed.
+    pub fn sample_allowed(
+        &mut self,
+        logits: &[f32],
+        history: &[u32],
+        allowed: &dyn Fn(u32) -> bool,
+    ) -> Result<Sampled, SampleError> {
+        self.sample_filtered(logits, history, Some(allowed))
+    }
+
+    /// The body of [`Sampler::sample`] and [`Sampler::sample_allowed`].
+    fn sample_filtered(
+        &mut self,
+        logits: &[f32],
+        history: &[u32],
+        allowed: Option<&dyn Fn(u32) -> bool>,
+    ) -> Result<Sampled, SampleError> {
         if logits.is_empty() {
             return Err(SampleError::EmptyLogits);
         }
@@ -294,6 +328,13 @@ impl Sampler {
                 logit,
             }));
         self.apply_penalties(history);
+        if let Some(allowed) = allowed {
+            self.cand.retain(|c| allowed(c.id));
+            if self.cand.is_empty() {
+                let n_vocab = logits.len();
+                return Err(SampleError::NothingAllowed { n_vocab });
+            }
+        }
         if self.params.temperature <= 0.0 {
             return Ok(self.greedy());
         }
@@ -538,6 +579,46 @@ mod tests {
                 assert_eq!(a, b, "case {case}: {params:?}");
             }
         }
+    }
+
+    #[test]
+    fn sample_allowed_never_draws_nor_reports_a_masked_token() {
+        let mut rng = Pcg32::new(0x3a5c, 9);
+        let logits: Vec<f32> = (0..300).map(|_| (rng.next_f64() * 8.0) as f32).collect();
+        let best = crate::graph::reference::argmax_row(&logits);
+        // Every third token, never the row's best.
+        let allowed = |t: u32| t % 3 == (best + 1) % 3;
+        for (case, params) in [SamplingParams::greedy(), SamplingParams::default()]
+            .into_iter()
+            .enumerate()
+        {
+            let params = SamplingParams {
+                top_logprobs: 5,
+                repeat_penalty: 1.3,
+                seed: case as u64,
+                ..params
+            };
+            let mut s = Sampler::new(params).expect("params");
+            for _ in 0..20 {
+                let got = s
+                    .sample_allowed(&logits, &[best, 7], &allowed)
+                    .expect("sample");
+                assert!(allowed(got.token), "case {case}: drew {}", got.token);
+                assert_eq!(got.top_logprobs.len(), 5);
+                assert!(got.top_logprobs.iter().all(|&(t, _)| allowed(t)));
+            }
+        }
+        // Greedy log-probabilities are the softmax over the allowed tokens.
+        let mut g = Sampler::new(SamplingParams::greedy()).expect("params");
+        let two = |t: u32| t == 4 || t == 9;
+        let got = g.sample_allowed(&logits, &[], &two).expect("sample");
+        let (a, b) = (f64::from(logits[4]), f64::from(logits[9]));
+        let want = a.max(b) - (a.exp() + b.exp()).ln();
+        assert!((f64::from(got.logprob) - want).abs() < 1e-5);
+        assert!(matches!(
+            g.sample_allowed(&logits, &[], &|_| false),
+            Err(SampleError::NothingAllowed { n_vocab: 300 })
+        ));
     }
 
     #[test]

@@ -23,7 +23,9 @@
 //! [`Sampler`](crate::sample::Sampler), applies stop rules (end-of-generation
 //! tokens, `max_tokens`, stop strings) and returns the events. Text in token
 //! events is always complete UTF-8; text that might be the start of a stop
-//! string is held back until it is known not to be.
+//! string is held back until it is known not to be. A request with a
+//! [`Constraint`] (a JSON Schema, a grammar, a regex) samples only tokens
+//! that keep its output matching, and ends when the match is complete.
 //!
 //! The step is `async` because GPU readback is asynchronous in browsers;
 //! native callers block on it (`pollster::block_on`). Nothing here uses
@@ -32,6 +34,7 @@
 
 mod clock;
 mod config;
+mod constraint;
 mod prompt;
 mod request;
 mod runner;
@@ -42,6 +45,7 @@ mod text;
 
 pub use clock::Clock;
 pub use config::EngineConfig;
+pub use constraint::Constraint;
 pub use request::{EngineEvent, FinishReason, GenerateRequest, Prompt, RequestTimings, Usage};
 pub use runner::Engine;
 pub use stats::EngineStats;
@@ -101,6 +105,25 @@ pub enum EngineError {
         op: &'static str,
         /// Live requests.
         live: usize,
+    },
+    /// A request's [`Constraint`] does not compile: a JSON Schema llguidance
+    /// cannot use or that nothing satisfies, a grammar or regular
+    /// expression with a syntax error, a rule that is never defined.
+    #[error(
+        "the {kind} constraint does not compile: {detail}; fix it or send the request without it"
+    )]
+    BadGrammar {
+        /// Which kind of constraint ([`Constraint::kind`]).
+        kind: &'static str,
+        /// llguidance's (or the GBNF converter's) message, with where.
+        detail: String,
+    },
+    /// This engine cannot constrain requests at all (its vocabulary has no
+    /// end-of-generation token, or llguidance could not index it).
+    #[error("constrained decoding is not available for this model: {detail}; send the request without a constraint")]
+    ConstraintUnsupported {
+        /// Why.
+        detail: String,
     },
     /// A request id the engine does not know (finished, cancelled, or never added).
     #[error("request {id} is not live (finished, cancelled, or never added)")]

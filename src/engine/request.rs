@@ -1,5 +1,6 @@
 //! What callers send the engine and what it sends back.
 
+use super::constraint::Constraint;
 use crate::model::chat::ChatMessage;
 use crate::sample::SamplingParams;
 use crate::sched::RequestId;
@@ -44,13 +45,19 @@ pub struct GenerateRequest {
     /// `Some(n)`: report each token's log-probability and the `n` most likely
     /// alternatives (overrides `sampling.top_logprobs`); `None`: none.
     pub logprobs: Option<usize>,
-    /// Keep generating past end-of-generation tokens (benchmarks).
+    /// Keep generating past end-of-generation tokens (benchmarks). A
+    /// constrained request still ends when its grammar is complete.
     pub ignore_eos: bool,
+    /// What the output must match (JSON, a grammar, a regex); `None`:
+    /// anything. Compiled by [`Engine::add_request`](super::Engine::add_request),
+    /// which refuses one that does not compile
+    /// ([`EngineError::BadGrammar`](super::EngineError::BadGrammar)).
+    pub constraint: Option<Constraint>,
 }
 
 impl GenerateRequest {
     /// A request for `prompt` with default sampling, no stop strings, no
-    /// log-probabilities, and no token limit but the context.
+    /// log-probabilities, no constraint, and no token limit but the context.
     pub fn new(prompt: Prompt) -> Self {
         GenerateRequest {
             prompt,
@@ -59,6 +66,7 @@ impl GenerateRequest {
             stop: Vec::new(),
             logprobs: None,
             ignore_eos: false,
+            constraint: None,
         }
     }
 }
@@ -66,7 +74,8 @@ impl GenerateRequest {
 /// Why a request ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum FinishReason {
-    /// An end-of-generation token (EOS, EOT, ...) was sampled.
+    /// An end-of-generation token (EOS, EOT, ...) was sampled, or the
+    /// request's constraint is complete (nothing more can follow).
     Stop,
     /// `max_tokens` tokens were generated, or the context is full.
     Length,
@@ -74,8 +83,9 @@ pub enum FinishReason {
     Cancelled,
     /// A stop string matched; the text was cut before it.
     StopString,
-    /// Its logits could not be sampled (non-finite values from the model);
-    /// the `Finished` event's `error` says why. Other requests go on.
+    /// Its logits could not be sampled (non-finite values from the model,
+    /// a constraint that cannot go on); the `Finished` event's `error` says
+    /// why. Other requests go on.
     Error,
 }
 

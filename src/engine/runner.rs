@@ -4,6 +4,7 @@ use std::collections::HashMap;
 
 use super::clock::Clock;
 use super::config::EngineConfig;
+use super::constraint::{Constraint, Grammar, GrammarEnv};
 use super::prompt::tokenize_prompt;
 use super::request::{EngineEvent, FinishReason, GenerateRequest, Prompt, RequestTimings, Usage};
 use super::stats::{Counters, EngineStats};
@@ -30,12 +31,16 @@ pub struct Engine<M: ForwardModel> {
     pub(crate) clock: Clock,
     /// End-of-generation token ids of the vocabulary.
     pub(crate) eog: Vec<u32>,
+    /// The grammar compiler, built on the first constrained request.
+    pub(crate) grammar_env: Option<GrammarEnv>,
 }
 
 /// The engine's record of a live request.
 #[derive(Debug)]
 pub(crate) struct Live {
     pub(crate) sampler: Sampler,
+    /// The request's constraint, if it has one.
+    pub(crate) grammar: Option<Grammar>,
     pub(crate) text: TextStream,
     pub(crate) logprobs: bool,
     /// The token sampled for it this step, with its log-probabilities.
@@ -74,6 +79,7 @@ impl<M: ForwardModel> Engine<M> {
             counters: Counters::default(),
             clock: Clock::default_for_target(),
             eog,
+            grammar_env: None,
         })
     }
 
@@ -99,7 +105,13 @@ impl<M: ForwardModel> Engine<M> {
     /// Errors: an empty prompt, a prompt of `n_ctx` tokens or more
     /// ([`EngineError::PromptTooLong`]), `max_tokens == Some(0)`, a chat
     /// prompt without a template, bad sampling parameters, token ids outside
-    /// the vocabulary.
+    /// the vocabulary, a constraint that does not compile
+    /// ([`EngineError::BadGrammar`]). A refused request leaves the engine
+    /// as it was.
+    ///
+    /// The first constrained request also indexes the vocabulary for the
+    /// grammar engine (once per engine; see [`Engine::prepare_constraints`]
+    /// to do it ahead).
     pub fn add_request(&mut self, req: GenerateRequest) -> crate::Result<RequestId> {
         let prompt = self.tokenize_prompt(&req.prompt)?;
         let n_ctx = self.config.n_ctx;
@@ -118,6 +130,10 @@ impl<M: ForwardModel> Engine<M> {
             sampling.top_logprobs = n;
         }
         let sampler = Sampler::new(sampling.clone())?;
+        let grammar = match &req.constraint {
+            Some(c) => Some(self.compile_constraint(c)?),
+            None => None,
+        };
         let id = RequestId(self.next_id);
         let prompt_tokens = prompt.len();
         self.sched.add_request(Request {
@@ -134,6 +150,7 @@ impl<M: ForwardModel> Engine<M> {
         self.next_id += 1;
         let live = Live {
             sampler,
+            grammar,
             text: TextStream::new(&req.stop),
             logprobs: req.logprobs.is_some(),
             sampled: None,
@@ -148,6 +165,30 @@ impl<M: ForwardModel> Engine<M> {
         };
         self.live.insert(id, live);
         Ok(id)
+    }
+
+    /// Builds the grammar engine's index of the vocabulary now rather than
+    /// on the first constrained request (a server can do it at start-up, so
+    /// no request waits for it). Errors as
+    /// [`EngineError::ConstraintUnsupported`] when the model cannot be
+    /// constrained.
+    pub fn prepare_constraints(&mut self) -> crate::Result<()> {
+        self.grammar_env()?;
+        Ok(())
+    }
+
+    /// The grammar compiler, built on first use.
+    fn grammar_env(&mut self) -> Result<&GrammarEnv, EngineError> {
+        let env = match self.grammar_env.take() {
+            Some(env) => env,
+            None => GrammarEnv::new(&self.tokenizer, &self.eog)?,
+        };
+        Ok(self.grammar_env.insert(env))
+    }
+
+    /// `constraint` compiled into a matcher at the start of the output.
+    fn compile_constraint(&mut self, constraint: &Constraint) -> crate::Result<Grammar> {
+        Ok(self.grammar_env()?.compile(constraint)?)
     }
 
     /// Ends `id` now and frees its K/V blocks; returns its `Finished`

@@ -24,7 +24,7 @@ pub(super) enum Selection {
     /// returns each row's `k` best candidates.
     TopK(usize),
     /// Some row needs the whole logits row (penalties, no top-k, greedy
-    /// log-probabilities).
+    /// log-probabilities, a constraint).
     Logits,
 }
 
@@ -44,6 +44,11 @@ impl<M: ForwardModel> Engine<M> {
             let Some(live) = self.live.get(&r.id) else {
                 return Selection::Logits;
             };
+            // A grammar's mask must see the whole row: the device's argmax
+            // or best candidates may all be tokens it rules out.
+            if live.grammar.is_some() {
+                return Selection::Logits;
+            }
             if !live.logprobs && live.sampler.is_plain_greedy() {
                 continue;
             }

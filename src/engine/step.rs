@@ -1,5 +1,6 @@
 //! One engine step: schedule → one forward pass → sample → update → events.
 
+use super::constraint::{allows, GrammarEnd};
 use super::request::{EngineEvent, FinishReason};
 use super::runner::{Engine, Live};
 use super::select::Selection;
@@ -7,6 +8,7 @@ use super::EngineError;
 use crate::kv::{KvManager, SeqId};
 use crate::model::tokenizer::Tokenizer;
 use crate::model::{Batch, ForwardModel, LogitsWanted, SeqInput};
+use crate::sample::Sampled;
 use crate::sched::{self, RequestId, SchedEvent, ScheduleKind, SchedulerOutput};
 
 impl<M: ForwardModel> Engine<M> {
@@ -45,8 +47,11 @@ impl<M: ForwardModel> Engine<M> {
         let events = self
             .sched
             .update_from_output_with(&sampled, &mut |id, output| {
-                live.get_mut(&id)
-                    .is_some_and(|l| feed_text(l, tokenizer, output))
+                live.get_mut(&id).is_some_and(|l| {
+                    let text_stop = feed_text(l, tokenizer, output);
+                    let grammar_end = l.grammar.as_mut().is_some_and(|g| g.advance(output));
+                    text_stop || grammar_end
+                })
             })?;
         let mut events = self.events_from(events)?;
         events.extend(failed_events);
@@ -137,12 +142,12 @@ impl<M: ForwardModel> Engine<M> {
                 .live
                 .get_mut(&r.id)
                 .ok_or(EngineError::UnknownRequest { id: r.id })?;
-            match live.sampler.sample(row, history) {
+            match sample_row(live, row, history) {
                 Ok(s) => {
                     sampled.push((r.id, s.token));
                     live.sampled = Some(s);
                 }
-                Err(e) => failed.push((r.id, e.to_string())),
+                Err(e) => failed.push((r.id, e)),
             }
         }
         Ok((sampled, failed))
@@ -174,21 +179,19 @@ impl<M: ForwardModel> Engine<M> {
                         top_logprobs: sampled.map(|s| s.top_logprobs).unwrap_or_default(),
                     });
                 }
-                SchedEvent::Finished { id, reason, .. } => {
+                SchedEvent::Finished {
+                    id,
+                    reason,
+                    output_tokens,
+                } => {
                     let mut live = self
                         .live
                         .remove(&id)
                         .ok_or(EngineError::UnknownRequest { id })?;
-                    let reason = match reason {
-                        _ if live.text.stopped() => FinishReason::StopString,
-                        sched::FinishReason::StopToken(_) => FinishReason::Stop,
-                        sched::FinishReason::StopString => FinishReason::StopString,
-                        sched::FinishReason::Length => FinishReason::Length,
-                        sched::FinishReason::Cancelled => FinishReason::Cancelled,
-                    };
+                    let (reason, error) = finish_reason(reason, &mut live, &output_tokens);
                     let tail = live.text.finish();
                     append_to_last_token(&mut out, id, &tail);
-                    out.push(self.finished_event(id, reason, &live, None));
+                    out.push(self.finished_event(id, reason, &live, error));
                 }
             }
         }
@@ -244,6 +247,52 @@ impl<M: ForwardModel> Engine<M> {
         }
         Ok(logits)
     }
+}
+
+/// The engine's reason (and error) for the scheduler's `reason` to end
+/// `live`, whose output is `output`: a stop string wins; the scheduler's
+/// stop callback ends a request whose grammar ended too; an output whose
+/// grammar is complete ends with `Stop` even at `max_tokens`.
+fn finish_reason(
+    reason: sched::FinishReason,
+    live: &mut Live,
+    output: &[u32],
+) -> (FinishReason, Option<String>) {
+    if let (sched::FinishReason::Length, Some(g)) = (reason, live.grammar.as_mut()) {
+        // The stop callback does not run on the token that reaches
+        // `max_tokens`; the grammar sees it here.
+        g.advance(output);
+    }
+    let grammar_end = live.grammar.as_ref().and_then(|g| g.end());
+    match (reason, grammar_end) {
+        _ if live.text.stopped() => (FinishReason::StopString, None),
+        (sched::FinishReason::StopToken(_), _) => (FinishReason::Stop, None),
+        (
+            sched::FinishReason::StopString | sched::FinishReason::Length,
+            Some(GrammarEnd::Complete),
+        ) => (FinishReason::Stop, None),
+        (sched::FinishReason::StopString, Some(GrammarEnd::Failed(e))) => {
+            (FinishReason::Error, Some(e.clone()))
+        }
+        (sched::FinishReason::StopString, None) => (FinishReason::StopString, None),
+        (sched::FinishReason::Length, _) => (FinishReason::Length, None),
+        (sched::FinishReason::Cancelled, _) => (FinishReason::Cancelled, None),
+    }
+}
+
+/// Samples `live`'s row of `logits`, through its grammar's mask when it
+/// has one; `Err` says why the row cannot be sampled.
+fn sample_row(live: &mut Live, logits: &[f32], history: &[u32]) -> Result<Sampled, String> {
+    let Some(grammar) = live.grammar.as_mut() else {
+        return live
+            .sampler
+            .sample(logits, history)
+            .map_err(|e| e.to_string());
+    };
+    let mask = grammar.mask()?;
+    live.sampler
+        .sample_allowed(logits, history, &|t| allows(&mask, t))
+        .map_err(|e| e.to_string())
 }
 
 /// Runs the output tokens of `live` not yet seen through its text stream;
