@@ -132,6 +132,73 @@ class OpenAIClient(unittest.TestCase):
             self.client.completions.create(model="m", prompt="word " * 5000, max_tokens=4)
         self.assertEqual(e.exception.code, "context_length_exceeded")
 
+    def test_json_schema_output_validates(self):
+        schema = {"type": "object", "properties": {
+            "name": {"type": "string", "maxLength": 24}, "age": {"type": "integer", "minimum": 0, "maximum": 150},
+            "colour": {"enum": ["red", "green", "blue"]}}, "required": ["name", "age", "colour"],
+            "additionalProperties": False}
+        for seed, temp in [(1, 0), (2, 1.0), (3, 1.0)]:
+            r = self.client.chat.completions.create(
+                model="m", messages=[{"role": "user", "content": "Describe a person as JSON."}],
+                temperature=temp, seed=seed, max_tokens=120,
+                response_format={"type": "json_schema", "json_schema": {"name": "person", "schema": schema}})
+            with self.subTest(seed=seed, text=r.choices[0].message.content):
+                v = json.loads(r.choices[0].message.content)
+                self.assertIsInstance(v["name"], str)
+                self.assertLessEqual(len(v["name"]), 24)
+                self.assertTrue(0 <= v["age"] <= 150)
+                self.assertIn(v["colour"], ["red", "green", "blue"])
+                self.assertEqual(set(v) - {"name", "age", "colour"}, set())
+                self.assertEqual(r.choices[0].finish_reason, "stop")
+
+    def test_json_object_and_grammar(self):
+        ask = [{"role": "user", "content": "Reply in JSON: the key colour, and a colour of the rainbow."}]
+        r = self.client.chat.completions.create(model="m", messages=ask, temperature=0.8, seed=7, n=4,
+                                                max_tokens=100, response_format={"type": "json_object"})
+        texts = [c.message.content for c in r.choices]
+        self.assertTrue(all(t.startswith("{") for t in texts), texts)
+        done = [c.message.content for c in r.choices if c.finish_reason == "stop"]
+        self.assertTrue(done, f"some reply closes its object: {texts}")
+        for t in done:
+            self.assertIsInstance(json.loads(t), dict)
+        r = self.client.completions.create(model="m", prompt="Is the sky blue?", temperature=1.0, max_tokens=8,
+                                           extra_body={"grammar": 'root ::= "yes" | "no"'})
+        self.assertIn(r.choices[0].text, ["yes", "no"])
+        with self.assertRaises(openai.BadRequestError):
+            self.client.completions.create(model="m", prompt="x", max_tokens=4, extra_body={"grammar": "root ::= ("})
+
+    def test_tool_call_and_its_result(self):
+        tools = [{"type": "function", "function": {
+            "name": "get_weather", "description": "The current weather in a city.",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+        ask = [{"role": "user", "content": "What is the weather in Paris?"}]
+        r = self.client.chat.completions.create(model="m", messages=ask, tools=tools, tool_choice="required",
+                                                temperature=0, max_tokens=60)
+        c = r.choices[0]
+        self.assertEqual(c.finish_reason, "tool_calls")
+        self.assertEqual(len(c.message.tool_calls), 1)
+        call = c.message.tool_calls[0]
+        self.assertEqual(call.function.name, "get_weather")
+        self.assertIsInstance(json.loads(call.function.arguments)["city"], str)
+        self.assertTrue(call.id.startswith("call_"))
+        # The same call streamed.
+        chunks = list(self.client.chat.completions.create(model="m", messages=ask, tools=tools, tool_choice="required",
+                                                          temperature=0, max_tokens=60, stream=True))
+        streamed = [tc for ch in chunks if ch.choices for tc in (ch.choices[0].delta.tool_calls or [])]
+        self.assertEqual([(t.function.name, t.function.arguments) for t in streamed],
+                         [(call.function.name, call.function.arguments)])
+        self.assertEqual(chunks[-1].choices[0].finish_reason, "tool_calls")
+        # The result goes back as a tool message; the model answers in text.
+        turn = ask + [{"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
+                      {"role": "tool", "tool_call_id": call.id, "content": '{"temperature_c": 18, "sky": "clear"}'}]
+        r2 = self.client.chat.completions.create(model="m", messages=turn, tools=tools, tool_choice="none",
+                                                 temperature=0, max_tokens=30)
+        self.assertIsNone(r2.choices[0].message.tool_calls)
+        self.assertTrue(r2.choices[0].message.content)
+        with self.assertRaises(openai.BadRequestError):
+            self.client.chat.completions.create(model="m", messages=ask, tools=tools, max_tokens=4,
+                                                tool_choice={"type": "function", "function": {"name": "nope"}})
+
     def server_model(self):
         from harness import SMOLLM2
         return SMOLLM2

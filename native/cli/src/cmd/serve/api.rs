@@ -2,7 +2,7 @@
 //! requests. Fields the server does not know are ignored, as OpenAI's own
 //! clients send many; fields it knows but cannot honour are refused.
 
-use hearth::engine::{ChatMessage, GenerateRequest, Prompt};
+use hearth::engine::{ChatMessage, Constraint, GenerateRequest, Prompt};
 use hearth::sample::SamplingParams;
 use serde::Deserialize;
 use serde_json::Value;
@@ -73,6 +73,73 @@ pub struct Common {
     pub response_format: Option<Value>,
     /// A GBNF grammar (llama.cpp's field).
     pub grammar: Option<String>,
+    /// A JSON Schema for the output (llama.cpp's field).
+    pub json_schema: Option<Value>,
+    /// A JSON Schema for the output (vLLM's older field).
+    pub guided_json: Option<Value>,
+    /// A regular expression the output must match (vLLM's older field).
+    pub guided_regex: Option<String>,
+    /// A Lark grammar (vLLM's older field).
+    pub guided_grammar: Option<String>,
+}
+
+impl Common {
+    /// The output constraint the request asks for, if any: at most one of
+    /// `response_format` (`json_object` / `json_schema`), `grammar` (GBNF),
+    /// `json_schema`, `guided_json`, `guided_regex`, `guided_grammar` (Lark).
+    pub fn constraint(&self) -> Result<Option<Constraint>, ApiError> {
+        let mut found: Vec<(&'static str, Constraint)> = Vec::new();
+        if let Some(f) = &self.response_format {
+            match f.get("type").and_then(Value::as_str) {
+                None | Some("text") => {}
+                Some("json_object") => found.push(("response_format", Constraint::JsonObject)),
+                Some("json_schema") => {
+                    let schema = f
+                        .pointer("/json_schema/schema")
+                        .or_else(|| f.get("schema"))
+                        .cloned()
+                        .ok_or_else(|| ApiError::bad_param("response_format", "response_format json_schema needs json_schema.schema"))?;
+                    found.push(("response_format", Constraint::JsonSchema(schema)));
+                }
+                Some(other) => {
+                    return Err(ApiError::bad_param(
+                        "response_format",
+                        format!("response_format type {other:?} is not one of text, json_object, json_schema"),
+                    ))
+                }
+            }
+        }
+        if let Some(g) = &self.grammar {
+            found.push(("grammar", Constraint::Gbnf(g.clone())));
+        }
+        if let Some(s) = self.json_schema.as_ref().or(self.guided_json.as_ref()) {
+            let schema = match s {
+                // vLLM takes the schema as a JSON string too.
+                Value::String(text) => serde_json::from_str(text).map_err(|e| {
+                    ApiError::bad_param("guided_json", format!("the schema is not JSON: {e}"))
+                })?,
+                v => v.clone(),
+            };
+            found.push(("json_schema", Constraint::JsonSchema(schema)));
+        }
+        if let Some(r) = &self.guided_regex {
+            found.push(("guided_regex", Constraint::Regex(r.clone())));
+        }
+        if let Some(g) = &self.guided_grammar {
+            found.push(("guided_grammar", Constraint::Lark(g.clone())));
+        }
+        match found.len() {
+            0 => Ok(None),
+            1 => Ok(found.pop().map(|(_, c)| c)),
+            _ => {
+                let names: Vec<&str> = found.iter().map(|(n, _)| *n).collect();
+                Err(ApiError::bad_request(format!(
+                    "give one output constraint, not several ({})",
+                    names.join(", ")
+                )))
+            }
+        }
+    }
 }
 
 /// `POST /v1/chat/completions`.
@@ -89,6 +156,8 @@ pub struct ChatRequest {
     pub tools: Option<Vec<Value>>,
     /// `none`, `auto`, `required` or `{"type": "function", "function": {"name": ...}}`.
     pub tool_choice: Option<Value>,
+    /// Whether several calls may come in one reply (default false).
+    pub parallel_tool_calls: Option<bool>,
     /// The shared fields.
     #[serde(flatten)]
     pub common: Common,
@@ -103,6 +172,10 @@ pub struct Message {
     /// that only calls tools).
     #[serde(default)]
     pub content: Value,
+    /// Calls an earlier assistant turn made.
+    pub tool_calls: Option<Value>,
+    /// The call a `tool` message answers.
+    pub tool_call_id: Option<String>,
 }
 
 /// `prompt` of `POST /v1/completions`: text, token ids, or a batch of either.
@@ -193,7 +266,12 @@ impl ChatRequest {
         }
         self.messages
             .iter()
-            .map(|m| Ok(ChatMessage::new(m.role.clone(), message_text(&m.content)?)))
+            .map(|m| {
+                let mut msg = ChatMessage::new(m.role.clone(), message_text(&m.content)?);
+                msg.tool_calls = m.tool_calls.clone().filter(|c| !c.is_null());
+                msg.tool_call_id = m.tool_call_id.clone();
+                Ok(msg)
+            })
             .collect()
     }
 }
@@ -238,6 +316,7 @@ pub fn generate_requests(
     common: &Common,
     prompt: Prompt,
     logprobs: Option<usize>,
+    constraint: Option<Constraint>,
     limits: &Limits,
     default_seed: u64,
 ) -> Result<Vec<GenerateRequest>, ApiError> {
@@ -287,6 +366,7 @@ pub fn generate_requests(
         req.stop = stop.clone();
         req.logprobs = logprobs;
         req.ignore_eos = common.ignore_eos;
+        req.constraint = constraint.clone();
         reqs.push(req);
     }
     Ok(reqs)

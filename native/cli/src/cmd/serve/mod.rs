@@ -11,6 +11,7 @@ mod error;
 mod metrics;
 mod reply;
 mod routes;
+mod tools;
 mod worker;
 
 use std::net::SocketAddr;
@@ -86,6 +87,8 @@ pub struct Ready {
     pub kv_tokens: usize,
     /// Tokens per K/V block.
     pub block_size: usize,
+    /// How tools are offered to this model.
+    pub tool_format: tools::ToolFormat,
 }
 
 /// Server settings the handlers read.
@@ -212,6 +215,7 @@ fn spawn_engine(
                 has_chat_template: engine.chat_template().is_some(),
                 kv_tokens: (cfg.num_blocks() - 1) * cfg.block_size,
                 block_size: cfg.block_size,
+                tool_format: tools::ToolFormat::of(engine.chat_template()),
             };
             let _ = shared.ready.set(ready);
             eprintln!(

@@ -1,9 +1,13 @@
 //! Turning engine events into OpenAI's reply shapes: whole replies and
 //! streamed chunks, for chat and for completions.
 
+use std::sync::Arc;
+
 use hearth::engine::{EngineEvent, FinishReason, Usage};
 use hearth::model::tokenizer::Tokenizer;
 use serde_json::{json, Map, Value};
+
+use super::tools::ToolPlan;
 
 /// Which API a reply is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,6 +31,8 @@ pub struct Header {
     pub api: Api,
     /// Choices per prompt (`n`): choice `i` answers prompt `i / n`.
     pub n: usize,
+    /// The tools offered (chat): their calls are parsed out of the text.
+    pub tools: Option<Arc<ToolPlan>>,
 }
 
 impl Header {
@@ -58,7 +64,10 @@ impl Header {
 
     /// The whole reply.
     pub fn reply(&self, choices: &[Choice], usage: &UsageSum, tok: &Tokenizer) -> Value {
-        let choices: Vec<Value> = choices.iter().map(|c| c.json(self.api, tok)).collect();
+        let choices: Vec<Value> = choices
+            .iter()
+            .map(|c| c.json(self.api, self.tools.as_deref(), tok))
+            .collect();
         json!({
             "id": self.id,
             "object": self.object(false),
@@ -146,18 +155,42 @@ impl Choice {
         self.finish.map_or(Value::Null, |r| Value::from(r.as_str()))
     }
 
-    fn json(&self, api: Api, tok: &Tokenizer) -> Value {
+    /// The assistant message: the text, or with tools offered, the calls
+    /// parsed out of it and the text left; and the finish reason
+    /// (`tool_calls` when the reply is calls).
+    pub fn message(&self, tools: Option<&ToolPlan>) -> (Value, Value) {
+        let Some(plan) = tools else {
+            let msg = json!({"role": "assistant", "content": self.text});
+            return (msg, self.finish_reason());
+        };
+        let (content, calls) = plan.parse(&self.text);
+        if calls.is_empty() {
+            let msg = json!({"role": "assistant", "content": content});
+            return (msg, self.finish_reason());
+        }
+        let reason = match self.finish {
+            Some(FinishReason::Stop | FinishReason::StopString) => Value::from("tool_calls"),
+            _ => self.finish_reason(),
+        };
+        let msg = json!({"role": "assistant", "content": content, "tool_calls": calls});
+        (msg, reason)
+    }
+
+    fn json(&self, api: Api, tools: Option<&ToolPlan>, tok: &Tokenizer) -> Value {
         let logprobs = self
             .logprobs
             .as_ref()
             .map_or(Value::Null, |lps| logprobs_json(api, lps, tok, 0));
         match api {
-            Api::Chat => json!({
-                "index": self.index,
-                "message": {"role": "assistant", "content": self.text},
-                "logprobs": logprobs,
-                "finish_reason": self.finish_reason(),
-            }),
+            Api::Chat => {
+                let (message, reason) = self.message(tools);
+                json!({
+                    "index": self.index,
+                    "message": message,
+                    "logprobs": logprobs,
+                    "finish_reason": reason,
+                })
+            }
             Api::Completion => json!({
                 "index": self.index,
                 "text": self.text,

@@ -28,6 +28,7 @@ use tower_http::cors::{AllowOrigin, CorsLayer};
 use super::api::{self, ChatRequest, CompletionRequest};
 use super::error::ApiError;
 use super::reply::{logprobs_json, Api, Choice, Header, UsageSum};
+use super::tools::{self, ToolPlan};
 use super::worker::{ChoiceEvent, Command};
 use super::{Ready, Shared};
 
@@ -350,20 +351,35 @@ async fn chat(
             "this model has no chat template; start the server with --chat-template chatml|llama3|gemma, or use /v1/completions",
         ));
     }
-    if req.tools.as_ref().is_some_and(|t| !t.is_empty()) || req.tool_choice.is_some() {
-        return Err(ApiError::bad_param(
-            "tools",
-            "tool calling is not supported by this server yet",
+    let tools = tools::plan(
+        req.tools.as_deref(),
+        req.tool_choice.as_ref(),
+        req.parallel_tool_calls,
+        r.tool_format,
+    )?;
+    let asked = req.common.constraint()?;
+    if tools.is_some() && asked.is_some() {
+        return Err(ApiError::bad_request(
+            "give tools or an output constraint (response_format, grammar), not both",
         ));
     }
-    unsupported_structure(&req.common)?;
     let logprobs = api::chat_logprobs(&req)?;
-    let prompt = Prompt::Chat(req.chat_messages()?);
+    let messages = req.chat_messages()?;
+    let (prompt, constraint) = match &tools {
+        Some(plan) => (plan.prompt(messages), plan.constraint()),
+        None => (Prompt::Chat(messages), asked),
+    };
     let seed = next_seed(&shared);
-    let reqs =
-        api::generate_requests(&req.common, prompt, logprobs, &shared.settings.limits, seed)?;
+    let limits = &shared.settings.limits;
+    let reqs = api::generate_requests(&req.common, prompt, logprobs, constraint, limits, seed)?;
     let n = reqs.len();
-    respond(shared, Api::Chat, reqs, n, logprobs.is_some(), &req.common).await
+    let reply = Reply {
+        api: Api::Chat,
+        n,
+        logprobs: logprobs.is_some(),
+        tools: tools.map(Arc::new),
+    };
+    respond(shared, reply, reqs, &req.common).await
 }
 
 async fn completions(
@@ -373,70 +389,66 @@ async fn completions(
     let req: CompletionRequest = parse(&shared, body)?;
     ready(&shared)?;
     req.check_supported()?;
-    unsupported_structure(&req.common)?;
+    let constraint = req.common.constraint()?;
     let logprobs = api::completion_logprobs(&req)?;
     let seed = next_seed(&shared);
+    let limits = &shared.settings.limits;
     let mut reqs = Vec::new();
     let mut n = 1;
     for prompt in req.prompts()? {
-        let group =
-            api::generate_requests(&req.common, prompt, logprobs, &shared.settings.limits, seed)?;
+        let group = api::generate_requests(
+            &req.common,
+            prompt,
+            logprobs,
+            constraint.clone(),
+            limits,
+            seed,
+        )?;
         n = group.len();
         reqs.extend(group);
     }
-    respond(
-        shared,
-        Api::Completion,
-        reqs,
+    let reply = Reply {
+        api: Api::Completion,
         n,
-        logprobs.is_some(),
-        &req.common,
-    )
-    .await
+        logprobs: logprobs.is_some(),
+        tools: None,
+    };
+    respond(shared, reply, reqs, &req.common).await
 }
 
-/// Structured output arrives with the grammar engine; until then it is refused.
-fn unsupported_structure(c: &api::Common) -> Result<(), ApiError> {
-    let text = c
-        .response_format
-        .as_ref()
-        .and_then(|f| f.get("type"))
-        .and_then(Value::as_str);
-    if matches!(text, Some(t) if t != "text") {
-        return Err(ApiError::bad_param(
-            "response_format",
-            "structured output is not supported by this server yet",
-        ));
-    }
-    if c.grammar.is_some() {
-        return Err(ApiError::bad_param(
-            "grammar",
-            "grammars are not supported by this server yet",
-        ));
-    }
-    Ok(())
+/// How a reply is shaped.
+struct Reply {
+    api: Api,
+    /// Choices per prompt.
+    n: usize,
+    logprobs: bool,
+    /// The tools offered, whose calls are parsed out of the text.
+    tools: Option<Arc<ToolPlan>>,
 }
 
 /// Starts the requests and answers with the whole reply or a stream.
 async fn respond(
     shared: Arc<Shared>,
-    api: Api,
+    reply: Reply,
     reqs: Vec<GenerateRequest>,
-    n: usize,
-    logprobs: bool,
     common: &api::Common,
 ) -> Result<Response, ApiError> {
     let count = reqs.len();
     let started = start(&shared, reqs).await?;
-    let prefix = if api == Api::Chat { "chatcmpl" } else { "cmpl" };
+    let prefix = if reply.api == Api::Chat {
+        "chatcmpl"
+    } else {
+        "cmpl"
+    };
     let header = Header {
         id: format!("{prefix}-{:016x}", next_seed(&shared)),
         created: now_unix(),
         model: shared.settings.model_name.clone(),
-        api,
-        n,
+        api: reply.api,
+        n: reply.n,
+        tools: reply.tools,
     };
-    let choices = (0..count).map(|i| Choice::new(i, logprobs)).collect();
+    let choices = (0..count).map(|i| Choice::new(i, reply.logprobs)).collect();
     if common.stream {
         let usage = common
             .stream_options
@@ -525,7 +537,10 @@ impl Streaming {
                     self.role_sent[index] = true;
                     chunks.push(json!({"index": index, "delta": {"role": "assistant", "content": ""}, "logprobs": null, "finish_reason": null}));
                 }
-                if !text.is_empty() || !lp_json.is_null() {
+                // With tools offered the text is held until the end, where
+                // it becomes calls or content.
+                let held = self.header.tools.is_some();
+                if !held && (!text.is_empty() || !lp_json.is_null()) {
                     chunks.push(match api {
                         Api::Chat => json!({"index": index, "delta": {"content": text}, "logprobs": lp_json, "finish_reason": null}),
                         Api::Completion => json!({"index": index, "text": text, "logprobs": lp_json, "finish_reason": null}),
@@ -548,7 +563,30 @@ impl Streaming {
                     self.data(&err);
                     return;
                 }
-                let reason = choice.finish_reason();
+                let mut reason = choice.finish_reason();
+                if let Some(plan) = self.header.tools.as_deref() {
+                    let (message, r) = choice.message(Some(plan));
+                    reason = r;
+                    let mut delta = json!({});
+                    if let Some(calls) = message.get("tool_calls").and_then(Value::as_array) {
+                        let calls: Vec<Value> = calls
+                            .iter()
+                            .enumerate()
+                            .map(|(i, c)| {
+                                let mut c = c.clone();
+                                c["index"] = json!(i);
+                                c
+                            })
+                            .collect();
+                        delta["tool_calls"] = json!(calls);
+                    }
+                    if let Some(content) = message.get("content").filter(|c| !c.is_null()) {
+                        delta["content"] = content.clone();
+                    }
+                    let c = json!({"index": index, "delta": delta, "logprobs": null, "finish_reason": null});
+                    let chunk = self.header.chunk(vec![c]);
+                    self.data(&chunk);
+                }
                 let last = match api {
                     Api::Chat => {
                         json!({"index": index, "delta": {}, "logprobs": null, "finish_reason": reason})
