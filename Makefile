@@ -19,6 +19,7 @@ help:
 	@echo "make setup  install what a fresh machine lacks (rustup targets, test models)"
 	@echo "make fuzz   fuzz the GGUF header parser for FUZZ_SECONDS (default 600)"
 	@echo "make bench  hearth bench against llama.cpp's llama-bench, same files, interleaved (bench-webgpu: GPU vs CPU)"
+	@echo "make bench-serve    hearth serve against llama-server under 1/4/16 concurrent streams"
 	@echo "make demo   build the wasm engine and the npm package, serve the chat demo with SmolLM2"
 	@echo "make test-browser   the package and demo tests in headless Chromium (bench-browser: against wllama)"
 	@echo "make test-neon      the NEON kernel tests under qemu-aarch64 (in make test); bench-wasm: wasm vs native decode"
@@ -81,6 +82,18 @@ bench: setup
 bench-webgpu: setup
 	$(CARGO) build --release -p hearth-cli
 	python3 scripts/bench.py webgpu
+
+# `make bench-serve`: hearth serve against llama.cpp's llama-server (built from
+# the same pinned source by scripts/build-llama-server.sh, -np matching the
+# concurrency, continuous batching on) on SmolLM2 and Gemma 3 270M, one after
+# the other: streamed /v1/completions, 256-token random prompts, 128 output
+# tokens, 1 / 4 / 16 concurrent clients. Table, ratios, one JSON line.
+.PHONY: bench-serve
+bench-serve: setup
+	$(CARGO) build --release -p hearth-cli
+	python3 scripts/bench_serve.py --hearth $(HEARTH) \
+	  --llama-server $$(bash scripts/build-llama-server.sh | sed -n 's/^LLAMA_SERVER=//p') \
+	  --model $(SMOLLM2) --model $(GEMMA3)
 
 # --- CPU kernels on other ISAs ---
 # The kernel tests (tests/backend_kernels_isa/, and the attention kernels
