@@ -17,6 +17,7 @@ fn cfg(budget: usize, seqs: usize, blocks: usize) -> SchedulerConfig {
         num_blocks: blocks,
         block_size: 16,
         enable_prefix_caching: true,
+        max_prefill_tokens_with_decodes: 0,
     }
 }
 
@@ -138,6 +139,39 @@ fn chunked_prefill_takes_four_steps_while_decodes_continue() {
     assert!(
         chunks.iter().all(|&n| n <= 31),
         "the decode keeps one token of the budget: {chunks:?}"
+    );
+}
+
+#[test]
+fn prefill_beside_decodes_is_capped_and_a_lone_prefill_is_not() {
+    let c = SchedulerConfig {
+        max_prefill_tokens_with_decodes: 8,
+        ..cfg(64, 8, 64)
+    };
+    let (mut s, mut kv) = (Scheduler::new(c.clone()).unwrap(), FakeKv::new(&c));
+    let mut first = request(1, seq_prompt(7, 40), 200);
+    first.stop_token_ids.clear();
+    s.add_request(first.clone()).unwrap();
+    let (out, _) = step(&mut s, &mut kv);
+    assert_eq!(out.num_batched_tokens, 40, "no decodes: the whole budget");
+    s.add_request(request(2, seq_prompt(8, 30), 5)).unwrap();
+    let mut chunks = Vec::new();
+    loop {
+        let (out, _) = step(&mut s, &mut kv);
+        assert!(out
+            .requests
+            .iter()
+            .any(|r| r.id == first.id && r.num_tokens() == 1));
+        let r = out.requests.iter().find(|r| r.id.0 == 2).unwrap();
+        chunks.push(r.num_tokens());
+        if r.samples {
+            break;
+        }
+    }
+    assert_eq!(
+        chunks,
+        vec![8, 8, 8, 6],
+        "beside a decode, 8 prompt tokens a step"
     );
 }
 

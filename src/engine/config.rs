@@ -28,6 +28,9 @@ pub struct EngineConfig {
     pub kv_type: KvType,
     /// Reuse the K/V of shared prompt prefixes (full blocks) across requests.
     pub enable_prefix_caching: bool,
+    /// Most prompt tokens a step computes while other requests decode (0:
+    /// `max_num_batched_tokens`): bounds the time between their tokens.
+    pub max_prefill_tokens_with_decodes: usize,
 }
 
 impl Default for EngineConfig {
@@ -40,6 +43,7 @@ impl Default for EngineConfig {
             block_size: DEFAULT_BLOCK_SIZE,
             kv_type: KvType::F16,
             enable_prefix_caching: true,
+            max_prefill_tokens_with_decodes: 0,
         }
     }
 }
@@ -90,6 +94,7 @@ impl EngineConfig {
             num_blocks: self.num_blocks(),
             block_size: self.block_size,
             enable_prefix_caching: self.enable_prefix_caching,
+            max_prefill_tokens_with_decodes: self.max_prefill_tokens_with_decodes,
         }
     }
 }

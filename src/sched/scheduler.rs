@@ -33,6 +33,11 @@ pub struct SchedulerConfig {
     pub block_size: usize,
     /// Reuse cached full blocks across requests.
     pub enable_prefix_caching: bool,
+    /// Most prompt tokens a step computes beside running decodes (0: the
+    /// whole budget). A step is as slow as its prefill chunk, so this bounds
+    /// the time between tokens of running requests while new prompts come
+    /// in; a step with no decodes still takes the whole budget.
+    pub max_prefill_tokens_with_decodes: usize,
 }
 
 impl Default for SchedulerConfig {
@@ -43,6 +48,7 @@ impl Default for SchedulerConfig {
             num_blocks: 1024,
             block_size: DEFAULT_BLOCK_SIZE,
             enable_prefix_caching: true,
+            max_prefill_tokens_with_decodes: 0,
         }
     }
 }
@@ -157,6 +163,11 @@ impl Scheduler {
             preempted: Vec::new(),
         };
         self.schedule_running(&mut b, true)?;
+        let cap = self.config.max_prefill_tokens_with_decodes;
+        if cap > 0 && !b.out.is_empty() {
+            // Only prefill chunks follow: the cap is their budget.
+            b.budget = b.budget.min(cap);
+        }
         self.schedule_running(&mut b, false)?;
         if b.preempted.is_empty() {
             self.admit_waiting(&mut b)?;

@@ -48,6 +48,11 @@ pub struct Args {
     /// Tokens the K/V cache holds over all requests (0: 4 full contexts).
     #[arg(long, default_value_t = 0)]
     kv_tokens: usize,
+    /// Most prompt tokens one step computes while other requests are
+    /// decoding (0: the whole step): a long prompt then arrives in chunks
+    /// instead of stalling everyone's next token.
+    #[arg(long, default_value_t = 64)]
+    prefill_chunk: usize,
     /// Element type of the K/V cache.
     #[arg(long, value_enum, default_value = "f16")]
     kv: KvArg,
@@ -179,11 +184,12 @@ fn spawn_engine(
         threads: args.model.threads,
         backend: args.model.backend.clone(),
     };
-    let (kv, chat_template, parallel, kv_tokens) = (
+    let (kv, chat_template, parallel, kv_tokens, prefill_chunk) = (
         args.kv,
         args.chat_template.clone(),
         args.parallel,
         args.kv_tokens,
+        args.prefill_chunk,
     );
     std::thread::Builder::new()
         .name("engine".to_string())
@@ -198,6 +204,7 @@ fn spawn_engine(
                 max_num_seqs: parallel,
                 kv_tokens,
                 kv_contexts: 4,
+                max_prefill_tokens_with_decodes: prefill_chunk,
             };
             let loaded = match load_engine(&model, &wish) {
                 Ok(l) => l,
