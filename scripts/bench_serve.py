@@ -129,6 +129,7 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--vocab-range", default="1000,20000", help="prompt token ids are drawn from this range")
     ap.add_argument("--log-dir", default="/tmp/bench-serve")
+    ap.add_argument("--hearth-args", default="", help="more arguments for hearth serve (e.g. '--prefill-chunk 32')")
     args = ap.parse_args()
     levels = [int(c) for c in args.concurrency.split(",")]
     slots = max(levels)
@@ -140,7 +141,7 @@ def main():
         name = Path(model).stem
         servers = {
             "hearth": [args.hearth, "serve", "-m", model, "-t", str(args.threads), "--parallel", str(slots),
-                       "--ctx", str(ctx), "--kv-tokens", str(ctx * slots)],
+                       "--ctx", str(ctx), "--kv-tokens", str(ctx * slots), *args.hearth_args.split()],
             "llama-server": [args.llama_server, "-m", model, "-t", str(args.threads), "-np", str(slots),
                              "-c", str(ctx * slots), "--cont-batching", "--no-webui"],
         }

@@ -51,7 +51,7 @@ pub struct Args {
     /// Most prompt tokens one step computes while other requests are
     /// decoding (0: the whole step): a long prompt then arrives in chunks
     /// instead of stalling everyone's next token.
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = 32)]
     prefill_chunk: usize,
     /// Element type of the K/V cache.
     #[arg(long, value_enum, default_value = "f16")]
