@@ -22,15 +22,14 @@ import argparse
 import asyncio
 import json
 import random
-import statistics
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 sys.dont_write_bytecode = True
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "native/cli/tests/serve"))
+from harness import wait_healthy  # noqa: E402
 from rawhttp import request  # noqa: E402
 
 
@@ -48,17 +47,8 @@ class Proc:
         self.port, self.url = port, f"http://127.0.0.1:{port}"
         self.log = open(log, "w")
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.time() + 300
-        while time.time() < deadline:
-            try:
-                with urllib.request.urlopen(self.url + "/health", timeout=2) as r:
-                    if r.status == 200:
-                        return
-            except OSError:
-                pass
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.2)
+        if wait_healthy(self.url, self.proc, 300):
+            return
         self.stop()
         sys.exit(f"{cmd[0]} did not become ready; see {log}")
 

@@ -21,6 +21,22 @@ MODELS = Path(os.environ.get("HEARTH_MODELS", ROOT / ".cache" / "models"))
 SMOLLM2 = MODELS / "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
+def wait_healthy(url, proc, timeout=60):
+    """True once `url`/health answers 200; False if `proc` exits or time runs out."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            with urllib.request.urlopen(url + "/health", timeout=2) as r:
+                if r.status == 200:
+                    return True
+        except OSError:
+            pass
+        if proc.poll() is not None:
+            return False
+        time.sleep(0.1)
+    return False
+
+
 class Server:
     """A `hearth serve` process on a free loopback port."""
 
@@ -54,15 +70,8 @@ class Server:
             self.log.append(line)
 
     def wait_ready(self, timeout=60):
-        deadline = time.time() + timeout
-        while time.time() < deadline:
-            status, _ = self.get("/health")
-            if status == 200:
-                return
-            if self.proc.poll() is not None:
-                raise RuntimeError("hearth serve exited:\n" + "".join(self.log))
-            time.sleep(0.05)
-        raise RuntimeError("hearth serve never became ready:\n" + "".join(self.log))
+        if not wait_healthy(self.url, self.proc, timeout):
+            raise RuntimeError("hearth serve never became ready:\n" + "".join(self.log))
 
     def request(self, method, path, body=None, headers=None):
         """(status, parsed JSON or text) of one request; body bytes or a JSON value."""

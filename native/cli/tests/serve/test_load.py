@@ -231,21 +231,26 @@ class Limits(unittest.TestCase):
             self.assertEqual(server.stop(), 0)
 
 
+def stream_through_sigterm(server, max_tokens):
+    """The events of one stream whose server gets SIGTERM at its first event."""
+    async def go():
+        r = await request(server.url, "POST", "/v1/completions",
+                          {"prompt": "Once", "max_tokens": max_tokens, "ignore_eos": True,
+                           "stream": True, "temperature": 0})
+        events = []
+        async for data in r.events():
+            if not events:
+                server.proc.send_signal(15)
+            events.append(data)
+        r.close()
+        return events
+    return asyncio.run(go())
+
+
 class Shutdown(unittest.TestCase):
     def test_sigterm_lets_a_stream_finish(self):
         server = Server()
-
-        async def go():
-            r = await request(server.url, "POST", "/v1/completions",
-                              {"prompt": "Once", "max_tokens": 40, "ignore_eos": True, "stream": True, "temperature": 0})
-            events = []
-            async for data in r.events():
-                if not events:
-                    server.proc.send_signal(15)
-                events.append(data)
-            r.close()
-            return events
-        events = asyncio.run(go())
+        events = stream_through_sigterm(server, 40)
         self.assertEqual(events[-1], "[DONE]")
         finish = [json.loads(e)["choices"][0]["finish_reason"] for e in events[:-1]]
         self.assertEqual(finish[-1], "length", "the in-flight stream ran to its end")
@@ -253,19 +258,8 @@ class Shutdown(unittest.TestCase):
 
     def test_past_the_grace_period_requests_are_cancelled(self):
         server = Server("--shutdown-grace", "1", "--ctx", "4096")
-
-        async def go():
-            r = await request(server.url, "POST", "/v1/completions",
-                              {"prompt": "Once", "max_tokens": 4000, "ignore_eos": True, "stream": True})
-            events = []
-            async for data in r.events():
-                if not events:
-                    server.proc.send_signal(15)
-                events.append(data)
-            r.close()
-            return events
         t0 = time.time()
-        events = asyncio.run(go())
+        events = stream_through_sigterm(server, 4000)
         self.assertLess(time.time() - t0, 30)
         self.assertEqual(events[-1], "[DONE]")
         self.assertIn("error", json.loads(events[-2]), "the cut stream says why")

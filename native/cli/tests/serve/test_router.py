@@ -5,17 +5,15 @@ and hit its prefix cache, as each replica's /metrics shows.
     HEARTH_BIN=target/release/hearth .cache/pyenv/bin/python native/cli/tests/serve/test_router.py
 """
 
+import json
 import socket
 import subprocess
 import sys
-import time
 import unittest
 import urllib.request
 
 sys.dont_write_bytecode = True
-import json  # noqa: E402
-
-from harness import Server  # noqa: E402
+from harness import Server, wait_healthy  # noqa: E402
 
 FAMILIES = {
     "library": "You are a careful assistant for a library. The catalogue lists books by author, title "
@@ -40,17 +38,8 @@ class Router(unittest.TestCase):
                "--worker-urls", *[r.url for r in self.replicas]]
         self.router = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         self.url = f"http://127.0.0.1:{self.port}"
-        deadline = time.time() + 60
-        while time.time() < deadline:
-            try:
-                with urllib.request.urlopen(self.url + "/health", timeout=2) as r:
-                    if r.status == 200:
-                        return
-            except OSError:
-                pass
-            if self.router.poll() is not None:
-                break
-            time.sleep(0.2)
+        if wait_healthy(self.url, self.router):
+            return
         self.router.kill()
         raise RuntimeError("the router did not come up:\n" + self.router.stderr.read())
 
