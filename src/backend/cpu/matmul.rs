@@ -482,6 +482,18 @@ impl Product<'_> {
             self.w.kernels.gemm
         };
         match tiles {
+            // A few tokens where the one-token tile is the fast one: one
+            // token at a time (the tile of 4 costs about as much for 2).
+            Some(gemm) if self.one_token_tiles && toks.len() > 1 && toks.len() <= TOKEN_TILE => {
+                for (t, arow) in a.chunks_exact(self.act_bytes).enumerate() {
+                    let out = Out {
+                        out: &mut out[t * tok_stride..],
+                        row_stride,
+                        tok_stride,
+                    };
+                    gemm(wr, rb, arow, self.act_bytes, out);
+                }
+            }
             Some(gemm) => {
                 let out = Out {
                     out,
