@@ -76,7 +76,7 @@ fn batched_equals_solo_on_the_cpu_backend() {
         block_size: 16,
         kv_type: KvType::F32,
         enable_prefix_caching: true,
-        max_prefill_tokens_with_decodes: 0,
+        prefill_tokens_per_4_decodes: 0,
     };
     for name in [
         "llama-Q4_K_M",

@@ -17,7 +17,7 @@ fn cfg(budget: usize, seqs: usize, blocks: usize) -> SchedulerConfig {
         num_blocks: blocks,
         block_size: 16,
         enable_prefix_caching: true,
-        max_prefill_tokens_with_decodes: 0,
+        prefill_tokens_per_4_decodes: 0,
     }
 }
 
@@ -145,7 +145,7 @@ fn chunked_prefill_takes_four_steps_while_decodes_continue() {
 #[test]
 fn prefill_beside_decodes_is_capped_and_a_lone_prefill_is_not() {
     let c = SchedulerConfig {
-        max_prefill_tokens_with_decodes: 8,
+        prefill_tokens_per_4_decodes: 8,
         ..cfg(64, 8, 64)
     };
     let (mut s, mut kv) = (Scheduler::new(c.clone()).unwrap(), FakeKv::new(&c));

@@ -38,7 +38,7 @@ fn config(rng: &mut TestRng, num_blocks: usize) -> SchedulerConfig {
         num_blocks,
         block_size: [4, 8, 16][rng.range(0, 2)],
         enable_prefix_caching: !rng.next().is_multiple_of(4),
-        max_prefill_tokens_with_decodes: [0, 1, 3, 8][rng.range(0, 3)],
+        prefill_tokens_per_4_decodes: [0, 1, 3, 8][rng.range(0, 3)],
     }
 }
 

@@ -28,9 +28,10 @@ pub struct EngineConfig {
     pub kv_type: KvType,
     /// Reuse the K/V of shared prompt prefixes (full blocks) across requests.
     pub enable_prefix_caching: bool,
-    /// Most prompt tokens a step computes while other requests decode (0:
-    /// `max_num_batched_tokens`): bounds the time between their tokens.
-    pub max_prefill_tokens_with_decodes: usize,
+    /// Most prompt tokens a step computes beside each four running decodes
+    /// (0: `max_num_batched_tokens`): bounds the time between their tokens
+    /// (see [`SchedulerConfig`]'s field of the same name).
+    pub prefill_tokens_per_4_decodes: usize,
 }
 
 impl Default for EngineConfig {
@@ -43,7 +44,7 @@ impl Default for EngineConfig {
             block_size: DEFAULT_BLOCK_SIZE,
             kv_type: KvType::F16,
             enable_prefix_caching: true,
-            max_prefill_tokens_with_decodes: 0,
+            prefill_tokens_per_4_decodes: 0,
         }
     }
 }
@@ -94,7 +95,7 @@ impl EngineConfig {
             num_blocks: self.num_blocks(),
             block_size: self.block_size,
             enable_prefix_caching: self.enable_prefix_caching,
-            max_prefill_tokens_with_decodes: self.max_prefill_tokens_with_decodes,
+            prefill_tokens_per_4_decodes: self.prefill_tokens_per_4_decodes,
         }
     }
 }

@@ -33,11 +33,13 @@ pub struct SchedulerConfig {
     pub block_size: usize,
     /// Reuse cached full blocks across requests.
     pub enable_prefix_caching: bool,
-    /// Most prompt tokens a step computes beside running decodes (0: the
-    /// whole budget). A step is as slow as its prefill chunk, so this bounds
-    /// the time between tokens of running requests while new prompts come
-    /// in; a step with no decodes still takes the whole budget.
-    pub max_prefill_tokens_with_decodes: usize,
+    /// Most prompt tokens a step computes beside each four running decodes
+    /// (or fewer; 0: the whole budget). A prompt chunk slows every decode in
+    /// its step, so this keeps the prompt share of a step in proportion to
+    /// its decodes: the time between tokens stays bounded while new prompts
+    /// come in, and more streams (which bring more prompts) get larger
+    /// chunks. A step with no decodes takes the whole budget.
+    pub prefill_tokens_per_4_decodes: usize,
 }
 
 impl Default for SchedulerConfig {
@@ -48,7 +50,7 @@ impl Default for SchedulerConfig {
             num_blocks: 1024,
             block_size: DEFAULT_BLOCK_SIZE,
             enable_prefix_caching: true,
-            max_prefill_tokens_with_decodes: 0,
+            prefill_tokens_per_4_decodes: 0,
         }
     }
 }
@@ -163,10 +165,10 @@ impl Scheduler {
             preempted: Vec::new(),
         };
         self.schedule_running(&mut b, true)?;
-        let cap = self.config.max_prefill_tokens_with_decodes;
-        if cap > 0 && !b.out.is_empty() {
+        let per4 = self.config.prefill_tokens_per_4_decodes;
+        if per4 > 0 && !b.out.is_empty() {
             // Only prefill chunks follow: the cap is their budget.
-            b.budget = b.budget.min(cap);
+            b.budget = b.budget.min(per4 * b.out.len().div_ceil(4));
         }
         self.schedule_running(&mut b, false)?;
         if b.preempted.is_empty() {

@@ -131,9 +131,9 @@ pub struct EngineWish<'a> {
     pub kv_tokens: usize,
     /// Full contexts the K/V pool holds when `kv_tokens` is 0 (>= 1).
     pub kv_contexts: usize,
-    /// Most prompt tokens a step computes while other requests decode (0:
-    /// the whole step budget).
-    pub max_prefill_tokens_with_decodes: usize,
+    /// Most prompt tokens a step computes beside each four running decodes
+    /// (0: the whole step budget).
+    pub prefill_tokens_per_4_decodes: usize,
 }
 
 /// A loaded engine and how long loading took.
@@ -172,7 +172,7 @@ pub fn load_engine(args: &ModelArgs, wish: &EngineWish<'_>) -> Result<Loaded> {
             0 => n_ctx * wish.kv_contexts.max(1),
             n => n,
         },
-        max_prefill_tokens_with_decodes: wish.max_prefill_tokens_with_decodes,
+        prefill_tokens_per_4_decodes: wish.prefill_tokens_per_4_decodes,
         kv_type: wish.kv,
         ..EngineConfig::default()
     };

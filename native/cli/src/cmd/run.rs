@@ -70,7 +70,7 @@ pub fn run(args: Args) -> Result<()> {
         max_num_seqs: 4,
         kv_tokens: 0,
         kv_contexts: 1,
-        max_prefill_tokens_with_decodes: 0,
+        prefill_tokens_per_4_decodes: 0,
     };
     let mut loaded = load_engine(&args.model, &wish)?;
     let req = request(&args);

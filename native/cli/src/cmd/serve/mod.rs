@@ -48,10 +48,10 @@ pub struct Args {
     /// Tokens the K/V cache holds over all requests (0: 4 full contexts).
     #[arg(long, default_value_t = 0)]
     kv_tokens: usize,
-    /// Most prompt tokens one step computes while other requests are
-    /// decoding (0: the whole step): a long prompt then arrives in chunks
-    /// instead of stalling everyone's next token.
-    #[arg(long, default_value_t = 32)]
+    /// Most prompt tokens one step computes beside each four requests that
+    /// are decoding (0: the whole step): a long prompt then arrives in
+    /// chunks instead of stalling everyone's next token.
+    #[arg(long, default_value_t = 16)]
     prefill_chunk: usize,
     /// Element type of the K/V cache.
     #[arg(long, value_enum, default_value = "f16")]
@@ -204,7 +204,7 @@ fn spawn_engine(
                 max_num_seqs: parallel,
                 kv_tokens,
                 kv_contexts: 4,
-                max_prefill_tokens_with_decodes: prefill_chunk,
+                prefill_tokens_per_4_decodes: prefill_chunk,
             };
             let loaded = match load_engine(&model, &wish) {
                 Ok(l) => l,
