@@ -54,3 +54,27 @@ fn load_cancellation_and_hostile_http() {
 fn replicas_behind_sglang_router() {
     run_suite("test_router.py");
 }
+
+#[test]
+fn a_file_that_is_not_a_model_fails_before_listening() {
+    let dir = std::env::temp_dir().join(format!("hearth-serve-bad-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bad = dir.join("bad.gguf");
+    std::fs::write(&bad, b"not a gguf file at all").unwrap();
+    for (path, want) in [
+        (dir.join("missing.gguf"), "does not exist"),
+        (bad, "not a GGUF file"),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_hearth"))
+            .args(["serve", "--port", "0", "-m"])
+            .arg(&path)
+            .output()
+            .expect("run hearth");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{path:?}: {err}");
+        assert!(err.contains(want), "{path:?}: {err}");
+        assert!(!err.contains("listening"), "fails before listening: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}

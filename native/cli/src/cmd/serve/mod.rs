@@ -131,6 +131,9 @@ pub fn run(args: Args) -> Result<()> {
     if args.parallel == 0 {
         anyhow::bail!("--parallel 0 would serve nothing; give 1 or more");
     }
+    // Fail before listening when the file cannot be a model; everything
+    // else about it is checked while the server already answers /health.
+    super::open_model(&args.model.model)?;
     let model_name = args.alias.clone().unwrap_or_else(|| {
         let stem = args
             .model
