@@ -778,52 +778,28 @@ impl CudaBackend {
             nb = layout.blocks_per_row as u32;
         }
         let nt = tokens_per_launch(m);
-        match act {
-            Act::F16(xh) => {
-                for &(w, n, y) in parts {
-                    let grid = (blocks(n as u64, MF_BN), blocks(m as u64, MF_BM), 1);
-                    self.launch(
-                        &format!("mm_f16_{fmt}"),
-                        grid,
-                        256,
-                        &[
-                            Arg::P(w.ptr()),
-                            Arg::U(row_words),
-                            Arg::U(nb),
-                            Arg::P(xh),
-                            Arg::P(y),
-                            Arg::U(n as u32),
-                            Arg::U(k as u32),
-                            Arg::U(m as u32),
-                            Arg::U(n as u32),
-                        ],
-                    )?;
-                }
-                Ok(())
-            }
-            Act::Int8(xq, xs) if m >= self.tile_tokens => {
-                for &(w, n, y) in parts {
-                    let grid = (blocks(n as u64, MM_BN), blocks(m as u64, MM_BM), 1);
-                    self.launch(
-                        &format!("mm_q8_{fmt}"),
-                        grid,
-                        128,
-                        &[
-                            Arg::P(w.ptr()),
-                            Arg::U(row_words),
-                            Arg::U(nb),
-                            Arg::P(xq),
-                            Arg::P(xs),
-                            Arg::P(y),
-                            Arg::U(n as u32),
-                            Arg::U(k as u32),
-                            Arg::U(m as u32),
-                            Arg::U(n as u32),
-                        ],
-                    )?;
-                }
-                Ok(())
-            }
+        // One launch per part, the same arguments around the activations:
+        // the prefill tiles (f16 rows, or int8 values and scales) and the
+        // f32 mat-vec. Int8 mat-vecs join up to three parts a launch.
+        let (name, (bn, bm), threads, acts) = match act {
+            Act::F16(xh) => (
+                format!("mm_f16_{fmt}"),
+                (MF_BN, MF_BM),
+                256,
+                vec![Arg::P(xh)],
+            ),
+            Act::Int8(xq, xs) if m >= self.tile_tokens => (
+                format!("mm_q8_{fmt}"),
+                (MM_BN, MM_BM),
+                128,
+                vec![Arg::P(xq), Arg::P(xs)],
+            ),
+            Act::F32(x) => (
+                format!("mv_f_{fmt}_{nt}"),
+                (MV_WARPS, nt),
+                MV_WARPS * 32,
+                vec![Arg::P(x)],
+            ),
             Act::Int8(xq, xs) => {
                 for group in parts.chunks(3) {
                     let (mut ws, mut ys, mut ends) = ([0u64; 3], [0u64; 3], [0u32; 3]);
@@ -876,31 +852,23 @@ impl CudaBackend {
                         ],
                     )?;
                 }
-                Ok(())
+                return Ok(());
             }
-            Act::F32(x) => {
-                for &(w, n, y) in parts {
-                    let grid = (blocks(n as u64, MV_WARPS), blocks(m as u64, nt), 1);
-                    self.launch(
-                        &format!("mv_f_{fmt}_{nt}"),
-                        grid,
-                        MV_WARPS * 32,
-                        &[
-                            Arg::P(w.ptr()),
-                            Arg::U(row_words),
-                            Arg::U(nb),
-                            Arg::P(x),
-                            Arg::P(y),
-                            Arg::U(n as u32),
-                            Arg::U(k as u32),
-                            Arg::U(m as u32),
-                            Arg::U(n as u32),
-                        ],
-                    )?;
-                }
-                Ok(())
-            }
+        };
+        for &(w, n, y) in parts {
+            let grid = (blocks(n as u64, bn), blocks(m as u64, bm), 1);
+            let mut args = vec![Arg::P(w.ptr()), Arg::U(row_words), Arg::U(nb)];
+            args.extend(acts.iter().copied());
+            args.extend([
+                Arg::P(y),
+                Arg::U(n as u32),
+                Arg::U(k as u32),
+                Arg::U(m as u32),
+                Arg::U(n as u32),
+            ]);
+            self.launch(&name, grid, threads, &args)?;
         }
+        Ok(())
     }
 
     fn matmul(&mut self, op: &Op, io: &OpIo<'_, CudaBuffer>) -> Result<(), BackendError> {

@@ -45,13 +45,7 @@ pub fn run(args: Args) -> Result<()> {
         kv: args.kv.into(),
         chat_template: args.chat_template.as_deref(),
         need_chat_template: true,
-        progress: true,
-        exact_f32: false,
-        default_ctx: None,
-        max_num_seqs: 4,
-        kv_tokens: 0,
-        kv_contexts: 1,
-        prefill_tokens_per_4_decodes: 0,
+        ..EngineWish::default()
     };
     let mut loaded = load_engine(&args.model, &wish)?;
     let interactive = std::io::stdin().is_terminal();

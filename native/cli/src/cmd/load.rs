@@ -19,7 +19,7 @@ use hearth::model::{AnyModel, LoadOptions, LoadProgress};
 use super::backend;
 
 /// Which model to load and where to run it.
-#[derive(clap::Args, Debug)]
+#[derive(clap::Args, Debug, Clone)]
 pub struct ModelArgs {
     /// The GGUF model file (any split of a split model).
     #[arg(short, long)]
@@ -134,6 +134,25 @@ pub struct EngineWish<'a> {
     /// Most prompt tokens a step computes beside each four running decodes
     /// (0: the whole step budget).
     pub prefill_tokens_per_4_decodes: usize,
+}
+
+impl Default for EngineWish<'_> {
+    /// One interactive user: f16 K/V, the model's template if it has one,
+    /// a progress bar, four requests at most, a pool of one context.
+    fn default() -> Self {
+        EngineWish {
+            kv: KvType::F16,
+            chat_template: None,
+            need_chat_template: false,
+            progress: true,
+            default_ctx: None,
+            exact_f32: false,
+            max_num_seqs: 4,
+            kv_tokens: 0,
+            kv_contexts: 1,
+            prefill_tokens_per_4_decodes: 0,
+        }
+    }
 }
 
 /// A loaded engine and how long loading took.

@@ -36,15 +36,9 @@ pub fn run(args: Args) -> Result<()> {
     }
     let wish = EngineWish {
         kv: args.kv.into(),
-        chat_template: None,
-        need_chat_template: false,
-        progress: true,
         default_ctx: Some(args.tokens.len()),
         exact_f32: args.exact,
-        max_num_seqs: 4,
-        kv_tokens: 0,
-        kv_contexts: 1,
-        prefill_tokens_per_4_decodes: 0,
+        ..EngineWish::default()
     };
     let mut loaded = load_engine(&args.model, &wish)?;
     let logits = pollster::block_on(loaded.engine.all_logits(&args.tokens))?;

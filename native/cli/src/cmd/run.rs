@@ -65,12 +65,7 @@ pub fn run(args: Args) -> Result<()> {
         chat_template: args.chat_template.as_deref(),
         need_chat_template: args.chat,
         progress: !args.json,
-        exact_f32: false,
-        default_ctx: None,
-        max_num_seqs: 4,
-        kv_tokens: 0,
-        kv_contexts: 1,
-        prefill_tokens_per_4_decodes: 0,
+        ..EngineWish::default()
     };
     let mut loaded = load_engine(&args.model, &wish)?;
     let req = request(&args);

@@ -14,7 +14,6 @@ mod routes;
 mod tools;
 mod worker;
 
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -181,12 +180,7 @@ fn spawn_engine(
     inbox: mpsc::UnboundedReceiver<Command>,
     fatal: oneshot::Sender<anyhow::Error>,
 ) -> Result<()> {
-    let model = ModelArgs {
-        model: args.model.model.clone(),
-        ctx: args.model.ctx,
-        threads: args.model.threads,
-        backend: args.model.backend.clone(),
-    };
+    let model = args.model.clone();
     let (kv, chat_template, parallel, kv_tokens, prefill_chunk) = (
         args.kv,
         args.chat_template.clone(),
@@ -200,14 +194,11 @@ fn spawn_engine(
             let wish = EngineWish {
                 kv: kv.into(),
                 chat_template: chat_template.as_deref(),
-                need_chat_template: false,
-                progress: true,
-                exact_f32: false,
-                default_ctx: None,
                 max_num_seqs: parallel,
                 kv_tokens,
                 kv_contexts: 4,
                 prefill_tokens_per_4_decodes: prefill_chunk,
+                ..EngineWish::default()
             };
             let loaded = match load_engine(&model, &wish) {
                 Ok(l) => l,
@@ -249,22 +240,10 @@ async fn serve(
     shared: Arc<Shared>,
     fatal: oneshot::Receiver<anyhow::Error>,
 ) -> Result<()> {
-    let addr: SocketAddr = format!("{}:{}", args.host, args.port)
-        .parse()
-        .or_else(|_| {
-            std::net::ToSocketAddrs::to_socket_addrs(&(args.host.as_str(), args.port))
-                .ok()
-                .and_then(|mut a| a.next())
-                .ok_or(())
-        })
-        .map_err(|()| {
-            anyhow::anyhow!(
-                "cannot resolve --host {}; give an IP address such as 127.0.0.1 or 0.0.0.0",
-                args.host
-            )
-        })?;
-    let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| {
-        format!("cannot listen on {addr}; is another server on that port? pick another with --port")
+    // tokio resolves names and tries each address in turn.
+    let (host, port) = (args.host.as_str(), args.port);
+    let listener = tokio::net::TcpListener::bind((host, port)).await.with_context(|| {
+        format!("cannot listen on {host}:{port}; is another server on that port (pick another with --port), or is --host not an address of this machine?")
     })?;
     let local = listener
         .local_addr()

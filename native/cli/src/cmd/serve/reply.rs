@@ -64,10 +64,7 @@ impl Header {
 
     /// The whole reply.
     pub fn reply(&self, choices: &[Choice], usage: &UsageSum, tok: &Tokenizer) -> Value {
-        let choices: Vec<Value> = choices
-            .iter()
-            .map(|c| c.json(self.api, self.tools.as_deref(), tok))
-            .collect();
+        let choices: Vec<Value> = choices.iter().map(|c| c.json(self, tok)).collect();
         json!({
             "id": self.id,
             "object": self.object(false),
@@ -156,14 +153,19 @@ impl Choice {
     }
 
     /// The assistant message: the text, or with tools offered, the calls
-    /// parsed out of it and the text left; and the finish reason
-    /// (`tool_calls` when the reply is calls).
-    pub fn message(&self, tools: Option<&ToolPlan>) -> (Value, Value) {
+    /// parsed out of it (ids from `reply_id`) and the text left; and the
+    /// finish reason (`tool_calls` when the reply is calls).
+    pub fn message(&self, tools: Option<&ToolPlan>, reply_id: &str) -> (Value, Value) {
         let Some(plan) = tools else {
             let msg = json!({"role": "assistant", "content": self.text});
             return (msg, self.finish_reason());
         };
-        let (content, calls) = plan.parse(&self.text);
+        let id_base = format!(
+            "{}_{}",
+            reply_id.rsplit('-').next().unwrap_or(reply_id),
+            self.index
+        );
+        let (content, calls) = plan.parse(&self.text, &id_base);
         if calls.is_empty() {
             let msg = json!({"role": "assistant", "content": content});
             return (msg, self.finish_reason());
@@ -176,14 +178,15 @@ impl Choice {
         (msg, reason)
     }
 
-    fn json(&self, api: Api, tools: Option<&ToolPlan>, tok: &Tokenizer) -> Value {
+    fn json(&self, header: &Header, tok: &Tokenizer) -> Value {
+        let (api, tools) = (header.api, header.tools.as_deref());
         let logprobs = self
             .logprobs
             .as_ref()
             .map_or(Value::Null, |lps| logprobs_json(api, lps, tok, 0));
         match api {
             Api::Chat => {
-                let (message, reason) = self.message(tools);
+                let (message, reason) = self.message(tools, &header.id);
                 json!({
                     "index": self.index,
                     "message": message,

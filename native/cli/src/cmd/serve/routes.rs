@@ -565,7 +565,7 @@ impl Streaming {
                 }
                 let mut reason = choice.finish_reason();
                 if let Some(plan) = self.header.tools.as_deref() {
-                    let (message, r) = choice.message(Some(plan));
+                    let (message, r) = choice.message(Some(plan), &self.header.id);
                     reason = r;
                     let mut delta = json!({});
                     if let Some(calls) = message.get("tool_calls").and_then(Value::as_array) {

@@ -209,7 +209,9 @@ impl ToolPlan {
 
     /// The calls in `text`, and what text is left for `content`. No calls:
     /// the text is the content (the generic format's `response` unwrapped).
-    pub fn parse(&self, text: &str) -> (Option<String>, Vec<Value>) {
+    /// Call `i` gets the id `call_{id_base}_{i}` (`id_base`: unique to the
+    /// reply and choice).
+    pub fn parse(&self, text: &str, id_base: &str) -> (Option<String>, Vec<Value>) {
         let (content, calls) = match self.format {
             ToolFormat::Generic => parse_generic(text),
             ToolFormat::Hermes => parse_hermes(text),
@@ -221,7 +223,7 @@ impl ToolPlan {
             .enumerate()
             .map(|(i, (name, args))| {
                 json!({
-                    "id": format!("call_{:08x}{:04x}", fastrand_u32(&name, i), i),
+                    "id": format!("call_{id_base}_{i}"),
                     "type": "function",
                     "function": {"name": name, "arguments": args.to_string()},
                 })
@@ -229,17 +231,6 @@ impl ToolPlan {
             .collect();
         (content, calls)
     }
-}
-
-/// A distinct-enough id part from the call's name and position.
-fn fastrand_u32(name: &str, i: usize) -> u32 {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.subsec_nanos());
-    name.bytes()
-        .fold(nanos ^ (i as u32).wrapping_mul(0x9e37_79b9), |h, b| {
-            (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
-        })
 }
 
 /// The JSON Schema of one call to `tool` in `format`'s key names.
@@ -441,7 +432,7 @@ mod tests {
     #[test]
     fn hermes_calls_and_text_around_them() {
         let p = plan_of(ToolFormat::Hermes, None);
-        let (content, calls) = p.parse("Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>");
+        let (content, calls) = p.parse("Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>", "t");
         assert_eq!(content.as_deref(), Some("Let me check."));
         assert_eq!(calls.len(), 1);
         assert_eq!(calls[0]["function"]["name"], "get_weather");
@@ -450,28 +441,32 @@ mod tests {
         assert_eq!(args, json!({"city": "Paris"}));
         assert!(calls[0]["id"].as_str().unwrap().starts_with("call_"));
         // A broken call stays text.
-        let (content, calls) = p.parse("<tool_call>{nope</tool_call>");
+        let (content, calls) = p.parse("<tool_call>{nope</tool_call>", "t");
         assert!(calls.is_empty());
         assert_eq!(content.as_deref(), Some("<tool_call>{nope</tool_call>"));
     }
 
     #[test]
     fn llama3_mistral_and_generic_replies() {
-        let (c, calls) = plan_of(ToolFormat::Llama3, None)
-            .parse("{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Oslo\"}}");
+        let (c, calls) = plan_of(ToolFormat::Llama3, None).parse(
+            "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Oslo\"}}",
+            "t",
+        );
         assert_eq!((c, calls.len()), (None, 1));
-        let (c, calls) = plan_of(ToolFormat::Llama3, None).parse("It is sunny.");
+        let (c, calls) = plan_of(ToolFormat::Llama3, None).parse("It is sunny.", "t");
         assert_eq!((c.as_deref(), calls.len()), (Some("It is sunny."), 0));
         let (c, calls) = plan_of(ToolFormat::Mistral, None).parse(
             "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\"}}]",
+            "t",
         );
         assert_eq!((c, calls.len()), (None, 1));
         let g = plan_of(ToolFormat::Generic, None);
         let (c, calls) = g.parse(
             "{\"tool_calls\": [{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Lima\"}}]}",
+            "t",
         );
         assert_eq!((c, calls.len()), (None, 1));
-        let (c, calls) = g.parse("{\"response\": \"Hello\"}");
+        let (c, calls) = g.parse("{\"response\": \"Hello\"}", "t");
         assert_eq!((c.as_deref(), calls.len()), (Some("Hello"), 0));
     }
 

@@ -236,10 +236,11 @@ pub fn engine_error(e: Error) -> ApiError {
         Error::Engine(EngineError::PromptTooLong { .. }) => {
             ApiError::bad_param("messages", e.to_string()).with_code("context_length_exceeded")
         }
-        Error::Engine(_) | Error::Sample(_) | Error::Tokenizer(_) | Error::Chat(_) => {
-            ApiError::bad_request(e.to_string())
-        }
-        Error::Sched(_) => ApiError::bad_request(e.to_string()),
+        Error::Engine(_)
+        | Error::Sample(_)
+        | Error::Tokenizer(_)
+        | Error::Chat(_)
+        | Error::Sched(_) => ApiError::bad_request(e.to_string()),
         _ => ApiError::new(axum::http::StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
     }
 }
