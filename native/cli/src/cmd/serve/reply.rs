@@ -91,6 +91,8 @@ pub struct Choice {
     pub index: usize,
     /// Text so far.
     pub text: String,
+    /// Characters in `text` (completions' `text_offset` of the next token).
+    pub chars: usize,
     /// Tokens with log-probabilities, when asked for.
     pub logprobs: Option<Vec<TokenLogprob>>,
     /// Why it ended, once it has.
@@ -123,6 +125,7 @@ impl Choice {
                 ..
             } => {
                 self.text.push_str(&text);
+                self.chars += text.chars().count();
                 let lp = logprob.map(|logprob| TokenLogprob {
                     token,
                     logprob,

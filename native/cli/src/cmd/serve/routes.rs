@@ -529,7 +529,7 @@ impl Streaming {
         match event {
             EngineEvent::Token { ref text, .. } => {
                 let text = text.clone();
-                let offset = choice.text.chars().count();
+                let offset = choice.chars;
                 let lp = choice.apply(event);
                 let lp_json = lp.map_or(Value::Null, |lp| logprobs_json(api, &[lp], tok, offset));
                 let mut chunks = Vec::new();
