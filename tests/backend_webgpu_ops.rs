@@ -326,27 +326,152 @@ fn kv_write_and_paged_attention_match_cpu() {
     }
 }
 
+/// The experts of a MoE layer against the CPU backend's exact-f32 mode,
+/// on fresh random data (the seed is printed): quantized and float weights,
+/// both activations, a decode-sized and a prompt-sized step (one entry per
+/// expert, and several sharing each pass over an expert's rows).
 #[test]
-fn unsupported_ops_are_refused_not_miscomputed() {
-    let Some(g) = gpu() else { return };
-    use hearth::backend::Backend;
+fn moe_experts_match_cpu() {
+    use hearth::quant::reference;
+    let Some(mut g) = gpu() else { return };
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(1, |d| d.as_nanos() as u64);
+    let mut r = Rng::new(seed);
+    let quantized = |ty: GgmlType, cols: usize, rows: usize, r: &mut Rng| {
+        let x = r.normals(cols * rows, 1.0);
+        let mut out = Vec::new();
+        reference::quantize(ty, &x, &mut out).expect("quantize");
+        out
+    };
+    let (ne, k, n_embd, n_ff) = (8, 2, 256, 256);
+    for (ty, act, tokens) in [
+        (GgmlType::Q4_K, Activation::Silu, 1),
+        (GgmlType::Q4_K, Activation::Silu, 13),
+        (GgmlType::Q8_0, Activation::GeluTanh, 5),
+        (GgmlType::Q5_1, Activation::Silu, 3),
+        (GgmlType::F16, Activation::Silu, 4),
+    ] {
+        let gate = quantized(ty, n_embd, ne * n_ff, &mut r);
+        let up = quantized(ty, n_embd, ne * n_ff, &mut r);
+        let down = quantized(ty, n_ff, ne * n_embd, &mut r);
+        let logits = r.normals(tokens * ne, 2.0);
+        let x = r.normals(tokens * n_embd, 1.0);
+        let moe = Op::MoeExperts {
+            layer: 0,
+            n_expert: ne,
+            k,
+            n_embd,
+            n_ff,
+            act,
+            tys: [ty; 3],
+            exact: true,
+        };
+        assert!(g.supports(&moe), "{moe:?}");
+        let steps = vec![
+            (Op::MoeTopK { n_expert: ne, k }, vec![1], vec![2, 3]),
+            (moe, vec![0, 2, 3, 4, 5, 6], vec![7]),
+        ];
+        let case_for = |b: &dyn Fn(GgmlType, usize, &[u8]) -> Buf| Case {
+            bufs: vec![
+                f32_buf(&x),
+                f32_buf(&logits),
+                zeros(tokens * k * 4, BufKind::Activations),
+                zeros(tokens * k * 4, BufKind::Activations),
+                b(ty, n_embd, &gate),
+                b(ty, n_embd, &up),
+                b(ty, n_ff, &down),
+                zeros(tokens * n_embd * 4, BufKind::Activations),
+            ],
+            steps: steps.clone(),
+            read: vec![7, 2],
+        };
+        let mut cpu = hearth::backend::cpu::CpuBackend::new(1);
+        let on_cpu = case_for(&|t, c, w| weight_buf(&cpu, t, c, w));
+        let want = run(&mut cpu, &on_cpu);
+        let on_gpu = case_for(&|t, c, w| weight_buf(&g, t, c, w));
+        let got = run(&mut g, &on_gpu);
+        assert_eq!(want[1], got[1], "routed experts (seed {seed:#x})");
+        let err = rel_err(&as_f32(&got[0]), &as_f32(&want[0]));
+        println!("moe {ty} {act:?} x{tokens}: relative error {err:.2e}");
+        // The CPU rounds F16 products' activations to f16; the GPU keeps f32.
+        let tol = if ty == GgmlType::F16 { 2e-3 } else { 1e-4 };
+        assert!(
+            err <= tol,
+            "moe {ty} {act:?} x{tokens}: {err} (seed {seed:#x})"
+        );
+    }
+}
+
+/// An id at or past the layer's experts contributes nothing (an expert the
+/// expert cache computes elsewhere), on the GPU as on the CPU.
+#[test]
+fn moe_experts_leave_out_ids_past_the_experts() {
+    let Some(mut g) = gpu() else { return };
+    let mut r = Rng::new(SEED + 9);
+    let (tokens, ne, k, n_embd, n_ff) = (3, 4, 2, 64, 32);
+    let ty = GgmlType::F32;
+    let mut w = |n: usize| bytemuck::cast_slice::<f32, u8>(&r.normals(n, 0.5)).to_vec();
+    let (gate, up, down) = (
+        w(ne * n_ff * n_embd),
+        w(ne * n_ff * n_embd),
+        w(ne * n_embd * n_ff),
+    );
+    let x = r.normals(tokens * n_embd, 1.0);
+    // Token 0 uses experts 1 and (left out) 9; token 1 only 3; token 2 0 and 2.
+    let ids: Vec<u32> = vec![1, 9, u32::MAX, 3, 0, 2];
+    let wts: Vec<f32> = vec![0.7, 0.3, 0.5, 0.5, 0.6, 0.4];
     let moe = Op::MoeExperts {
         layer: 0,
-        n_expert: 4,
+        n_expert: ne,
+        k,
+        n_embd,
+        n_ff,
+        act: Activation::Silu,
+        tys: [ty; 3],
+        exact: true,
+    };
+    let case_for = |b: &dyn Fn(GgmlType, usize, &[u8]) -> Buf| Case {
+        bufs: vec![
+            f32_buf(&x),
+            f32_buf(bytemuck::cast_slice(&ids)),
+            f32_buf(&wts),
+            b(ty, n_embd, &gate),
+            b(ty, n_embd, &up),
+            b(ty, n_ff, &down),
+            zeros(tokens * n_embd * 4, BufKind::Activations),
+        ],
+        steps: vec![(moe.clone(), vec![0, 1, 2, 3, 4, 5], vec![6])],
+        read: vec![6],
+    };
+    let mut cpu = hearth::backend::cpu::CpuBackend::new(1);
+    let on_cpu = case_for(&|t, c, w| weight_buf(&cpu, t, c, w));
+    let want = run(&mut cpu, &on_cpu);
+    let on_gpu = case_for(&|t, c, w| weight_buf(&g, t, c, w));
+    let got = run(&mut g, &on_gpu);
+    let err = rel_err(&as_f32(&got[0]), &as_f32(&want[0]));
+    assert!(err <= 1e-5, "relative error {err}");
+    assert!(as_f32(&want[0]).iter().all(|v| v.is_finite()));
+}
+
+/// Stacked expert weights past one binding are refused (the load check
+/// names them), not miscomputed.
+#[test]
+fn oversized_experts_are_refused_not_miscomputed() {
+    let Some(g) = gpu() else { return };
+    use hearth::backend::Backend;
+    let moe = |n_expert| Op::MoeExperts {
+        layer: 0,
+        n_expert,
         k: 2,
-        n_embd: 8,
-        n_ff: 8,
+        n_embd: 4096,
+        n_ff: 16384,
         act: Activation::Silu,
         tys: [GgmlType::F32; 3],
         exact: false,
     };
-    assert!(!g.supports(&moe));
-    assert!(g.supports(&Op::MatMul {
-        ty: GgmlType::F32,
-        k: 8,
-        n: 8,
-        exact: false
-    }));
+    assert!(!g.supports(&moe(1 << 12)));
+    assert!(g.supports(&moe(1)) || g.context().caps.max_storage_binding < 256 << 20);
 }
 
 /// The fused ops of a plan compute on the GPU what the ops apart compute

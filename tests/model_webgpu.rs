@@ -14,7 +14,7 @@ use model_support::{
 };
 use webgpu_support::*;
 
-/// The dense architectures (MoE experts are not on this backend yet).
+/// The dense architectures (the MoE ones: tests/model_webgpu_moe.rs).
 const ARCHS: [&str; 4] = ["llama", "qwen2", "qwen3", "gemma3"];
 
 #[test]
@@ -185,29 +185,4 @@ fn batched_decode_equals_single_sequence_decode() {
     assert!(da < 1e-4 && db < 1e-4, "batched decode differs: {da} {db}");
     let (_, picks) = step(&mut m, &both, true);
     assert_eq!(picks, vec![argmax(&solo_a) as u32, argmax(&solo_b) as u32]);
-}
-
-/// A MoE model fails on WebGPU at the check, before any tensor is read:
-/// the backend has no expert kernels, and the error names the op and
-/// says where the model runs instead.
-#[test]
-fn a_moe_model_is_refused_before_it_loads() {
-    use hearth::graph::KvCacheConfig;
-    use hearth::model::{check_model, LoadOptions};
-    let Some(backend) = gpu() else {
-        return;
-    };
-    let (model, _) = hearth::gguf::open_model(&synthetic_model("qwen3moe-Q4_0")).expect("open");
-    let opts = LoadOptions::new(KvCacheConfig {
-        num_blocks: 8,
-        block_size: model_support::BLOCK,
-        dtype: KvType::F16,
-    });
-    let text = check_model(&model, &backend, &opts)
-        .expect_err("WebGPU has no MoE expert kernels")
-        .to_string();
-    assert!(
-        text.contains("WebGPU") && text.contains("mixture-of-experts FFN") && text.contains("CPU"),
-        "{text}"
-    );
 }

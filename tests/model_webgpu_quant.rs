@@ -75,30 +75,6 @@ fn quantized_prompt_logits_match_llamacpp() {
     assert!(failures.is_empty(), "outside the bounds: {failures:?}");
 }
 
-/// Prefills `prompt` as one sequence (blocks 1..), then decodes `next` one
-/// token per step; returns each decode step's logits, concatenated.
-fn decode<M: ForwardModel>(m: &mut M, prompt: &[u32], next: &[u32]) -> Vec<f32> {
-    let total = prompt.len() + next.len();
-    let tbl = table(1, total.div_ceil(BLOCK));
-    let mut out = Vec::new();
-    let mut run = |tokens: &[u32], start: usize, logits| {
-        let sl = slots(&tbl, start, tokens.len());
-        let seq = [SeqInput {
-            tokens,
-            start,
-            slots: &sl,
-            block_table: &tbl,
-            logits,
-        }];
-        pollster::block_on(m.forward(&Batch { seqs: &seq })).expect("forward")
-    };
-    run(prompt, 0, LogitsWanted::None);
-    for (i, &t) in next.iter().enumerate() {
-        out.extend(run(&[t], prompt.len() + i, LogitsWanted::Last));
-    }
-    out
-}
-
 /// Decode runs the matrix-vector kernels (int8 dot products where the
 /// adapter has them, activations quantized per 32 values): its logits
 /// match the CPU backend's, which quantizes activations as ggml does.

@@ -447,14 +447,18 @@ QUANT_FORMATS(MOE_MV)
 FLOAT_FORMATS(MOE_MV)
 
 // out[t, :] = sum_j wts[t * k + j] * y[(t * k + j), :] (the weighted sum
-// of a token's expert outputs); one thread per output value.
+// of a token's expert outputs) over the pairs whose expert is on this
+// device (ids at or past n_expert are computed elsewhere and left out);
+// one thread per output value.
 extern "C" __global__ void moe_combine(const float* __restrict__ y, const float* __restrict__ wts,
-                                       float* __restrict__ out, u32 width, u32 k, u32 total) {
+                                       const u32* __restrict__ ids, float* __restrict__ out, u32 width,
+                                       u32 k, u32 total, u32 n_expert) {
     const u32 i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= total) return;
     const u32 t = i / width, c = i % width;
     float s = 0.0f;
-    for (u32 j = 0; j < k; j++) s += wts[t * k + j] * y[(u64)(t * k + j) * width + c];
+    for (u32 j = 0; j < k; j++)
+        if (ids[t * k + j] < n_expert) s += wts[t * k + j] * y[(u64)(t * k + j) * width + c];
     out[i] = s;
 }
 

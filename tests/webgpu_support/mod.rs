@@ -101,3 +101,27 @@ pub fn run_all_gpu(m: &mut GpuModel, ids: &[u32], wanted: LogitsWanted) -> Vec<f
     }];
     pollster::block_on(m.run(&Batch { seqs: &seqs })).expect("forward")
 }
+
+/// Prefills `prompt` as one sequence (blocks 1..), then decodes `next` one
+/// token per step; returns each decode step's logits, concatenated.
+pub fn decode<M: hearth::model::ForwardModel>(m: &mut M, prompt: &[u32], next: &[u32]) -> Vec<f32> {
+    let total = prompt.len() + next.len();
+    let tbl = table(1, total.div_ceil(BLOCK));
+    let mut out = Vec::new();
+    let mut run = |tokens: &[u32], start: usize, logits| {
+        let sl = slots(&tbl, start, tokens.len());
+        let seq = [SeqInput {
+            tokens,
+            start,
+            slots: &sl,
+            block_table: &tbl,
+            logits,
+        }];
+        pollster::block_on(m.forward(&Batch { seqs: &seq })).expect("forward")
+    };
+    run(prompt, 0, LogitsWanted::None);
+    for (i, &t) in next.iter().enumerate() {
+        out.extend(run(&[t], prompt.len() + i, LogitsWanted::Last));
+    }
+    out
+}

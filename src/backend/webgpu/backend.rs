@@ -105,6 +105,8 @@ pub struct WebGpuBackend {
     pub(super) attn_partials: Option<GpuBuffer>,
     /// Scratch of the selection kernels' per-slice partials (argmax, top-k).
     pub(super) sel_partials: Option<GpuBuffer>,
+    /// Scratch of the MoE experts: routed entries, gate, up and down rows.
+    pub(super) moe_scratch: [Option<GpuBuffer>; 4],
     /// Step timings, with `HEARTH_PROFILE=gpu` (see the `profile` module).
     prof: Option<Arc<Mutex<Profiler>>>,
     /// Dispatches per submitted piece of a step (0: whole steps).
@@ -164,6 +166,7 @@ impl WebGpuBackend {
             attn_split_keys,
             attn_partials: None,
             sel_partials: None,
+            moe_scratch: Default::default(),
             prof,
             submit_every,
             unused: None,

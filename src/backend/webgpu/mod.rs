@@ -22,6 +22,7 @@ pub mod counters;
 mod dense;
 mod fuse;
 pub mod memory;
+mod moe;
 mod ops;
 mod pool;
 mod profile;

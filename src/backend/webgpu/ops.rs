@@ -50,6 +50,8 @@ pub fn kernel_sources() -> Vec<KernelSource> {
         ("attention", src::ATTENTION, attn),
         ("attention_merge", src::ATTENTION_MERGE, vec![]),
         ("moe_top_k", src::MOE_TOP_K, vec![]),
+        ("moe_route", super::moe::MOE_ROUTE, mode(0)),
+        ("moe_route", super::moe::MOE_ROUTE, mode(1)),
         ("argmax", src::ARGMAX, mode(0)),
         ("argmax", src::ARGMAX, mode(1)),
         ("top_k", src::TOP_K, mode(0)),
@@ -108,12 +110,12 @@ fn f32s(b: &GpuBuffer) -> u64 {
 
 impl WebGpuBackend {
     /// Whether the op has a kernel here (weights: the 15 types of
-    /// [`crate::quant::WEIGHT_TYPES`]; not the MoE expert product).
+    /// [`crate::quant::WEIGHT_TYPES`]).
     pub(super) fn supports_op(&self, op: &Op) -> bool {
         match op {
             Op::GetRows { ty, width } => super::weights::supports(*ty, *width),
             Op::MatMul { ty, k, .. } => super::weights::supports(*ty, *k),
-            Op::MoeExperts { .. } => false,
+            Op::MoeExperts { .. } => self.supports_moe(op),
             Op::FusedMatMul { k, parts, .. } => parts
                 .iter()
                 .all(|&(ty, _)| super::weights::supports(ty, *k)),
@@ -182,10 +184,7 @@ impl WebGpuBackend {
             Op::MoeTopK { n_expert, k } => self.moe_top_k(op, io, *n_expert, *k),
             Op::Argmax { width } => self.argmax(op, io, *width),
             Op::TopK { width, k } => self.top_k(op, io, *width, *k),
-            Op::MoeExperts { .. } => Err(BackendError::UnsupportedOp {
-                backend: "WebGPU".into(),
-                op: op.describe(),
-            }),
+            Op::MoeExperts { .. } => self.moe_experts(op, io),
         }
     }
 
@@ -203,7 +202,7 @@ impl WebGpuBackend {
     }
 
     /// Queues `kernel` over `groups` workgroups.
-    fn dispatch(
+    pub(super) fn dispatch(
         &mut self,
         key: &PipelineKey,
         source: &str,
@@ -221,7 +220,7 @@ impl WebGpuBackend {
         self.enqueue(d);
     }
 
-    fn key(&self, kernel: &'static str, wg: u32) -> PipelineKey {
+    pub(super) fn key(&self, kernel: &'static str, wg: u32) -> PipelineKey {
         PipelineKey::new(kernel, wg, &self.ctx.caps)
     }
 
@@ -553,7 +552,7 @@ impl WebGpuBackend {
     /// A kept scratch buffer of at least `bytes`, grown in powers of two:
     /// steps reuse it, so their bind groups stay cached. `pick` chooses
     /// which of the backend's scratch slots.
-    fn scratch(
+    pub(super) fn scratch(
         &mut self,
         bytes: u64,
         pick: fn(&mut Self) -> &mut Option<GpuBuffer>,

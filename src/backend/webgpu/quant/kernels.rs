@@ -14,6 +14,7 @@ use std::sync::Mutex;
 use bytemuck::{Pod, Zeroable};
 
 use super::super::backend::{Bind, Dispatch, WebGpuBackend};
+use super::super::buffer::GpuBuffer;
 use super::super::caps::GpuCaps;
 use super::super::fuse::{Held, QUANTIZE_X_GATED};
 use super::super::shader::{ConstValue, PipelineKey};
@@ -83,6 +84,39 @@ pub struct GetRowsArgs<'a> {
     pub w: &'a [WeightPart<'a>],
     /// y: f32 `[count, k]`, contiguous; offset a multiple of 4 bytes.
     pub y: BufRef<'a>,
+}
+
+/// One product of a MoE layer's experts over routed entries
+/// (`shaders/moe_matvec.wgsl`): `y[i, r] = W[e * n + r, :] · x[row(i), :]`
+/// for each entry `i` (token `i / k_used`'s expert `e = ids[i]`) that
+/// `route` lists under `e`, where `row(i)` is the token (`per_entry`
+/// false) or the entry itself.
+#[derive(Debug, Clone, Copy)]
+pub struct MoeMatvecArgs<'a> {
+    /// Weight type.
+    pub ty: GgmlType,
+    /// Dot length.
+    pub k: u64,
+    /// Rows of one expert.
+    pub n: u64,
+    /// Experts stacked in the weight.
+    pub n_expert: u64,
+    /// Entries: tokens times experts per token.
+    pub entries: u64,
+    /// Experts per token.
+    pub k_used: u64,
+    /// Tokens the step routes (1 in decode of one sequence).
+    pub tokens: u64,
+    /// Whether x has a row per entry (down) or per token (gate, up).
+    pub per_entry: bool,
+    /// x: f32 rows of `k`.
+    pub x: &'a GpuBuffer,
+    /// The stacked weight, one part.
+    pub w: WeightPart<'a>,
+    /// y: f32 `[entries, n]`.
+    pub y: &'a GpuBuffer,
+    /// The entries grouped by expert (`shaders/moe_route.wgsl`, mode 0).
+    pub route: &'a GpuBuffer,
 }
 
 /// The uniform every kernel here reads; mirrors `Params` in
@@ -671,6 +705,55 @@ impl QuantKernels {
         let out = (s.xq.clone(), s.xs.clone());
         *guard = Some(s);
         Ok(out)
+    }
+
+    /// Queues one product of a MoE layer's experts on `be`: a workgroup
+    /// per row group of each expert, which walks the entries routed to it
+    /// (none, for most experts of a decode step: such workgroups exit at once).
+    pub fn encode_moe_matvec(
+        &self,
+        be: &mut WebGpuBackend,
+        a: &MoeMatvecArgs<'_>,
+    ) -> Result<(), BackendError> {
+        let rows = a.n_expert * a.n;
+        let layout = packed_layout(a.ty, rows, a.k)?;
+        check_parts(std::slice::from_ref(&a.w), rows)?;
+        if a.entries == 0 {
+            return Ok(());
+        }
+        let tokens = if a.tokens > 1 { 4 } else { 1 };
+        let v = self.variant(Kernel::MoeMatVec, a.ty, MvShape::new(tokens, false))?;
+        let pipeline = be.pipeline(&v.key, &v.parts);
+        let groups = u32_of(a.n.div_ceil(u64::from(self.cfg.mv_rows)), "row groups")?;
+        u32_of(rows * layout.row_words(), "weight words")?;
+        u32_of(a.entries * a.k.max(a.n), "entries x width")?;
+        let params = KernelParams {
+            k: u32_of(a.k, "k")?,
+            n: u32_of(a.n, "expert rows")?,
+            m: u32_of(a.entries, "entries")?,
+            nb: u32_of(layout.blocks_per_row, "blocks per row")?,
+            row_words: u32_of(layout.row_words(), "row words")?,
+            x_stride: u32_of(a.k, "k")?,
+            y_stride: u32_of(a.n, "expert rows")?,
+            groups,
+            count: u32_of(a.k_used, "experts per token")?,
+            n1: u32::from(a.per_entry),
+            n2: u32_of(a.n_expert, "experts")?,
+            ..KernelParams::default()
+        };
+        let total = u32_of(u64::from(groups) * a.n_expert, "workgroups")?;
+        be.enqueue(Dispatch {
+            pipeline,
+            params: bytemuck::cast_slice(&[params]).to_vec(),
+            binds: vec![
+                weight_bind(&a.w, &layout),
+                Bind::whole(a.x),
+                Bind::whole(a.y),
+                Bind::whole(a.route),
+            ],
+            groups: be.grid(total),
+        });
+        Ok(())
     }
 
     /// Queues the embedding lookup `y[t, :] = W[ids[t], :]` on `be`.

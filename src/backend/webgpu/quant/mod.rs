@@ -27,7 +27,9 @@ pub mod kernels;
 pub mod sources;
 
 pub use crate::backend::packed::{packed_layout, unpack_rows, PackedLayout, Repacker};
-pub use kernels::{BufRef, GetRowsArgs, KernelParams, MatmulArgs, QuantKernels, WeightPart};
+pub use kernels::{
+    BufRef, GetRowsArgs, KernelParams, MatmulArgs, MoeMatvecArgs, QuantKernels, WeightPart,
+};
 pub use sources::{Kernel, KernelConfig};
 
 #[cfg(test)]

@@ -23,6 +23,8 @@ pub const REDUCE_WGSL: &str = include_str!("../../../../shaders/matmul_reduce.wg
 pub const REDUCE_SG_WGSL: &str = include_str!("../../../../shaders/matmul_reduce_sg.wgsl");
 /// Matrix-vector kernel (f32 dot of dequantized weights).
 pub const MATVEC_WGSL: &str = include_str!("../../../../shaders/matmul_vec.wgsl");
+/// The MoE experts' matrix-vector kernel, grouped by expert over routed ids.
+pub const MOE_MATVEC_WGSL: &str = include_str!("../../../../shaders/moe_matvec.wgsl");
 /// Matrix-vector kernel with packed int8 dot products.
 pub const MATVEC_I8_WGSL: &str = include_str!("../../../../shaders/matmul_vec_i8.wgsl");
 /// The int8 matrix-vector kernel with several rows per team (activations
@@ -115,16 +117,20 @@ pub enum Kernel {
     Tiled,
     /// Embedding lookup (`matmul_get_rows.wgsl`).
     GetRows,
+    /// MoE expert rows over routed ids, f32 dot of dequantized weights
+    /// (`moe_matvec.wgsl`).
+    MoeMatVec,
 }
 
 impl Kernel {
     /// Every kernel.
-    pub const ALL: [Kernel; 5] = [
+    pub const ALL: [Kernel; 6] = [
         Kernel::MatVec,
         Kernel::MatVecI8,
         Kernel::QuantizeX,
         Kernel::Tiled,
         Kernel::GetRows,
+        Kernel::MoeMatVec,
     ];
 
     /// The name in pipeline labels.
@@ -135,6 +141,7 @@ impl Kernel {
             Kernel::QuantizeX => "quantize_x",
             Kernel::Tiled => "matmul",
             Kernel::GetRows => "get_rows",
+            Kernel::MoeMatVec => "moe_matvec",
         }
     }
 
@@ -446,6 +453,27 @@ pub fn variant(
         ]
     };
     Some(match kernel {
+        Kernel::MoeMatVec => {
+            let teams = cfg.mv_rows;
+            let team = cfg.mv_wg / teams;
+            let sg = caps.subgroups
+                && caps.subgroup_min_size >= 4
+                && caps.subgroup_max_size <= team
+                && team.is_multiple_of(caps.subgroup_max_size.max(1));
+            let key = PipelineKey::new(kernel.name(), cfg.mv_wg, caps)
+                .with_ty(type_label(ty))
+                .with_subgroups(sg)
+                .with_const("MV_ROWS", ConstValue::U32(teams))
+                .with_const("MV_TOKENS", ConstValue::U32(tokens));
+            let mut parts = ty_parts(ty).to_vec();
+            parts.push(if sg { REDUCE_SG_WGSL } else { REDUCE_WGSL });
+            parts.push(MOE_MATVEC_WGSL);
+            Variant {
+                key,
+                parts,
+                w4: false,
+            }
+        }
         Kernel::MatVec | Kernel::MatVecI8 => {
             let teams = cfg.teams(kernel == Kernel::MatVecI8, tokens);
             let team = cfg.mv_wg / teams;
