@@ -152,12 +152,13 @@ sweep() {
   local m=/root/sweep-$shape${LAYERS:+-$LAYERS}.gguf
   [ -s "$m" ] || "$hearth" synth "$m" --shape "$shape" --type Q4_K_M --seed 1 ${LAYERS:+--layers $LAYERS}
   local variants=(default HEARTH_CUDA_GRAPHS=0 HEARTH_CUDA_TILE_TOKENS=100000 default)
-  # SWEEP="A=1 B=2 default" replaces the list (one setting a run, `default` for none).
+  # SWEEP="A=1 B=2 default" replaces the list (one setting a run, `default` for none);
+  # SEQS=1,4,16 the decode batches (1,4).
   [ -z "${SWEEP:-}" ] || read -r -a variants <<< "$SWEEP"
   for v in "${variants[@]}"; do
     [ "$v" != default ] || v=""
     echo "== $shape ${v:-default}" | tee -a "$out/sweep.txt"
-    env $v "$hearth" bench -m "$m" --backend cuda -p 512 -n 128 --seqs 1,4 -r 3 2>&1 \
+    env $v "$hearth" bench -m "$m" --backend cuda -p 512 -n 128 --seqs "${SEQS:-1,4}" -r 3 2>&1 \
       | grep -E '(pp|tg)[0-9]' | tee -a "$out/sweep.txt"
   done
   HEARTH_PROFILE=cuda "$hearth" bench -m "$m" --backend cuda -p 0 -n 64 -r 1 2>&1 >/dev/null \

@@ -1414,10 +1414,12 @@ impl CudaBackend {
             &[
                 Arg::P(yd),
                 Arg::P(wts.ptr()),
+                Arg::P(ids.ptr()),
                 Arg::P(out.ptr()),
                 Arg::U(n_embd as u32),
                 Arg::U(k as u32),
                 Arg::U(total as u32),
+                Arg::U(n_expert as u32),
             ],
         )
     }

@@ -1,7 +1,7 @@
 //! Whole models on the CUDA backend against llama.cpp: the prompt logits of
 //! every stored synthetic model (six architectures, MoE among them; all 14
 //! formats on llama) within the CPU backend's bounds (tests/model_synthetic.rs),
-//! and greedy decode of one sequence step by step against its prefill.
+//! and greedy decode of one sequence step by step against the CPU's.
 //!
 //! Fixtures come from `tests/fixtures/llamacpp/` or, on a machine where the
 //! tree lies elsewhere (the GPU host), from `HEARTH_FIXTURES`. Without a
@@ -66,7 +66,13 @@ fn stored_models() -> Vec<String> {
     names
 }
 
-/// The CPU backend's bounds against llama.cpp (tests/model_synthetic.rs).
+/// Bounds against llama.cpp. A prompt runs on the f16 tensor-core tiles
+/// (float activations rounded to f16), not on activations quantized to
+/// int8 as ggml's CPU backend quantizes them, so the bounds are those of
+/// the CPU backend's exact-f32 mode against llama.cpp
+/// (tests/model_synthetic.rs: 2.6e-2 .. 4.4e-2 on quantized dense models)
+/// with a margin, and the tight check is against that mode
+/// ([`VS_EXACT`]). A wrong kernel gives nrmse > 0.3 on these random models.
 fn within_bounds(name: &str, e: f64, median: f64, top1: f64, top20: f64) -> bool {
     let moe = name.starts_with("qwen3moe") || name.starts_with("mixtral");
     let bound = if name.ends_with("-F16") {
@@ -74,11 +80,30 @@ fn within_bounds(name: &str, e: f64, median: f64, top1: f64, top20: f64) -> bool
     } else if name.ends_with("-BF16") {
         1e-2
     } else {
-        3e-2
+        6e-2
     };
+    // MoE: a token whose router scores are nearly tied may pick another
+    // expert under other rounding, which moves its row a long way; the
+    // median row is what a kernel error would move.
     let dense_ok = moe || e <= bound;
     let moe_ok = !moe || median <= 8e-2;
     dense_ok && moe_ok && top1 >= 0.75 && top20 >= if moe { 17.0 } else { 18.0 }
+}
+
+/// Bound on the median row's nrmse against the CPU backend's exact-f32
+/// mode: the same math up to the f16 rounding of the tiles and the order
+/// of sums (the WebGPU tiles measure 1.3e-3 .. 1.7e-3 on these models).
+const VS_EXACT: f64 = 1e-2;
+
+/// Per-row nrmse of two `[rows, nv]` logit tables, sorted.
+fn row_errors(a: &[f32], b: &[f32], nv: usize) -> Vec<f64> {
+    let mut e: Vec<f64> = a
+        .chunks(nv)
+        .zip(b.chunks(nv))
+        .map(|(x, y)| nrmse(x, y))
+        .collect();
+    e.sort_by(f64::total_cmp);
+    e
 }
 
 #[test]
@@ -91,43 +116,46 @@ fn synthetic_prompt_logits_match_llamacpp() {
         let meta = read_json(&dir.join(format!("{name}.json")));
         let prompt = ids(&meta["prompt_ids"]);
         let reference = read_f32(&dir.join(format!("{name}.logits.f32")));
-        let Some(mut m) = load_cuda(&dir.join(format!("models/{name}.gguf")), KvType::F32, 8)
-        else {
+        let path = dir.join(format!("models/{name}.gguf"));
+        let Some(mut m) = load_cuda(&path, KvType::F32, 8) else {
             return;
         };
         let nv = m.config().n_vocab;
         let ours = run_all(&mut m, &prompt, LogitsWanted::All);
         assert_eq!(ours.len(), reference.len(), "{name}");
+        let mut cpu = model_support::load(&path, KvType::F32, true, 8, 8);
+        let exact = run_all(&mut cpu, &prompt, LogitsWanted::All);
         let rows = reference.len() / nv;
-        let (mut top1, mut top20, mut per_pos) = (0, 0, Vec::new());
+        let (mut top1, mut top20) = (0, 0);
         for r in 0..rows {
             let (a, b) = (&ours[r * nv..][..nv], &reference[r * nv..][..nv]);
             top1 += usize::from(argmax(a) == argmax(b));
             top20 += overlap(&top_k(a, 20), &top_k(b, 20));
-            per_pos.push(nrmse(a, b));
         }
-        per_pos.sort_by(f64::total_cmp);
         let e = nrmse(&ours, &reference);
         let (t1, t20) = (top1 as f64 / rows as f64, top20 as f64 / rows as f64);
-        let median = per_pos[rows / 2];
+        let median = row_errors(&ours, &reference, nv)[rows / 2];
+        let vs_exact = row_errors(&ours, &exact, nv)[rows / 2];
         println!(
-            "{name:<18} nrmse {e:.2e} median {median:.2e} top1 {:.0}% top20 {t20:.2}",
+            "{name:<18} nrmse {e:.2e} median {median:.2e} top1 {:.0}% top20 {t20:.2}; \
+             median vs CPU exact-f32 {vs_exact:.2e}",
             t1 * 100.0
         );
-        if !within_bounds(&name, e, median, t1, t20) {
+        if !within_bounds(&name, e, median, t1, t20) || vs_exact > VS_EXACT {
             failures.push(name);
         }
     }
     assert!(failures.is_empty(), "outside the bounds: {failures:?}");
 }
 
-/// Decoding one token at a time (the matrix-vector kernels, attention over
-/// a growing cache, f16 K/V) gives the logits of the same tokens run as one
-/// prompt (the tensor-core tiles) within the bounds that hold against
-/// llama.cpp: the two sum in other orders, and these random models amplify
-/// a flipped int8 rounding into a different token now and then.
+/// Decoding one token at a time (the int8 matrix-vector kernels, attention
+/// over a growing f16 cache) gives the logits of the CPU backend decoding
+/// the same tokens, which quantizes activations as ggml does (q8_K for
+/// k-quants, q8_0/q8_1 for the others): the same rounding, summed in other
+/// orders. Prefill (f16 tiles) is compared with the CPU's exact mode in
+/// the test above: the two paths round differently, by the int8 spread.
 #[test]
-fn decode_step_by_step_matches_prefill() {
+fn decode_step_by_step_matches_the_cpu() {
     let dir = fixtures().join("synthetic");
     for name in ["llama-Q4_K_M", "gemma3-Q8_0", "qwen3moe-Q4_K_M"] {
         let meta = read_json(&dir.join(format!("{name}.json")));
@@ -136,25 +164,29 @@ fn decode_step_by_step_matches_prefill() {
         let Some(mut m) = load_cuda(&path, KvType::F16, 8) else {
             return;
         };
+        let mut cpu = model_support::load(&path, KvType::F16, false, 8, 8);
         let nv = m.config().n_vocab;
-        let all = run_all(&mut m, &prompt, LogitsWanted::All);
         let t = table(1, prompt.len());
         let s = slots(&t, 0, prompt.len());
-        let (mut decoded, mut same) = (Vec::new(), 0);
+        let (mut ours, mut theirs, mut same) = (Vec::new(), Vec::new(), 0);
         for (p, &tok) in prompt.iter().enumerate() {
             let step = seq_step(&mut m, &[tok], p, (&t, &s), LogitsWanted::Last);
-            same += usize::from(argmax(&step) == argmax(&all[p * nv..][..nv]));
-            decoded.extend(step);
+            let want = seq_step(&mut cpu, &[tok], p, (&t, &s), LogitsWanted::Last);
+            same += usize::from(argmax(&step) == argmax(&want));
+            ours.extend(step);
+            theirs.extend(want);
         }
-        let e = nrmse(&decoded, &all);
+        let e = nrmse(&ours, &theirs);
+        let median = row_errors(&ours, &theirs, nv)[prompt.len() / 2];
         let top1 = same as f64 / prompt.len() as f64;
         println!(
-            "{name}: decode against prefill, nrmse {e:.2e}, same token {:.0}%",
+            "{name}: decode against the CPU's decode, nrmse {e:.2e}, median {median:.2e}, \
+             same token {:.0}%",
             top1 * 100.0
         );
         assert!(
-            e < 3e-2 && top1 >= 0.9,
-            "{name}: decode differs from prefill (nrmse {e}, top1 {top1})"
+            median < 3e-2 && top1 >= 0.85,
+            "{name}: decode differs from the CPU's (nrmse {e}, median {median}, top1 {top1})"
         );
     }
 }
