@@ -10,22 +10,11 @@ mod webgpu_support;
 use hearth::graph::KvType;
 use hearth::model::{ForwardModel, LogitsWanted};
 use model_support::{
-    argmax, fixtures, ids, nrmse, overlap, read_f32, read_json, synthetic_model, top_k,
+    argmax, fixtures, ids, nrmse, overlap, read_f32, read_json, row_errors, synthetic_model, top_k,
 };
 use webgpu_support::*;
 
 const MODELS: [&str; 2] = ["qwen3moe-Q4_K_M", "mixtral-Q4_0"];
-
-/// Per-row nrmse of two `[rows, nv]` logit tables, sorted.
-fn row_errors(a: &[f32], b: &[f32], nv: usize) -> Vec<f64> {
-    let mut e: Vec<f64> = a
-        .chunks(nv)
-        .zip(b.chunks(nv))
-        .map(|(x, y)| nrmse(x, y))
-        .collect();
-    e.sort_by(f64::total_cmp);
-    e
-}
 
 #[test]
 fn moe_prompt_logits_match_llamacpp_and_the_cpu() {

@@ -250,6 +250,19 @@ pub fn nrmse(a: &[f32], b: &[f32]) -> f64 {
     (num / den.max(1e-30)).sqrt()
 }
 
+/// Per-row nrmse of two `[rows, nv]` logit tables, sorted (the median row is
+/// what a kernel error moves; a MoE token that takes another expert under
+/// other rounding moves only its own row).
+pub fn row_errors(a: &[f32], b: &[f32], nv: usize) -> Vec<f64> {
+    let mut e: Vec<f64> = a
+        .chunks(nv)
+        .zip(b.chunks(nv))
+        .map(|(x, y)| nrmse(x, y))
+        .collect();
+    e.sort_by(f64::total_cmp);
+    e
+}
+
 pub fn argmax(x: &[f32]) -> usize {
     let mut best = 0;
     for (i, &v) in x.iter().enumerate() {

@@ -19,7 +19,8 @@ use hearth::kv::BlockId;
 use hearth::model::{load_model, Batch, ForwardModel, LoadOptions, LogitsWanted, Model, SeqInput};
 use hearth_cuda::CudaBackend;
 use model_support::{
-    argmax, ids, nrmse, overlap, read_f32, read_json, run_all, seq_step, slots, table, top_k, BLOCK,
+    argmax, ids, nrmse, overlap, read_f32, read_json, row_errors, run_all, seq_step, slots, table,
+    top_k, BLOCK,
 };
 
 fn fixtures() -> PathBuf {
@@ -94,17 +95,6 @@ fn within_bounds(name: &str, e: f64, median: f64, top1: f64, top20: f64) -> bool
 /// mode: the same math up to the f16 rounding of the tiles and the order
 /// of sums (the WebGPU tiles measure 1.3e-3 .. 1.7e-3 on these models).
 const VS_EXACT: f64 = 1e-2;
-
-/// Per-row nrmse of two `[rows, nv]` logit tables, sorted.
-fn row_errors(a: &[f32], b: &[f32], nv: usize) -> Vec<f64> {
-    let mut e: Vec<f64> = a
-        .chunks(nv)
-        .zip(b.chunks(nv))
-        .map(|(x, y)| nrmse(x, y))
-        .collect();
-    e.sort_by(f64::total_cmp);
-    e
-}
 
 #[test]
 fn synthetic_prompt_logits_match_llamacpp() {
