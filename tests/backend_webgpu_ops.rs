@@ -408,42 +408,7 @@ fn moe_experts_match_cpu() {
 #[test]
 fn moe_experts_leave_out_ids_past_the_experts() {
     let Some(mut g) = gpu() else { return };
-    let mut r = Rng::new(SEED + 9);
-    let (tokens, ne, k, n_embd, n_ff) = (3, 4, 2, 64, 32);
-    let ty = GgmlType::F32;
-    let mut w = |n: usize| bytemuck::cast_slice::<f32, u8>(&r.normals(n, 0.5)).to_vec();
-    let (gate, up, down) = (
-        w(ne * n_ff * n_embd),
-        w(ne * n_ff * n_embd),
-        w(ne * n_embd * n_ff),
-    );
-    let x = r.normals(tokens * n_embd, 1.0);
-    // Token 0 uses experts 1 and (left out) 9; token 1 only 3; token 2 0 and 2.
-    let ids: Vec<u32> = vec![1, 9, u32::MAX, 3, 0, 2];
-    let wts: Vec<f32> = vec![0.7, 0.3, 0.5, 0.5, 0.6, 0.4];
-    let moe = Op::MoeExperts {
-        layer: 0,
-        n_expert: ne,
-        k,
-        n_embd,
-        n_ff,
-        act: Activation::Silu,
-        tys: [ty; 3],
-        exact: true,
-    };
-    let case_for = |b: &dyn Fn(GgmlType, usize, &[u8]) -> Buf| Case {
-        bufs: vec![
-            f32_buf(&x),
-            f32_buf(bytemuck::cast_slice(&ids)),
-            f32_buf(&wts),
-            b(ty, n_embd, &gate),
-            b(ty, n_embd, &up),
-            b(ty, n_ff, &down),
-            zeros(tokens * n_embd * 4, BufKind::Activations),
-        ],
-        steps: vec![(moe.clone(), vec![0, 1, 2, 3, 4, 5], vec![6])],
-        read: vec![6],
-    };
+    let case_for = moe_ids_past_the_experts(&mut Rng::new(SEED + 9));
     let mut cpu = hearth::backend::cpu::CpuBackend::new(1);
     let on_cpu = case_for(&|t, c, w| weight_buf(&cpu, t, c, w));
     let want = run(&mut cpu, &on_cpu);
