@@ -179,6 +179,8 @@ pub enum Op {
     /// The expert FFNs of one MoE layer. in: x `[tokens, n_embd]`, ids and
     /// weights of [`Op::MoeTopK`], stacked gate `[n_expert * n_ff, n_embd]`,
     /// up (same), down `[n_expert * n_embd, n_ff]`; out: `[tokens, n_embd]`.
+    /// An id at or past `n_expert` contributes nothing (an expert computed
+    /// elsewhere, as an expert cache may); every backend honours this.
     MoeExperts {
         /// Layer.
         layer: usize,
