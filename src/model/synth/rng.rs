@@ -81,7 +81,7 @@ const fn trig_steps(first: usize) -> [f64; TRIG_TERMS] {
 
 /// Natural log of `x` in (0, 1], to ~1e-15, from IEEE arithmetic alone (so
 /// every platform, wasm included, gets the same bits; libm `ln` may differ).
-fn ln(x: f64) -> f64 {
+pub fn ln(x: f64) -> f64 {
     let bits = x.to_bits();
     // x = m * 2^e with m in [1, 2); x is normal (at least 2^-24).
     let e = ((bits >> 52) & 0x7ff) as f64 - 1023.0;
@@ -94,6 +94,46 @@ fn ln(x: f64) -> f64 {
     let s2 = s * s;
     let sum = LN_SERIES.iter().rev().fold(0.0, |acc, &c| acc * s2 + c);
     e * std::f64::consts::LN_2 + 2.0 * s * sum
+}
+
+/// `1 / k!` for k = 0..=17: `exp(f)` for |f| <= ln 2 / 2 to ~1e-17 by Horner's rule.
+const EXP_SERIES: [f64; 18] = {
+    let mut c = [1.0; 18];
+    let mut k = 1;
+    while k < c.len() {
+        c[k] = c[k - 1] / k as f64;
+        k += 1;
+    }
+    c
+};
+
+/// `e^x` for `x <= 0`, to ~1e-15, from IEEE arithmetic alone (see [`ln`]).
+/// Below `-700` (under 1e-304, zero in `f32`) it is 0; NaN stays NaN.
+pub fn exp_neg(x: f64) -> f64 {
+    if x.is_nan() {
+        return x;
+    }
+    if x < -700.0 {
+        return 0.0;
+    }
+    // ln 2 in two parts (fdlibm's): the high part has 32 significant bits,
+    // so `k * LN2_HI` is exact for |k| < 2^21 and f keeps its low bits.
+    const LN2_HI: f64 = f64::from_bits(0x3fe6_2e42_fee0_0000);
+    const LN2_LO: f64 = f64::from_bits(0x3dea_39ef_3579_3c76);
+    let x = x.min(0.0);
+    // x = k ln 2 + f, |f| <= ln 2 / 2 (plus rounding), k in [-1010, 0].
+    let k = (x / std::f64::consts::LN_2).round();
+    let f = (x - k * LN2_HI) - k * LN2_LO;
+    let sum = EXP_SERIES.iter().rev().fold(0.0, |acc, &c| acc * f + c);
+    // 2^k is a normal f64 for k >= -1022: its bits are the biased exponent.
+    let two_k = f64::from_bits(((k as i64 + 1023) as u64) << 52);
+    sum * two_k
+}
+
+/// `base^exponent` for `base` in (0, 1] and `exponent >= 0`, as
+/// `exp(exponent ln base)` from IEEE arithmetic alone (see [`ln`]).
+pub fn pow_unit(base: f64, exponent: f64) -> f64 {
+    exp_neg(exponent * ln(base))
 }
 
 /// `(sin, cos)` of `turns` full turns (`2π turns`), `turns` in [0, 1), to
@@ -181,6 +221,36 @@ mod tests {
             assert!(
                 (s - ws).abs() < 1e-14 && (c - wc).abs() < 1e-14,
                 "sin_cos {t}"
+            );
+        }
+    }
+
+    #[test]
+    fn exp_and_pow_match_libm() {
+        for i in 0..20_000u32 {
+            let x = -f64::from(i) * 0.035; // 0 down to just above -700
+            let want = x.exp();
+            let got = exp_neg(x);
+            assert!(
+                (got - want).abs() <= 1e-14 * want,
+                "exp {x}: {got} vs {want}"
+            );
+        }
+        assert_eq!(exp_neg(0.0), 1.0);
+        assert_eq!(exp_neg(-800.0), 0.0);
+        assert!(exp_neg(f64::NAN).is_nan());
+        for (base, exponent) in [
+            (0.5, 3.0),
+            (1e-4, 0.5),
+            (0.9, 17.25),
+            (1.0, 2.0),
+            (0.3, 0.0),
+        ] {
+            let want = f64::powf(base, exponent);
+            let got = pow_unit(base, exponent);
+            assert!(
+                (got - want).abs() <= 1e-14 * want,
+                "{base}^{exponent}: {got} vs {want}"
             );
         }
     }

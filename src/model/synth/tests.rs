@@ -298,3 +298,223 @@ fn bad_scales_are_rejected() {
     let err = SynthModel::new(tiny(SynthArch::Llama), "t", &opts).expect_err("nan");
     assert!(err.to_string().contains("scale"));
 }
+
+/// A MoE shape with Qwen3-30B-A3B's or Mixtral's routing (`experts`,
+/// `used`) but a narrow residual stream, so its routers are quick to make.
+fn moe(hidden: u64, experts: u64, used: u64) -> SynthShape {
+    let mut s = SynthShape::custom(SynthArch::Qwen3Moe, [hidden, 2, 4, 2, 64, 512, 512]);
+    s.experts = experts;
+    s.experts_used = used;
+    s.expert_ffn = 32;
+    s
+}
+
+/// Tensor `name`'s values as the file stores them.
+fn values_of(model: &SynthModel, name: &str) -> Vec<f32> {
+    let i = model
+        .tensors
+        .iter()
+        .position(|t| t.name == name)
+        .unwrap_or_else(|| panic!("no tensor {name}"));
+    let t = &model.tensors[i];
+    let mut bytes = Vec::new();
+    model
+        .encode_rows(i, 0..t.n_rows(), &mut bytes)
+        .expect("rows");
+    let mut values = vec![0.0f32; (t.row_len() * t.n_rows()) as usize];
+    reference::dequantize(t.ty, &bytes, &mut values).expect("dequantize");
+    values
+}
+
+/// Each expert's share of the top-k hits of `layer`'s router over `tokens`
+/// Gaussian hidden states, RMS-normed and scaled by the layer's `ffn_norm`
+/// (the router's input), most popular first.
+fn hit_shares(model: &SynthModel, layer: u64, tokens: usize, seed: u64) -> Vec<f64> {
+    use crate::graph::reference::moe::route;
+    let (n, k) = (
+        model.shape.experts as usize,
+        model.shape.experts_used as usize,
+    );
+    let d = model.shape.hidden as usize;
+    let router = values_of(model, &format!("blk.{layer}.ffn_gate_inp.weight"));
+    let norm = values_of(model, &format!("blk.{layer}.ffn_norm.weight"));
+    let mut gen = rng::Pcg32::new(seed, 1);
+    let mut h = vec![0.0f32; d];
+    let mut logits = vec![0.0f32; tokens * n];
+    for row in logits.chunks_exact_mut(n) {
+        rng::fill_normal(&mut gen, 0.0, 1.0, &mut h);
+        let rms = (h.iter().map(|x| x * x).sum::<f32>() / d as f32).sqrt();
+        for (x, g) in h.iter_mut().zip(&norm) {
+            *x *= g / rms;
+        }
+        for (l, w) in row.iter_mut().zip(router.chunks_exact(d)) {
+            *l = w.iter().zip(&h).map(|(a, b)| a * b).sum();
+        }
+    }
+    let mut hits = vec![0u64; n];
+    for r in route(&logits, n, k) {
+        for e in r.experts {
+            hits[e] += 1;
+        }
+    }
+    let total = (tokens * k) as f64;
+    let mut shares: Vec<f64> = hits.iter().map(|&h| h as f64 / total).collect();
+    shares.sort_by(|a, b| b.total_cmp(a));
+    shares
+}
+
+/// The share of the hits of the most popular `frac` of the experts (at least one).
+fn top_share(shares: &[f64], frac: f64) -> f64 {
+    let m = ((shares.len() as f64 * frac).ceil() as usize).max(1);
+    shares[..m].iter().sum()
+}
+
+/// A fresh seed for a statistical test, printed by its assertions.
+fn fresh_seed() -> u64 {
+    use std::time::{SystemTime, UNIX_EPOCH};
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    rng::splitmix64(nanos)
+}
+
+/// A change here changes synthetic files: skew 0 must keep writing the bytes
+/// written before `router_skew` existed (this hash was taken then).
+#[test]
+fn router_skew_zero_writes_the_files_it_wrote_before() {
+    let opts = SynthOptions::new(FileType::Q4_K_M, 11);
+    assert_eq!(opts.router_skew, 0.0);
+    let model = SynthModel::new(tiny(SynthArch::Qwen3Moe), "t", &opts).expect("plan");
+    assert!(model.tensors.iter().all(|t| t.row_scales.is_empty()));
+    assert!(model.metadata.get("hearth.synth.router_skew").is_none());
+    let bytes = write(&model);
+    assert_eq!(
+        (rng::fnv1a(&bytes), bytes.len()),
+        (0x72de_9b00_3c62_cfe1, 1_317_312)
+    );
+}
+
+#[test]
+fn router_skew_changes_only_the_routers_and_is_recorded() {
+    let plain = SynthOptions::new(FileType::Q8_0, 4);
+    let skewed = SynthOptions {
+        router_skew: SUGGESTED_ROUTER_SKEW,
+        ..plain.clone()
+    };
+    let a = SynthModel::new(moe(64, 16, 4), "t", &plain).expect("plan");
+    let b = SynthModel::new(moe(64, 16, 4), "t", &skewed).expect("plan");
+    assert_eq!(types_of(&a), types_of(&b));
+    for (i, t) in a.tensors.iter().enumerate() {
+        let (mut x, mut y) = (Vec::new(), Vec::new());
+        a.encode_rows(i, 0..t.n_rows(), &mut x).expect("rows");
+        b.encode_rows(i, 0..t.n_rows(), &mut y).expect("rows");
+        assert_eq!(
+            x == y,
+            !t.name.ends_with("ffn_gate_inp.weight"),
+            "{}",
+            t.name
+        );
+    }
+    // Each router row is the plain row times its rank's factor.
+    let (x, y) = (
+        values_of(&a, "blk.1.ffn_gate_inp.weight"),
+        values_of(&b, "blk.1.ffn_gate_inp.weight"),
+    );
+    let ranks = router::expert_ranks(4, 1, 16);
+    for (e, (px, py)) in x.chunks_exact(64).zip(y.chunks_exact(64)).enumerate() {
+        let f = router::rank_scale(ranks[e], SUGGESTED_ROUTER_SKEW);
+        for (&p, &q) in px.iter().zip(py) {
+            assert!((p * f - q).abs() <= 1e-6 * p.abs().max(1e-3), "expert {e}");
+        }
+    }
+    assert_eq!(
+        b.metadata.get("hearth.synth.router_skew"),
+        Some(&Value::F32(1.0))
+    );
+    let description = |m: &SynthModel| match m.metadata.get("general.description") {
+        Some(Value::String(s)) => s.clone(),
+        other => panic!("description {other:?}"),
+    };
+    assert!(
+        description(&b).contains("router skew 1"),
+        "{}",
+        description(&b)
+    );
+    assert!(!description(&a).contains("skew"));
+    // Hearth and llama.cpp read past the extra key.
+    let file = pollster::block_on(GgufFile::read(&MemSource::new(write(&b)))).expect("parse");
+    ModelConfig::from_metadata_supported(&file.metadata).expect("config");
+}
+
+#[test]
+fn bad_router_skews_are_rejected() {
+    for (shape, skew, needle) in [
+        (moe(64, 16, 4), -1.0, "--router-skew"),
+        (moe(64, 16, 4), f32::NAN, "--router-skew"),
+        (tiny(SynthArch::Llama), 1.0, "mixture-of-experts"),
+    ] {
+        let opts = SynthOptions {
+            router_skew: skew,
+            ..SynthOptions::new(FileType::Q8_0, 1)
+        };
+        let err = SynthModel::new(shape, "t", &opts).expect_err(needle);
+        assert!(err.to_string().contains(needle), "{err}");
+    }
+}
+
+/// Qwen3-30B-A3B's routing (128 experts, 8 used): at the suggested skew the
+/// top 10% of experts take most of the hits (at most 80% is possible, see
+/// `router`), at skew 0 about their 10%; each layer has its own favourites.
+#[test]
+fn suggested_router_skew_concentrates_qwen3_moe_hits() {
+    let seed = fresh_seed();
+    let plan = |skew| {
+        let opts = SynthOptions {
+            router_skew: skew,
+            ..SynthOptions::new(FileType::Q8_0, seed)
+        };
+        SynthModel::new(moe(256, 128, 8), "t", &opts).expect("plan")
+    };
+    let (flat, skewed) = (plan(0.0), plan(SUGGESTED_ROUTER_SKEW));
+    let tokens = 3000;
+    let top = top_share(&hit_shares(&skewed, 0, tokens, seed), 0.1);
+    let uniform = top_share(&hit_shares(&flat, 0, tokens, seed), 0.1);
+    assert!(top >= 0.6, "seed {seed}: top 10% of experts took {top:.3}");
+    assert!(
+        uniform < 0.2,
+        "seed {seed}: top 10% took {uniform:.3} at skew 0"
+    );
+    let favourites = |layer| {
+        let ranks = router::expert_ranks(seed, layer, 128);
+        let mut top: Vec<usize> = (0..128).filter(|&e| ranks[e] < 13).collect();
+        top.sort_unstable();
+        top
+    };
+    assert_ne!(favourites(0), favourites(1), "seed {seed}");
+}
+
+/// Mixtral's routing (8 experts, 2 used): "10%" is less than one expert, so
+/// the test is that the favourite takes clearly more than its 1/8 (at most
+/// 1/4 is possible) and the top quarter more than its quarter.
+#[test]
+fn suggested_router_skew_skews_mixtral_hits() {
+    let seed = fresh_seed();
+    let plan = |skew| {
+        let opts = SynthOptions {
+            router_skew: skew,
+            ..SynthOptions::new(FileType::Q8_0, seed)
+        };
+        SynthModel::new(moe(1024, 8, 2), "t", &opts).expect("plan")
+    };
+    let tokens = 4000;
+    let skewed = hit_shares(&plan(SUGGESTED_ROUTER_SKEW), 1, tokens, seed);
+    let flat = hit_shares(&plan(0.0), 1, tokens, seed);
+    let (first, quarter) = (skewed[0], top_share(&skewed, 0.25));
+    assert!(first >= 0.2, "seed {seed}: favourite took {first:.3}");
+    assert!(quarter >= 0.4, "seed {seed}: top 2 took {quarter:.3}");
+    assert!(
+        flat[0] < 0.16,
+        "seed {seed}: favourite took {:.3} at skew 0",
+        flat[0]
+    );
+}
