@@ -1,40 +1,18 @@
-//! The expert-store seam: a model with an [`ExpertStore`] that wants the
-//! routes of its MoE layers stops after each layer's routing, hands the
-//! store the step's routes (as the device computed them), and computes
-//! exactly what it computes without a store, prompt and decode steps alike,
-//! fused or not.
+//! The expert-store seam on the CPU: a model whose MoE layers keep their
+//! experts on the host only (llama.cpp's `--cpu-moe`, [`ExpertOffload`])
+//! stops after each such layer's routing, has the expert cache compute
+//! the layer's experts with the same kernels, and gives the logits of the
+//! model without it bit for bit, prompt and decode steps alike, fused or
+//! not, with every layer or the first few on the host.
 
 mod model_support;
 
-use std::sync::{Arc, Mutex};
-
 use hearth::graph::plan::SyncFuture;
-use hearth::graph::KvType;
-use hearth::model::{ForwardModel, LogitsWanted};
-use hearth::moe::{ExpertStore, Routes};
+use hearth::graph::{KvCacheConfig, KvType};
+use hearth::model::offload::ExpertOffload;
+use hearth::model::{ForwardModel, LoadOptions, LogitsWanted};
+use hearth::moe::{ExpertPlacement, ExpertStore, Routes};
 use model_support::*;
-
-/// What a store was asked: `(layer, routes)` per call.
-type Calls = Arc<Mutex<Vec<(usize, Routes)>>>;
-
-/// A store that asks for the routes of the even layers and records them.
-struct Recording {
-    calls: Calls,
-}
-
-impl ExpertStore for Recording {
-    fn needs_routes(&self, layer: usize) -> bool {
-        layer.is_multiple_of(2)
-    }
-
-    fn prepare<'a>(&'a mut self, layer: usize, routes: &'a Routes) -> SyncFuture<'a> {
-        self.calls
-            .lock()
-            .expect("calls")
-            .push((layer, routes.clone()));
-        Box::pin(std::future::ready(Ok(())))
-    }
-}
 
 /// The logits of a 9-token prompt (all rows) and of two decode steps.
 fn run(m: &mut CpuModel) -> Vec<Vec<f32>> {
@@ -50,63 +28,91 @@ fn run(m: &mut CpuModel) -> Vec<Vec<f32>> {
     out
 }
 
+fn bits(v: &[Vec<f32>]) -> Vec<Vec<u32>> {
+    v.iter()
+        .map(|r| r.iter().map(|x| x.to_bits()).collect())
+        .collect()
+}
+
+fn options(experts: Option<ExpertOffload>) -> LoadOptions {
+    LoadOptions {
+        experts,
+        ..LoadOptions::new(KvCacheConfig {
+            num_blocks: 8,
+            block_size: BLOCK,
+            dtype: KvType::F16,
+        })
+    }
+}
+
 #[test]
-fn a_store_sees_every_routed_layer_and_changes_nothing() {
+fn experts_on_the_host_give_the_models_logits() {
     for name in ["qwen3moe-Q4_K_M", "mixtral-Q4_0"] {
+        let path = synthetic_model(name);
+        let mut plain = load_with(&path, &options(None), 2);
+        let n_layer = plain.config().n_layer;
         for fused in [true, false] {
-            let mut m = load(&synthetic_model(name), KvType::F16, false, 2, 8);
-            m.set_fusion(fused);
-            let without = run(&mut m);
-            let calls = Calls::default();
-            m.set_expert_store(Some(Box::new(Recording {
-                calls: calls.clone(),
-            })));
-            let with = run(&mut m);
-            let bits = |v: &[Vec<f32>]| -> Vec<Vec<u32>> {
-                v.iter()
-                    .map(|r| r.iter().map(|x| x.to_bits()).collect())
-                    .collect()
-            };
-            assert_eq!(bits(&with), bits(&without), "{name} fused {fused}");
-            let calls = calls.lock().expect("calls");
-            let cfg = m.config();
-            let (n_layer, n_expert, k) = (cfg.n_layer, cfg.n_expert, cfg.n_expert_used);
-            let even: Vec<usize> = (0..n_layer).step_by(2).collect();
-            // Three steps, each stopping at every even layer, in order.
-            let layers: Vec<usize> = calls.iter().map(|(l, _)| *l).collect();
-            assert_eq!(
-                layers,
-                [even.clone(), even.clone(), even].concat(),
-                "{name}"
-            );
-            for (i, (layer, r)) in calls.iter().enumerate() {
-                let tokens = if i < n_layer.div_ceil(2) { 9 } else { 1 };
-                assert_eq!((r.k, r.tokens()), (k, tokens), "{name} layer {layer}");
-                for (ids, w) in r.ids.chunks(k).zip(r.weights.chunks(k)) {
-                    let mut distinct = ids.to_vec();
-                    distinct.dedup();
-                    assert!(ids.iter().all(|&e| (e as usize) < n_expert), "{ids:?}");
-                    assert_eq!(distinct.len(), k, "{name}: a token routed twice: {ids:?}");
-                    let sum: f32 = w.iter().sum();
-                    assert!((sum - 1.0).abs() < 1e-5, "{name}: weights {w:?}");
-                    assert!(w.windows(2).all(|p| p[0] >= p[1]), "{name}: not best first");
-                }
-                assert!(!r.experts().is_empty());
+            plain.set_fusion(fused);
+            let without = run(&mut plain);
+            for host_layers in [usize::MAX, 1] {
+                let offload = ExpertOffload {
+                    host_layers,
+                    ..ExpertOffload::with_slot_bytes(0)
+                };
+                let mut m = load_with(&path, &options(Some(offload)), 2);
+                m.set_fusion(fused);
+                let on_host = host_layers.min(n_layer);
+                let placements: Vec<ExpertPlacement> =
+                    (0..n_layer).map(|l| m.expert_placement(l)).collect();
+                assert_eq!(
+                    placements
+                        .iter()
+                        .filter(|&&p| p == ExpertPlacement::Host)
+                        .count(),
+                    on_host,
+                    "{name}: {placements:?}"
+                );
+                let with = run(&mut m);
+                assert_eq!(
+                    bits(&with),
+                    bits(&without),
+                    "{name} fused {fused} host {host_layers}"
+                );
+                let stats = m.expert_stats().expect("the cache keeps count");
+                let cfg = m.config();
+                // Three steps of 9, 1 and 1 tokens; each token's k experts
+                // in every host layer, some shared within the prompt.
+                assert_eq!((stats.steps, stats.tokens), (3, 11), "{name}");
+                let most = (11 * cfg.n_expert_used * on_host) as u64;
+                let least = (3 * cfg.n_expert_used * on_host) as u64;
+                assert!(
+                    (least..=most).contains(&stats.host_experts),
+                    "{name}: {stats}"
+                );
+                assert_eq!(
+                    stats.hits + stats.misses + stats.copies,
+                    0,
+                    "{name}: {stats}"
+                );
             }
         }
     }
 }
 
-/// A store that asks for nothing leaves the plans without stops.
+/// A store that keeps every expert on the device leaves the plans without
+/// stops.
 #[test]
-fn a_store_that_needs_no_routes_is_never_called() {
+fn a_store_that_keeps_the_experts_on_the_device_is_never_called() {
     struct Resident;
     impl ExpertStore for Resident {
-        fn needs_routes(&self, _: usize) -> bool {
-            false
+        fn placement(&self, _: usize) -> ExpertPlacement {
+            ExpertPlacement::Device
         }
-        fn prepare<'a>(&'a mut self, layer: usize, _: &'a Routes) -> SyncFuture<'a> {
+        fn prepare(&mut self, layer: usize, _: Routes, _: Vec<f32>) -> SyncFuture<'_> {
             panic!("prepare called for layer {layer}");
+        }
+        fn host_part(&mut self, layer: usize) -> SyncFuture<'_> {
+            panic!("host_part called for layer {layer}");
         }
     }
     let mut m = load(

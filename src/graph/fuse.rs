@@ -550,11 +550,13 @@ mod tests {
         p.syncs.push(crate::graph::plan::SyncPoint {
             before: 2,
             read: vec![0],
+            write: Vec::new(),
             kind: SyncKind::MoeRoutes { layer: 0 },
         });
         p.syncs.push(crate::graph::plan::SyncPoint {
             before: plain.steps.len(),
             read: vec![0],
+            write: vec![0],
             kind: SyncKind::MoeRoutes { layer: 1 },
         });
         fuse(&mut p, &|_| true);

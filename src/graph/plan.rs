@@ -13,6 +13,7 @@
 //! result), stopping at the plan's sync points ([`SyncPoint`]) where the
 //! host must read something mid-step.
 
+use std::borrow::Cow;
 use std::future::Future;
 use std::pin::Pin;
 
@@ -108,10 +109,19 @@ pub struct ActBuf {
 /// Why a plan stops for the host mid-step.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SyncKind {
-    /// The routes of MoE layer `layer` ([`Op::MoeTopK`]'s ids and weights)
-    /// are read back, so that the expert store can make the routed experts
-    /// resident before the layer's experts run.
+    /// The routes of MoE layer `layer` ([`Op::MoeTopK`]'s ids and weights,
+    /// and the layer's FFN input when the host computes experts) are read
+    /// back, so that the expert store can make the routed experts resident
+    /// before the layer's experts run; the host may rewrite the ids (to
+    /// the device slots that hold the experts).
     MoeRoutes {
+        /// The layer.
+        layer: usize,
+    },
+    /// MoE layer `layer`'s experts are submitted to the device; the host
+    /// writes its share of the layer's output (the experts it computed
+    /// itself, zeros when none) while they run.
+    MoeHostPart {
         /// The layer.
         layer: usize,
     },
@@ -119,15 +129,47 @@ pub enum SyncKind {
 
 /// A point where a plan stops for the host: the steps before `before` are
 /// submitted, the buffers `read` read back and handed to the host
-/// ([`HostSync`]), then the rest runs.
+/// ([`HostSync`]), the host's writes into `write` (and the model's weights)
+/// made, then the rest runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SyncPoint {
     /// The first step after the stop.
     pub before: usize,
     /// Activation buffers read back, in order.
     pub read: Vec<usize>,
+    /// Activation buffers the host may write, in order
+    /// ([`HostWrite::Act`]'s `index` is a position in this list).
+    pub write: Vec<usize>,
     /// What the host does with them.
     pub kind: SyncKind,
+}
+
+/// What the host writes at a sync point before the rest of the plan runs,
+/// in order (a backend's queue keeps that order against the steps
+/// submitted before and after).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HostWrite<'a> {
+    /// `bytes` at the start of the sync point's `write[index]` buffer.
+    Act {
+        /// Position in [`SyncPoint::write`].
+        index: usize,
+        /// The bytes.
+        bytes: Cow<'a, [u8]>,
+    },
+    /// Whole rows `first_row..` of the model's weight buffer `weight` (as
+    /// the GGUF file stores them; [`Backend::upload_weight_rows`]).
+    WeightRows {
+        /// The weight buffer ([`BufId::Weight`]).
+        weight: usize,
+        /// Its type.
+        ty: crate::quant::GgmlType,
+        /// Values per row.
+        cols: usize,
+        /// The first row written.
+        first_row: usize,
+        /// The rows.
+        bytes: Cow<'a, [u8]>,
+    },
 }
 
 /// The ops of one forward pass.
@@ -172,18 +214,21 @@ impl Plan {
         });
     }
 
-    /// Stops after the steps so far to read `read` back for the host.
-    pub fn sync(&mut self, read: &[BufId], kind: SyncKind) {
-        let read = read
-            .iter()
-            .filter_map(|b| match *b {
-                BufId::Act(i) => Some(i),
-                _ => None,
-            })
-            .collect();
+    /// Stops after the steps so far to read `read` back for the host,
+    /// which may then write `write`.
+    pub fn sync(&mut self, read: &[BufId], write: &[BufId], kind: SyncKind) {
+        let acts = |bufs: &[BufId]| {
+            bufs.iter()
+                .filter_map(|b| match *b {
+                    BufId::Act(i) => Some(i),
+                    _ => None,
+                })
+                .collect()
+        };
         self.syncs.push(SyncPoint {
             before: self.steps.len(),
-            read,
+            read: acts(read),
+            write: acts(write),
             kind,
         });
     }
@@ -258,7 +303,7 @@ impl Plan {
         }
         let bad_sync = self.syncs.iter().enumerate().find(|(i, s)| {
             s.before > self.steps.len()
-                || s.read.iter().any(|&r| r >= self.acts.len())
+                || s.read.iter().chain(&s.write).any(|&r| r >= self.acts.len())
                 || (*i > 0 && self.syncs[i - 1].before > s.before)
         });
         if let Some((_, s)) = bad_sync {
@@ -316,14 +361,16 @@ pub struct Held<'a, Buf> {
     pub kv: &'a [[Buf; 2]],
 }
 
-/// The future of [`HostSync::at_sync`] (not `Send`: browser GPU handles
-/// are not).
-pub type SyncFuture<'a> = Pin<Box<dyn Future<Output = Result<(), BackendError>> + 'a>>;
+/// The future of [`HostSync::at_sync`]: what the host writes before the
+/// rest of the plan runs (not `Send`: browser GPU handles are not).
+pub type SyncFuture<'a> =
+    Pin<Box<dyn Future<Output = Result<Vec<HostWrite<'a>>, BackendError>> + 'a>>;
 
 /// What the host does at a plan's sync points.
 pub trait HostSync {
     /// Acts on the buffers read back at `point` (`data[i]`: the bytes of
-    /// `point.read[i]`) before the rest of the plan runs.
+    /// `point.read[i]`) before the rest of the plan runs, and says what to
+    /// write first.
     fn at_sync<'a>(&'a mut self, point: &'a SyncPoint, data: Vec<Vec<u8>>) -> SyncFuture<'a>;
 }
 
@@ -372,7 +419,8 @@ pub async fn execute<B: Backend>(
     for (i, s) in plan.steps.iter().enumerate() {
         while let Some(point) = syncs.next_if(|p| p.before == i) {
             let data = read_back(backend, point, &acts, &sizes).await?;
-            host.at_sync(point, data).await?;
+            let writes = host.at_sync(point, data).await?;
+            apply_writes(&*backend, point, &writes, &acts, held.weights)?;
         }
         let inputs: Vec<&B::Buffer> = s.inputs.iter().map(get).collect();
         let outputs: Vec<&B::Buffer> = s.outputs.iter().map(get).collect();
@@ -398,14 +446,61 @@ pub async fn execute<B: Backend>(
     }
 }
 
+/// Makes the host's `writes` at `point` into the step's `acts` and the
+/// model's `weights`.
+pub fn apply_writes<B: Backend>(
+    backend: &B,
+    point: &SyncPoint,
+    writes: &[HostWrite<'_>],
+    acts: &[B::Buffer],
+    weights: &[B::Buffer],
+) -> Result<(), BackendError> {
+    for w in writes {
+        match w {
+            HostWrite::Act { index, bytes } => {
+                let buf = point
+                    .write
+                    .get(*index)
+                    .and_then(|&a| acts.get(a))
+                    .ok_or_else(|| {
+                        BackendError::Shape(format!(
+                            "the host writes buffer {index} of {point:?}, which it does not list"
+                        ))
+                    })?;
+                backend.upload(buf, 0, bytes)?;
+            }
+            HostWrite::WeightRows {
+                weight,
+                ty,
+                cols,
+                first_row,
+                bytes,
+            } => {
+                let buf = weights.get(*weight).ok_or_else(|| {
+                    BackendError::Shape(format!(
+                        "the host writes weight {weight}, which the model does not hold"
+                    ))
+                })?;
+                backend.upload_weight_rows(buf, *ty, *cols, *first_row, bytes)?;
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Submits what was recorded and reads back the buffers of `point`
-/// (`sizes`: the plan's activation sizes).
+/// (`sizes`: the plan's activation sizes); with nothing to read, only
+/// submits, so the device works while the host does.
 async fn read_back<B: Backend>(
     backend: &mut B,
     point: &SyncPoint,
     acts: &[B::Buffer],
     sizes: &[u64],
 ) -> Result<Vec<Vec<u8>>, BackendError> {
+    if point.read.is_empty() {
+        backend.submit()?;
+        return Ok(Vec::new());
+    }
     let mut data = Vec::with_capacity(point.read.len());
     for (j, &r) in point.read.iter().enumerate() {
         let (buf, len) = (&acts[r], sizes[r]);

@@ -123,20 +123,34 @@ impl<B: Backend> Model<B> {
     }
 
     /// Gives the model an expert store (`None`: every expert on the
-    /// device): plans then stop after the routing of each MoE layer the
-    /// store asks for, and the store prepares the routed experts.
+    /// device): plans then stop after the routing of each MoE layer whose
+    /// experts the store keeps off the device, and the store prepares the
+    /// routed experts.
     ///
-    /// The store's [`ExpertStore::needs_routes`] is asked here, once per
-    /// layer: set the store again when its answers change.
+    /// The store's [`ExpertStore::placement`] is asked here, once per
+    /// layer: set the store again when its answers change. A layer whose
+    /// experts sit in device slots must have been loaded so (its stacked
+    /// weights are the slots: [`crate::model::load::LoadOptions::experts`]).
     pub fn set_expert_store(&mut self, store: Option<Box<dyn ExpertStore>>) {
         self.plan_opts = PlanOptions {
-            moe_routes: match (&store, self.spec.moe) {
-                (Some(s), true) => (0..self.cfg.n_layer).map(|l| s.needs_routes(l)).collect(),
+            experts: match (&store, self.spec.moe) {
+                (Some(s), true) => (0..self.cfg.n_layer).map(|l| s.placement(l)).collect(),
                 _ => Vec::new(),
             },
         };
         self.experts = store;
         self.plans.clear();
+    }
+
+    /// Where layer `layer`'s routed experts are.
+    pub fn expert_placement(&self, layer: usize) -> crate::moe::ExpertPlacement {
+        self.plan_opts.placement(layer)
+    }
+
+    /// What the model's expert store did so far, if it has one that keeps
+    /// count (the expert cache).
+    pub fn expert_stats(&self) -> Option<crate::moe::ExpertStats> {
+        self.experts.as_ref().and_then(|s| s.stats())
     }
 
     /// One forward pass reading back `readout`: the bytes read back (none

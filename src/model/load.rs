@@ -15,6 +15,7 @@ use thiserror::Error;
 
 use half::{bf16, f16};
 
+use crate::backend::cpu::{CpuBackend, CpuBuffer};
 use crate::backend::{Backend, BackendError, BufKind, MemoryNeed};
 use crate::gguf::{ByteSource, GgufModel, TensorStream};
 use crate::graph::plan::BufId;
@@ -24,9 +25,11 @@ use crate::model::arch::{spec_for, ArchSpec};
 use crate::model::generic::Model;
 use crate::model::layout::{Layout, Slot, SlotKind};
 use crate::model::memory::memory_need;
+use crate::model::offload::{plan_offload, ExpertOffload, OffloadPlan};
 use crate::model::plans::{refused_step, unchecked_plan_for, PlanRecipe, Readout};
-use crate::model::weights::ModelWeights;
+use crate::model::weights::{FfnWeights, ModelWeights};
 use crate::model::ModelConfig;
+use crate::moe::{CacheOptions, ExpertCache, HostExperts};
 use crate::quant::GgmlType;
 
 /// Bytes per streamed chunk.
@@ -90,6 +93,11 @@ pub struct LoadOptions {
     /// `max_num_batched_tokens`): the activations' share of the memory a
     /// device is checked for.
     pub max_step_tokens: usize,
+    /// An MoE model's routed experts kept in host memory, with device
+    /// slots for the ones in use (the expert cache, [`crate::moe::ExpertCache`]);
+    /// `None`: every weight on the device. On the CPU backend, whose memory
+    /// is the host's, only [`ExpertOffload::host_layers`] applies.
+    pub experts: Option<ExpertOffload>,
 }
 
 impl LoadOptions {
@@ -100,6 +108,7 @@ impl LoadOptions {
             kv,
             exact_f32: false,
             max_step_tokens: DEFAULT_MAX_STEP_TOKENS,
+            experts: None,
         }
     }
 }
@@ -234,26 +243,52 @@ fn vector_f32(name: &str, ty: GgmlType, n: usize, bytes: &[u8]) -> crate::Result
     })
 }
 
-/// Allocates every slot's buffer on `backend`.
-fn alloc_weights<B: Backend>(backend: &B, slots: &[Slot]) -> crate::Result<Vec<B::Buffer>> {
+/// The bytes of a slot's buffer on `backend`.
+fn slot_bytes<B: Backend>(backend: &B, slot: &Slot) -> u64 {
+    match slot.kind {
+        SlotKind::Matrix { ty, cols, rows } => backend.weight_bytes(ty, cols, rows),
+        SlotKind::Vector { n, .. } => (n * 4) as u64,
+    }
+}
+
+/// Allocates every slot's buffer on `backend` (an empty one for a tensor
+/// that streams to host memory: `on_host`).
+fn alloc_weights<B: Backend>(
+    backend: &B,
+    slots: &[Slot],
+    on_host: &dyn Fn(usize) -> bool,
+) -> crate::Result<Vec<B::Buffer>> {
     let sizes: Vec<u64> = slots
         .iter()
-        .map(|s| match s.kind {
-            SlotKind::Matrix { ty, cols, rows } => backend.weight_bytes(ty, cols, rows),
-            SlotKind::Vector { n, .. } => (n * 4) as u64,
+        .enumerate()
+        .map(|(i, s)| {
+            if on_host(i) {
+                0
+            } else {
+                slot_bytes(backend, s)
+            }
         })
         .collect();
     Ok(backend.alloc_weights(&sizes)?)
 }
 
+/// Tensors that stream to host memory instead of the device: the layout
+/// slot's index and its buffer on the host's backend.
+struct HostTensors<'a> {
+    cpu: &'a CpuBackend,
+    buffers: HashMap<usize, CpuBuffer>,
+}
+
 /// Streams every tensor of `model` the layout needs from `sources` (one
-/// per split) into its buffer, in bounded chunks.
+/// per split) into its buffer, in bounded chunks (those of `host` into
+/// host memory).
 async fn stream_weights<B: Backend, S: ByteSource>(
     backend: &B,
     model: &GgufModel,
     sources: &[S],
     slots: &[Slot],
     buffers: &[B::Buffer],
+    host: Option<&HostTensors<'_>>,
     progress: &mut dyn FnMut(&LoadProgress),
 ) -> crate::Result<()> {
     let by_name: HashMap<&str, usize> = slots
@@ -267,10 +302,20 @@ async fn stream_weights<B: Backend, S: ByteSource>(
         rows_done: 0,
         received: 0,
     };
+    let mut host_filler = host.map(|h| Filler {
+        backend: h.cpu,
+        carry: Vec::new(),
+        rows_done: 0,
+        received: 0,
+    });
     let mut stream = TensorStream::for_model(model, sources, CHUNK_BYTES)?;
     while let Some(chunk) = stream.next().await? {
         if let Some(&i) = by_name.get(chunk.tensor.name.as_str()) {
-            filler.feed(&slots[i], &buffers[i], chunk.data, chunk.last)?;
+            let on_host = host.and_then(|h| h.buffers.get(&i));
+            match (on_host, host_filler.as_mut()) {
+                (Some(buf), Some(f)) => f.feed(&slots[i], buf, chunk.data, chunk.last)?,
+                _ => filler.feed(&slots[i], &buffers[i], chunk.data, chunk.last)?,
+            }
         }
         let p = chunk.progress;
         progress(&LoadProgress {
@@ -315,6 +360,9 @@ pub struct Checked {
     pub weights: ModelWeights,
     /// The memory it needs on the backend checked.
     pub memory: MemoryNeed,
+    /// Where the routed experts go, when [`LoadOptions::experts`] keeps
+    /// some off the device.
+    pub offload: Option<OffloadPlan>,
 }
 
 /// Checks, from the header alone, that `model` loads onto `backend` with
@@ -352,7 +400,20 @@ fn check_layout<B: Backend>(
         .into());
     }
     let mut layout = Layout::new(model, &cfg.arch);
-    let weights = layout.model(&cfg, &spec)?;
+    let mut weights = layout.model(&cfg, &spec)?;
+    let offload = match opts.experts {
+        Some(mut o) if spec.moe => {
+            if backend.caps().backend == CpuBackend::NAME {
+                // Host memory is the device's: only the layers asked to
+                // keep their experts on the host do (as llama.cpp's
+                // `--cpu-moe` on its CPU backend).
+                o.slot_bytes = u64::MAX;
+            }
+            let plan = plan_offload(&mut weights, &mut layout.slots, cfg.n_expert, &o, backend);
+            (!plan.layers.is_empty()).then_some(plan)
+        }
+        _ => None,
+    };
     let src = PlanSource {
         cfg: &cfg,
         spec: &spec,
@@ -361,13 +422,17 @@ fn check_layout<B: Backend>(
         exact: opts.exact_f32,
     };
     check_support(&src, backend, &layout.slots)?;
-    let memory = memory_need(model, &cfg, &opts.kv, opts.max_step_tokens, backend);
+    let mut memory = memory_need(model, &cfg, &opts.kv, opts.max_step_tokens, backend);
+    if let Some(p) = &offload {
+        memory.weights = memory.weights.saturating_sub(p.offloaded_bytes) + p.pool_bytes;
+    }
     backend.check_memory(&memory)?;
     let checked = Checked {
         config: cfg,
         spec,
         weights,
         memory,
+        offload,
     };
     Ok((checked, layout.slots))
 }
@@ -428,10 +493,73 @@ pub async fn load_model<B: Backend, S: ByteSource>(
     progress: &mut dyn FnMut(&LoadProgress),
 ) -> crate::Result<Model<B>> {
     let (checked, slots) = check_layout(model, &backend, opts)?;
-    let buffers = alloc_weights(&backend, &slots)?;
-    stream_weights(&backend, model, sources, &slots, &buffers, progress).await?;
+    let plan = checked.offload.clone().unwrap_or_default();
+    let buffers = alloc_weights(&backend, &slots, &|i| plan.on_host(i))?;
+    let cpu = CpuBackend::new(0);
+    let mut host = HostTensors {
+        cpu: &cpu,
+        buffers: HashMap::new(),
+    };
+    for l in &plan.layers {
+        for &t in &l.tensors {
+            let b = cpu.alloc(slot_bytes(&cpu, &slots[t]), BufKind::Weights)?;
+            host.buffers.insert(t, b);
+        }
+    }
+    let on_host = (!plan.layers.is_empty()).then_some(&host);
+    stream_weights(
+        &backend, model, sources, &slots, &buffers, on_host, progress,
+    )
+    .await?;
+    let mut host_buffers = host.buffers;
     let kv = alloc_kv(&backend, &checked.config, &opts.kv)?;
-    Ok(Model {
+    let cache = if plan.layers.is_empty() {
+        None
+    } else {
+        let mut layers = Vec::with_capacity(plan.layers.len());
+        for l in &plan.layers {
+            let mut take = |t: usize| {
+                host_buffers.remove(&t).ok_or_else(|| {
+                    BackendError::Shape(format!("tensor '{}' is not in host memory", slots[t].name))
+                })
+            };
+            let [g, u, d] = l.tensors;
+            layers.push(HostExperts {
+                layer: l.layer,
+                placement: l.placement,
+                pool: l.pool,
+                weights: [take(g)?, take(u)?, take(d)?],
+                tys: l.tys,
+                n_expert: l.n_expert,
+            });
+        }
+        let cfg = &checked.config;
+        let offload = opts.experts.unwrap_or(ExpertOffload::with_slot_bytes(0));
+        let cache_opts = CacheOptions {
+            policy: offload.policy,
+            host_tokens: offload.host_tokens,
+            k: cfg.n_expert_used,
+            n_embd: cfg.n_embd,
+            n_ff: checked
+                .weights
+                .layers
+                .iter()
+                .find_map(|l| match l.ffn {
+                    FfnWeights::Moe { n_ff, .. } => Some(n_ff),
+                    FfnWeights::Dense { .. } => None,
+                })
+                .unwrap_or(cfg.n_ff),
+            act: checked.spec.act,
+            exact: opts.exact_f32,
+        };
+        Some(ExpertCache::new(
+            cpu,
+            plan.pools.clone(),
+            layers,
+            cache_opts,
+        )?)
+    };
+    let mut m = Model {
         spec: checked.spec,
         backend,
         exact: opts.exact_f32,
@@ -444,5 +572,9 @@ pub async fn load_model<B: Backend, S: ByteSource>(
         experts: None,
         plans: Default::default(),
         plan_opts: PlanOptions::default(),
-    })
+    };
+    if let Some(cache) = cache {
+        m.set_expert_store(Some(Box::new(cache)));
+    }
+    Ok(m)
 }

@@ -10,6 +10,7 @@ pub mod generic;
 pub mod layout;
 pub mod load;
 pub mod memory;
+pub mod offload;
 pub mod plans;
 pub mod quantize;
 pub mod synth;

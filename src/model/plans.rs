@@ -132,16 +132,28 @@ pub(crate) struct StoreSync<'a> {
 impl HostSync for StoreSync<'_> {
     fn at_sync<'a>(&'a mut self, point: &'a SyncPoint, data: Vec<Vec<u8>>) -> SyncFuture<'a> {
         let k = self.k;
-        let store = self.store.as_deref_mut();
-        Box::pin(async move {
-            let SyncKind::MoeRoutes { layer } = point.kind;
-            let (Some(store), [ids, weights]) = (store, data.as_slice()) else {
-                return Err(BackendError::Shape(format!(
-                    "the plan stops at {point:?} without an expert store or its two buffers"
-                )));
-            };
-            let routes = Routes::from_bytes(k, ids, weights)?;
-            store.prepare(layer, &routes).await
-        })
+        let Some(store) = self.store.as_deref_mut() else {
+            let e = BackendError::Shape(format!(
+                "the plan stops at {point:?} without an expert store"
+            ));
+            return Box::pin(std::future::ready(Err(e)));
+        };
+        match (point.kind, data.as_slice()) {
+            (SyncKind::MoeRoutes { layer }, [ids, weights, input]) => {
+                let routes = match Routes::from_bytes(k, ids, weights) {
+                    Ok(r) => r,
+                    Err(e) => return Box::pin(std::future::ready(Err(e))),
+                };
+                store.prepare(layer, routes, bytemuck::pod_collect_to_vec(input))
+            }
+            (SyncKind::MoeHostPart { layer }, []) => store.host_part(layer),
+            _ => {
+                let e = BackendError::Shape(format!(
+                    "the plan stops at {point:?} with {} buffers read back",
+                    data.len()
+                ));
+                Box::pin(std::future::ready(Err(e)))
+            }
+        }
     }
 }

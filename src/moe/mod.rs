@@ -14,11 +14,18 @@
 //! they are not all on the device: a plan then stops after each MoE layer's
 //! routing ([`crate::graph::plan::SyncKind::MoeRoutes`]) and the store makes
 //! the routed experts resident before the layer's experts run.
+//! [`ExpertCache`] ([`cache`]) is the store every build uses: routed
+//! experts in host memory, pools of device slots kept by a [`Policy`]
+//! ([`policy`]), the misses copied or computed on the host.
 //!
 //! [`Op::MoeTopK`]: crate::graph::Op::MoeTopK
 //! [`Op::MoeExperts`]: crate::graph::Op::MoeExperts
 
+pub mod cache;
+pub mod policy;
 pub mod store;
 
 pub use crate::graph::reference::moe::{group_by_expert, route, ExpertBatch, TokenRoute};
-pub use store::{ExpertStore, Routes};
+pub use cache::{CacheOptions, ExpertCache, ExpertStats, HostExperts, PoolSpec};
+pub use policy::Policy;
+pub use store::{ExpertPlacement, ExpertStore, Routes};

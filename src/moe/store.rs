@@ -3,6 +3,8 @@
 //! step ([`Routes`]) as what crosses it.
 
 use crate::backend::BackendError;
+#[cfg(doc)]
+use crate::graph::plan::HostWrite;
 use crate::graph::plan::SyncFuture;
 
 /// The routes of one MoE layer for one step, as [`crate::graph::Op::MoeTopK`]
@@ -61,21 +63,55 @@ pub trait MaybeSend {}
 #[cfg(target_arch = "wasm32")]
 impl<T> MaybeSend for T {}
 
-/// Where a model's routed experts live, and how the ones a step routes to
-/// get onto its device: the expert cache implements this.
-///
-/// A model given a store asks it once, layer by layer, which MoE layers
-/// may have experts off the device ([`ExpertStore::needs_routes`]); its
-/// plans then stop after each such layer's routing, and the store's
-/// [`ExpertStore::prepare`] sees the step's routes before the layer's
-/// experts run (a copy into a device slot, a read from host memory or a
-/// file, a note of what to prefetch for the next step).
-pub trait ExpertStore: MaybeSend {
-    /// Whether `layer`'s routed experts may be off the device, so that a
-    /// step must stop after its routing for [`ExpertStore::prepare`].
-    fn needs_routes(&self, layer: usize) -> bool;
+/// Where one MoE layer's routed experts are for a step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExpertPlacement {
+    /// All of them on the device, in the model's stacked weights: the
+    /// step does not stop.
+    Device,
+    /// In a pool of device slots: the layer's stacked weights hold the
+    /// pool's experts, not the model's. The step stops after the layer's
+    /// routing ([`ExpertStore::prepare`]: fill slots, rewrite the ids to
+    /// slots) and again once the device runs the resident experts
+    /// ([`ExpertStore::host_part`]: the store's share of the output, from
+    /// the experts it computes where they live).
+    Slots,
+    /// On the host only: the store computes every routed expert
+    /// (llama.cpp's `--cpu-moe`); the device runs none.
+    Host,
+}
 
-    /// Makes the experts of `routes` resident for `layer` before its
-    /// experts run in this step.
-    fn prepare<'a>(&'a mut self, layer: usize, routes: &'a Routes) -> SyncFuture<'a>;
+/// Where a model's routed experts live, and how the ones a step routes to
+/// get onto its device: the expert cache ([`super::ExpertCache`])
+/// implements this.
+///
+/// A model given a store asks it once, layer by layer, where its experts
+/// are ([`ExpertStore::placement`]); the plans of a layer off the device
+/// stop after its routing, where [`ExpertStore::prepare`] sees the step's
+/// routes and the layer's FFN input and says what to write before the
+/// experts run (expert rows into device slots, the ids rewritten to
+/// slots), and once the device runs them, where
+/// [`ExpertStore::host_part`] adds what the store computed itself.
+pub trait ExpertStore: MaybeSend {
+    /// Where `layer`'s routed experts are.
+    fn placement(&self, layer: usize) -> ExpertPlacement;
+
+    /// Called after `layer`'s routing with its `routes` and FFN `input`
+    /// (`[tokens, n_embd]`): the writes that make the experts the device
+    /// runs resident. [`HostWrite::Act`] index 0 is the ids buffer
+    /// (`[tokens, k]` u32; an id at or past the layer's slots is left to
+    /// the host); a [`HostWrite::WeightRows`] fills a slot.
+    fn prepare(&mut self, layer: usize, routes: Routes, input: Vec<f32>) -> SyncFuture<'_>;
+
+    /// Called once the device runs `layer`'s resident experts (while it
+    /// does): the store's share of the layer's output, the weighted sum of
+    /// the experts it left to the host, as [`HostWrite::Act`] index 0
+    /// (`[tokens, n_embd]` f32, zeros when none; for a
+    /// [`ExpertPlacement::Host`] layer, the whole output).
+    fn host_part(&mut self, layer: usize) -> SyncFuture<'_>;
+
+    /// What the store did so far, if it keeps count.
+    fn stats(&self) -> Option<super::ExpertStats> {
+        None
+    }
 }

@@ -152,7 +152,6 @@ pub fn load(
     threads: usize,
     num_blocks: usize,
 ) -> CpuModel {
-    let (model, sources) = open_model(path).expect("open model");
     let opts = LoadOptions {
         exact_f32: exact,
         ..LoadOptions::new(KvCacheConfig {
@@ -161,9 +160,15 @@ pub fn load(
             dtype,
         })
     };
+    load_with(path, &opts, threads)
+}
+
+/// [`load`] with `opts`, checking the progress reported.
+pub fn load_with(path: &Path, opts: &LoadOptions, threads: usize) -> CpuModel {
+    let (model, sources) = open_model(path).expect("open model");
     let mut last = None;
     let backend = cpu_backend(threads);
-    let m = pollster::block_on(load_model(backend, &model, &sources, &opts, &mut |p| {
+    let m = pollster::block_on(load_model(backend, &model, &sources, opts, &mut |p| {
         last = Some(*p)
     }))
     .unwrap_or_else(|e| panic!("load {}: {e}", path.display()));

@@ -62,19 +62,24 @@ pub fn load_gpu_with(
     num_blocks: usize,
     gpu_opts: &GpuOptions,
 ) -> Option<GpuModel> {
-    gpu()?;
-    let (model, sources) = open_model(path).expect("open model");
     let opts = LoadOptions::new(KvCacheConfig {
         num_blocks,
         block_size: BLOCK,
         dtype,
     });
+    load_gpu_opts(path, &opts, gpu_opts)
+}
+
+/// [`load_gpu`] with load options `opts` and device options `gpu_opts`.
+pub fn load_gpu_opts(path: &Path, opts: &LoadOptions, gpu_opts: &GpuOptions) -> Option<GpuModel> {
+    gpu()?;
+    let (model, sources) = open_model(path).expect("open model");
     let mut last = None;
     let m = pollster::block_on(async {
         let ctx = GpuContext::new(gpu_opts)
             .await
             .map_err(hearth::backend::BackendError::from)?;
-        load_model(WebGpuBackend::new(ctx), &model, &sources, &opts, &mut |p| {
+        load_model(WebGpuBackend::new(ctx), &model, &sources, opts, &mut |p| {
             last = Some(*p)
         })
         .await

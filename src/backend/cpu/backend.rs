@@ -54,6 +54,37 @@ pub struct CpuBackend {
 }
 
 impl CpuBackend {
+    /// The backend's name in [`Caps::backend`].
+    pub const NAME: &'static str = "CPU";
+
+    /// Rows `rows` of the weight buffer `buf` (rows of `cols` values of
+    /// `ty`) as the GGUF file stores them, whatever layout the kernels keep
+    /// them in: what the expert cache copies from host memory into a
+    /// device slot.
+    pub fn weight_rows(
+        &self,
+        buf: &CpuBuffer,
+        ty: GgmlType,
+        cols: usize,
+        rows: Range<usize>,
+    ) -> Result<Vec<u8>, BackendError> {
+        let w = buf.weight(&self.table, ty, cols)?;
+        if rows.end > w.rows {
+            return Err(BackendError::OutOfBounds {
+                range: rows.start as u64..rows.end as u64,
+                len: w.rows as u64,
+            });
+        }
+        let row_bytes = cols / ty.block_elems().max(1) * ty.block_bytes();
+        let mut out = Vec::with_capacity(rows.len() * row_bytes);
+        for r in rows {
+            out.extend_from_slice(&w.row(r));
+        }
+        Ok(out)
+    }
+}
+
+impl CpuBackend {
     /// A backend on `threads` threads (0 = all cores), with the default
     /// [`CpuOptions`].
     pub fn new(threads: usize) -> Self {
@@ -65,7 +96,7 @@ impl CpuBackend {
         let threads = Threads::with_pool(opts.threads, opts.pool);
         let table = KernelTable::for_isa_or_best(opts.isa);
         let caps = Caps {
-            backend: "CPU",
+            backend: Self::NAME,
             name: format!("cpu {:?} x{}", table.isa(), threads.count()).to_lowercase(),
             max_buffer_bytes: isize::MAX as u64,
             f16: false,

@@ -7,7 +7,7 @@
 use super::backend::{nth, CpuBackend, CpuBuffer};
 use super::matmul::{matmul, Weight};
 use crate::backend::{BackendError, OpIo};
-use crate::graph::reference::moe::{group_by_expert, route, TokenRoute};
+use crate::graph::reference::moe::{route, TokenRoute};
 use crate::graph::{Activation, Op};
 
 fn unsupported(op: &Op) -> BackendError {
@@ -121,8 +121,11 @@ struct Experts<'a> {
 impl Experts<'_> {
     /// The MoE FFN of all rows already routed (`routes[r]`: row r's
     /// experts): each used expert runs once on the rows routed to it, in
-    /// expert order, and its weighted outputs are summed into `out`
-    /// (`[rows, n_embd]`, zeroed by the caller).
+    /// expert order; then each row sums its experts' weighted outputs in
+    /// its route's order (as ggml and the GPU backends do), so the sum does
+    /// not depend on where the experts sit among the stacked weights (the
+    /// expert cache's device slots). Ids past `n_expert` are left out
+    /// (experts computed elsewhere). `out` is `[rows, n_embd]`, overwritten.
     fn apply(
         &self,
         routes: &[TokenRoute],
@@ -131,21 +134,41 @@ impl Experts<'_> {
         out: &mut [f32],
     ) -> Result<(), BackendError> {
         let width = self.n_embd;
-        for (e, g) in group_by_expert(routes, n_expert).iter().enumerate() {
-            if g.rows.is_empty() {
+        let k = routes.first().map_or(0, |r| r.experts.len());
+        // The (row, position in its route) pairs of each expert.
+        let mut groups: Vec<Vec<(usize, usize)>> = vec![Vec::new(); n_expert];
+        for (r, route) in routes.iter().enumerate() {
+            for (j, &e) in route.experts.iter().enumerate() {
+                if let Some(g) = groups.get_mut(e) {
+                    g.push((r, j));
+                }
+            }
+        }
+        let mut parts = vec![0.0f32; routes.len() * k * width];
+        for (e, g) in groups.iter().enumerate() {
+            if g.is_empty() {
                 continue;
             }
-            let mut xe = Vec::with_capacity(g.rows.len() * width);
-            for &r in &g.rows {
+            let mut xe = Vec::with_capacity(g.len() * width);
+            for &(r, _) in g {
                 xe.extend_from_slice(&x[r * width..(r + 1) * width]);
             }
             let mut ye = vec![0.0f32; xe.len()];
             self.run_expert(e, &xe, &mut ye)?;
-            for (i, (&r, &w)) in g.rows.iter().zip(&g.weights).enumerate() {
-                for (o, &v) in out[r * width..(r + 1) * width]
-                    .iter_mut()
-                    .zip(&ye[i * width..])
-                {
+            for (i, &(r, j)) in g.iter().enumerate() {
+                let at = (r * k + j) * width;
+                parts[at..at + width].copy_from_slice(&ye[i * width..(i + 1) * width]);
+            }
+        }
+        for (r, route) in routes.iter().enumerate() {
+            let o = &mut out[r * width..(r + 1) * width];
+            o.fill(0.0);
+            for (j, (&e, &w)) in route.experts.iter().zip(&route.weights).enumerate() {
+                if e >= n_expert {
+                    continue;
+                }
+                let at = (r * k + j) * width;
+                for (o, &v) in o.iter_mut().zip(&parts[at..at + width]) {
                     *o += w * v;
                 }
             }

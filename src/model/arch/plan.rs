@@ -15,6 +15,7 @@ use crate::model::arch::ArchSpec;
 use crate::model::generic::Model;
 use crate::model::weights::{FfnWeights, LayerWeights, ModelWeights, WeightInfo};
 use crate::model::{Batch, LogitsWanted, ModelConfig};
+use crate::moe::ExpertPlacement;
 use crate::quant::GgmlType;
 
 /// What a plan is built from: the model's shapes and weights.
@@ -83,6 +84,9 @@ struct Bufs {
     router: BufId,
     ids: BufId,
     wts: BufId,
+    /// The host's share of an MoE layer's output `[tokens, n_embd]` (the
+    /// experts it computes; empty without device slots).
+    part: BufId,
     pos: BufId,
     slots: BufId,
     seqs: BufId,
@@ -93,16 +97,24 @@ struct Bufs {
 /// step ([`SyncKind`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PlanOptions {
-    /// The layers whose MoE routing the host wants before their experts
-    /// run ([`SyncKind::MoeRoutes`]), indexed by layer; a layer past the
-    /// end is not stopped after.
-    pub moe_routes: Vec<bool>,
+    /// Where each MoE layer's routed experts are, indexed by layer
+    /// ([`crate::moe::ExpertStore::placement`]); a layer past the end has
+    /// them all on the device.
+    pub experts: Vec<ExpertPlacement>,
 }
 
 impl PlanOptions {
-    /// Whether the step stops after layer `il`'s routing.
-    pub fn routes_of(&self, il: usize) -> bool {
-        self.moe_routes.get(il).copied().unwrap_or(false)
+    /// Where layer `il`'s routed experts are.
+    pub fn placement(&self, il: usize) -> ExpertPlacement {
+        self.experts
+            .get(il)
+            .copied()
+            .unwrap_or(ExpertPlacement::Device)
+    }
+
+    /// Whether some layer's experts sit in device slots.
+    fn has_slots(&self) -> bool {
+        self.experts.contains(&ExpertPlacement::Slots)
     }
 }
 
@@ -114,7 +126,7 @@ pub fn build_template<'a>(
 ) -> Result<Plan, BackendError> {
     let s = src.into();
     let mut p = Plan::default();
-    let bufs = buffers(&s, &mut p, shape.tokens);
+    let bufs = buffers(&s, &mut p, shape.tokens, opts);
     embed(&s, &mut p, &bufs);
     for (il, l) in s.weights.layers.iter().enumerate() {
         attention(&s, &mut p, &bufs, il, l);
@@ -171,7 +183,7 @@ pub fn step_inputs(s: &PlanSource<'_>, batch: &Batch<'_>) -> StepInputs {
 }
 
 /// The step's scratch buffers for `t` tokens, and its inputs.
-fn buffers(s: &PlanSource<'_>, p: &mut Plan, t: usize) -> Bufs {
+fn buffers(s: &PlanSource<'_>, p: &mut Plan, t: usize, opts: &PlanOptions) -> Bufs {
     let c = s.cfg;
     let f32s = |p: &mut Plan, width: usize| p.act(t * width * 4);
     Bufs {
@@ -187,6 +199,7 @@ fn buffers(s: &PlanSource<'_>, p: &mut Plan, t: usize) -> Bufs {
         router: f32s(p, c.n_expert),
         ids: f32s(p, c.n_expert_used),
         wts: f32s(p, c.n_expert_used),
+        part: f32s(p, if opts.has_slots() { c.n_embd } else { 0 }),
         pos: p.input(Input::Positions),
         slots: p.input(Input::Slots),
         seqs: p.input(Input::Seqs),
@@ -323,21 +336,40 @@ fn feed_forward(
             let (logits, ids, wts) = (b.router, b.ids, b.wts);
             matmul(s, p, router, b.h, logits);
             p.push(Op::MoeTopK { n_expert: ne, k }, &[logits], &[ids, wts]);
-            if opts.routes_of(il) {
-                p.sync(&[ids, wts], SyncKind::MoeRoutes { layer: il });
+            let placement = opts.placement(il);
+            let (routes, part) = (
+                SyncKind::MoeRoutes { layer: il },
+                SyncKind::MoeHostPart { layer: il },
+            );
+            match placement {
+                ExpertPlacement::Device => {}
+                ExpertPlacement::Slots => p.sync(&[ids, wts, b.h], &[ids], routes),
+                ExpertPlacement::Host => {
+                    p.sync(&[ids, wts, b.h], &[], routes);
+                    p.sync(&[], &[b.o], part);
+                }
             }
-            let op = Op::MoeExperts {
-                layer: il,
-                n_expert: ne,
-                k,
-                n_embd: s.cfg.n_embd,
-                n_ff: *n_ff,
-                act: s.spec.act,
-                tys: [gate.ty, up.ty, down.ty],
-                exact: s.exact,
-            };
-            let w = |w: &WeightInfo| BufId::Weight(w.id);
-            p.push(op, &[b.h, ids, wts, w(gate), w(up), w(down)], &[b.o]);
+            if placement != ExpertPlacement::Host {
+                // The stacked weights hold the experts on the device: the
+                // model's, or a pool of slots.
+                let held = gate.rows / (*n_ff).max(1);
+                let op = Op::MoeExperts {
+                    layer: il,
+                    n_expert: held,
+                    k,
+                    n_embd: s.cfg.n_embd,
+                    n_ff: *n_ff,
+                    act: s.spec.act,
+                    tys: [gate.ty, up.ty, down.ty],
+                    exact: s.exact,
+                };
+                let w = |w: &WeightInfo| BufId::Weight(w.id);
+                p.push(op, &[b.h, ids, wts, w(gate), w(up), w(down)], &[b.o]);
+            }
+            if placement == ExpertPlacement::Slots {
+                p.sync(&[], &[b.part], part);
+                p.push(Op::Add, &[b.o, b.part], &[b.o]);
+            }
         }
     }
     if let Some(w) = &l.post_ffn_norm {

@@ -1,0 +1,240 @@
+//! Which experts a pool of device slots keeps: the slot table and its
+//! eviction policies ([`Policy`]).
+//!
+//! A pool's slots each hold one expert of one layer. The table maps
+//! `(layer, expert)` to its slot, keeps every expert's use history (also
+//! while it is not resident: an LFU that forgot an expert's count on
+//! eviction would thrash), and names the slot to give up when a new expert
+//! needs one, never one the current layer step still uses.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::str::FromStr;
+
+/// How a full pool picks the expert it gives up for a new one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+pub enum Policy {
+    /// Least recently used: the expert whose last use is oldest.
+    Lru,
+    /// Least frequently used: the expert used least often so far (ties:
+    /// the older last use).
+    Lfu,
+    /// Both at once (LRFU, Lee et al. 2001): each use counts `2^(-age /
+    /// half-life)`, so an expert used often long ago ranks with one used
+    /// once lately; the half-life is the time the pool takes to turn over
+    /// once (its slots over the experts one layer step uses).
+    #[default]
+    Lrfu,
+}
+
+impl Policy {
+    /// Every policy, in the order reports list them.
+    pub const ALL: [Policy; 3] = [Policy::Lru, Policy::Lfu, Policy::Lrfu];
+
+    /// Its name on the command line and in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Policy::Lru => "lru",
+            Policy::Lfu => "lfu",
+            Policy::Lrfu => "lrfu",
+        }
+    }
+}
+
+impl fmt::Display for Policy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Policy {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        Policy::ALL
+            .into_iter()
+            .find(|p| p.name().eq_ignore_ascii_case(s))
+            .ok_or_else(|| format!("unknown expert-cache policy '{s}'; use lru, lfu or lrfu"))
+    }
+}
+
+/// An expert of a layer: `(layer, expert)`.
+pub type ExpertKey = (u32, u32);
+
+/// One expert's use history.
+#[derive(Debug, Clone, Copy, Default)]
+struct Uses {
+    /// Uses so far.
+    count: u64,
+    /// The clock at the last use.
+    last: u64,
+    /// Decayed uses at `last` (LRFU's combined recency-frequency).
+    crf: f64,
+}
+
+/// The slots of one pool and the history its policy reads.
+#[derive(Debug)]
+pub struct SlotTable {
+    policy: Policy,
+    owner: Vec<Option<ExpertKey>>,
+    at: HashMap<ExpertKey, usize>,
+    uses: HashMap<ExpertKey, Uses>,
+    /// Layer steps so far (one tick per [`SlotTable::tick`]).
+    clock: u64,
+    /// LRFU's half-life, in ticks.
+    half_life: f64,
+}
+
+impl SlotTable {
+    /// `slots` empty slots under `policy`; `per_tick`: the experts one
+    /// layer step uses at most (LRFU's half-life is `slots / per_tick`
+    /// ticks, the time the pool takes to turn over).
+    pub fn new(slots: usize, policy: Policy, per_tick: usize) -> Self {
+        Self {
+            policy,
+            owner: vec![None; slots],
+            at: HashMap::new(),
+            uses: HashMap::new(),
+            clock: 0,
+            half_life: (slots as f64 / per_tick.max(1) as f64).max(1.0),
+        }
+    }
+
+    /// Slots in the pool.
+    pub fn len(&self) -> usize {
+        self.owner.len()
+    }
+
+    /// Whether the pool has no slots.
+    pub fn is_empty(&self) -> bool {
+        self.owner.is_empty()
+    }
+
+    /// Starts a layer step: the uses that follow are one tick later than
+    /// the last step's.
+    pub fn tick(&mut self) {
+        self.clock += 1;
+    }
+
+    /// The slot holding `key`, if any.
+    pub fn slot_of(&self, key: ExpertKey) -> Option<usize> {
+        self.at.get(&key).copied()
+    }
+
+    /// Records a use of `key` (resident or not) at this tick.
+    pub fn record_use(&mut self, key: ExpertKey) {
+        let now = self.clock;
+        let half_life = self.half_life;
+        let u = self.uses.entry(key).or_default();
+        u.crf = decayed(u.crf, now - u.last.min(now), half_life) + 1.0;
+        u.count += 1;
+        u.last = now;
+    }
+
+    /// The slot to fill next, never one `pinned` marks: an empty one first,
+    /// else the policy's victim. `None` when every slot is pinned.
+    pub fn victim(&self, pinned: &[bool]) -> Option<usize> {
+        let free = |s: usize| !pinned.get(s).copied().unwrap_or(false);
+        if let Some(s) = (0..self.owner.len()).find(|&s| free(s) && self.owner[s].is_none()) {
+            return Some(s);
+        }
+        let mut best: Option<(usize, (f64, u64))> = None;
+        for (s, key) in self.owner.iter().enumerate() {
+            let Some(key) = key else { continue };
+            if !free(s) {
+                continue;
+            }
+            let rank = self.rank(*key);
+            if best.is_none_or(|(_, b)| rank < b) {
+                best = Some((s, rank));
+            }
+        }
+        best.map(|(s, _)| s)
+    }
+
+    /// Puts `key` in `slot` (giving up whoever held it): the expert it
+    /// evicted, if any.
+    pub fn assign(&mut self, slot: usize, key: ExpertKey) -> Option<ExpertKey> {
+        let old = self.owner.get_mut(slot)?.replace(key);
+        if let Some(old) = old {
+            self.at.remove(&old);
+        }
+        self.at.insert(key, slot);
+        old
+    }
+
+    /// How `key` ranks for keeping (smaller: evicted first).
+    fn rank(&self, key: ExpertKey) -> (f64, u64) {
+        let u = self.uses.get(&key).copied().unwrap_or_default();
+        match self.policy {
+            Policy::Lru => (u.last as f64, 0),
+            Policy::Lfu => (u.count as f64, u.last),
+            Policy::Lrfu => (
+                decayed(u.crf, self.clock - u.last.min(self.clock), self.half_life),
+                u.last,
+            ),
+        }
+    }
+}
+
+/// `v` after `age` ticks of a `half_life`-tick half-life.
+fn decayed(v: f64, age: u64, half_life: f64) -> f64 {
+    v * (-(age as f64) / half_life).exp2()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Fills a table of `slots` with the `uses` given (one tick each) and
+    /// returns the victim after them.
+    fn victim_after(policy: Policy, slots: usize, uses: &[u32]) -> Option<ExpertKey> {
+        let mut t = SlotTable::new(slots, policy, 1);
+        for &e in uses {
+            t.tick();
+            let key = (0, e);
+            t.record_use(key);
+            if t.slot_of(key).is_none() {
+                let s = t.victim(&[]).expect("a slot");
+                t.assign(s, key);
+            }
+        }
+        t.victim(&[]).and_then(|s| t.owner[s])
+    }
+
+    #[test]
+    fn each_policy_gives_up_its_own_victim() {
+        // Expert 1 used three times long ago, 2 and 3 once each lately.
+        let uses = [1, 1, 1, 2, 3];
+        assert_eq!(victim_after(Policy::Lru, 3, &uses), Some((0, 1)));
+        assert_eq!(victim_after(Policy::Lfu, 3, &uses), Some((0, 2)));
+        // Half-life 3 ticks: expert 1's three uses (ages 2..4) weigh 1.53,
+        // expert 2's one use (age 1) 0.79.
+        assert_eq!(victim_after(Policy::Lrfu, 3, &uses), Some((0, 2)));
+        // Long after, the old uses have faded.
+        let uses = [1, 1, 1, 2, 3, 2, 3, 2, 3, 2, 3];
+        assert_eq!(victim_after(Policy::Lrfu, 3, &uses), Some((0, 1)));
+    }
+
+    #[test]
+    fn free_slots_go_first_and_pinned_ones_never() {
+        let mut t = SlotTable::new(3, Policy::Lru, 1);
+        t.record_use((0, 5));
+        assert_eq!(t.victim(&[true, false, false]), Some(1));
+        t.assign(0, (0, 5));
+        t.assign(1, (1, 5));
+        t.assign(2, (2, 5));
+        assert_eq!(t.victim(&[true, true, true]), None);
+        assert_eq!(t.assign(1, (3, 7)), Some((1, 5)));
+        assert_eq!(t.slot_of((1, 5)), None);
+        assert_eq!(t.slot_of((3, 7)), Some(1));
+    }
+
+    #[test]
+    fn policies_parse_by_name() {
+        for p in Policy::ALL {
+            assert_eq!(p.name().parse::<Policy>(), Ok(p));
+        }
+        assert!("mru".parse::<Policy>().is_err());
+    }
+}
