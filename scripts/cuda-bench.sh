@@ -22,6 +22,15 @@
 #       profiles of decode and prefill and logits against the CPU;
 #   bash scripts/cuda-bench.sh device
 #       Hearth alone on the 8B model: bench and logits against the CPU.
+#   bash scripts/cuda-bench.sh moe-synth-start; ... moe
+#       the expert cache beside llama.cpp's --n-cpu-moe on a
+#       Qwen3-30B-A3B-shaped Q4_K_M file (SKEW: --router-skew, 1; embeddings
+#       of std 1, without which a random model's deep layers route every
+#       token to the same few experts, see examples/expert_policies.rs): llama.cpp
+#       with the first NCMOE (28) layers' experts on the CPU, then Hearth
+#       with --gpu-mem set to the device memory llama.cpp used (sampled
+#       with nvidia-smi), every miss copied and one-token misses on the
+#       host; report in moe.txt.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -99,6 +108,60 @@ synth_start() {
   touch "$m.writing"
   setsid bash -c "'$hearth' synth '$m' --shape llama-3.1-8b --type '$ty' --seed 1 >/root/synth.out 2>&1; rm -f '$m.writing'" \
     </dev/null >/dev/null 2>&1 &
+}
+
+# The Qwen3-30B-A3B-shaped file of `moe`, written in the background.
+moe_model() {
+  echo "/root/qwen3-30b-a3b-skew${SKEW:-1}.gguf"
+}
+
+moe_synth_start() {
+  local m
+  m=$(moe_model)
+  [ -s "$m" ] && return
+  touch "$m.writing"
+  setsid bash -c "'$hearth' synth '$m' --shape qwen3-30b-a3b --type Q4_K_M --seed 1 --embd-std 1 --router-skew ${SKEW:-1} >/root/moe-synth.out 2>&1; rm -f '$m.writing'" \
+    </dev/null >/dev/null 2>&1 &
+}
+
+# Runs "$@" with stdout to the terminal, and prints the peak device memory
+# in MiB it used (nvidia-smi every 0.2 s, less what was in use before) to fd 3.
+peak_mib() {
+  local f base pid
+  f=$(mktemp)
+  base=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | head -1)
+  (while :; do nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | head -1 >>"$f"; sleep 0.2; done) &
+  pid=$!
+  "$@"
+  kill "$pid" 2>/dev/null || true
+  echo $(( $(sort -n "$f" | tail -1) - base )) >&3
+}
+
+moe() {
+  mkdir -p "$out"
+  export HEARTH_CUDA_CACHE=/root/hearth-cuda-cache
+  local m ncmoe=${NCMOE:-28} reps=${REPS:-2} bin=/root/llama.cpp/build/bin r mib
+  m=$(moe_model)
+  while [ -e "$m.writing" ]; do sleep 5; done
+  [ -s "$m" ] || { cat /root/moe-synth.out; exit 1; }
+  while [ ! -e /root/build.done ]; do sleep 5; done
+  nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee "$out/moe.txt"
+  ls -la "$m" | tee -a "$out/moe.txt"
+  for r in 1 2; do
+    { peak_mib "$bin/llama-bench" -m "$m" -p 512 -n 128 -ngl 99 -fa 1 -ncmoe "$ncmoe" -r "$reps" 2>&1 \
+        | grep -E '^\|' | tee -a "$out/moe.txt"; } 3>"$out/llama-mib"
+    mib=$(cat "$out/llama-mib")
+    echo "llama.cpp -ncmoe $ncmoe: peak device memory $mib MiB" | tee -a "$out/moe.txt"
+    "$bin/llama-batched-bench" -m "$m" -c 4096 -b 2048 -ub 512 -npp 128 -ntg 128 -npl 4 -ngl 99 -fa on \
+      -ncmoe "$ncmoe" 2>&1 | grep -E '^\|' | tee -a "$out/moe.txt"
+    local ht
+    for ht in 0 1; do
+      { peak_mib "$hearth" bench -m "$m" --backend cuda -p 512 -n 128 --seqs 1,4 -r "$reps" \
+          --gpu-mem "${mib}M" --moe-host-tokens "$ht" 2>&1 | tee -a "$out/moe.txt"; } 3>"$out/hearth-mib"
+      echo "hearth --gpu-mem ${mib}M --moe-host-tokens $ht: peak device memory $(cat "$out/hearth-mib") MiB" \
+        | tee -a "$out/moe.txt"
+    done
+  done
 }
 
 device() {
@@ -181,6 +244,8 @@ case "${1:-}" in
   build) build_only ;;
   synth-start) synth_start ;;
   against) against ;;
+  moe-synth-start) moe_synth_start ;;
+  moe) moe ;;
   sweep) sweep ;;
-  *) echo "usage: $0 prepare|device|build-start|synth-start|against|sweep" >&2; exit 2 ;;
+  *) echo "usage: $0 prepare|device|build-start|synth-start|moe-synth-start|against|moe|sweep" >&2; exit 2 ;;
 esac

@@ -27,6 +27,7 @@ trait ErasedModel {
         batch: &'a Batch<'a>,
         k: usize,
     ) -> Fut<'a, Vec<Vec<(u32, f32)>>>;
+    fn expert_stats(&self) -> Option<crate::moe::ExpertStats>;
     fn as_any_mut(&mut self) -> &mut dyn Any;
     fn as_any(&self) -> &dyn Any;
 }
@@ -54,6 +55,10 @@ impl<B: Backend + 'static> ErasedModel for Model<B> {
         k: usize,
     ) -> Fut<'a, Vec<Vec<(u32, f32)>>> {
         Box::pin(self.run_top_k(batch, k))
+    }
+
+    fn expert_stats(&self) -> Option<crate::moe::ExpertStats> {
+        Model::expert_stats(self)
     }
 
     fn as_any_mut(&mut self) -> &mut dyn Any {
@@ -84,6 +89,11 @@ impl AnyModel {
     /// ([`crate::backend::Caps::name`]).
     pub fn device_name(&self) -> String {
         self.inner.device_name()
+    }
+
+    /// What the model's expert cache did so far, if it has one.
+    pub fn expert_stats(&self) -> Option<crate::moe::ExpertStats> {
+        self.inner.expert_stats()
     }
 
     /// The model, if it runs on backend `B` (for a backend's own settings

@@ -142,6 +142,16 @@ impl<B: Backend> Model<B> {
         self.plans.clear();
     }
 
+    /// Takes the model's expert store out (the model then has every expert
+    /// on the device, as far as its plans know: give a store back before
+    /// running a model loaded with its experts off the device), for a
+    /// caller that wraps it.
+    pub fn take_expert_store(&mut self) -> Option<Box<dyn ExpertStore>> {
+        let store = self.experts.take();
+        self.set_expert_store(None);
+        store
+    }
+
     /// Where layer `layer`'s routed experts are.
     pub fn expert_placement(&self, layer: usize) -> crate::moe::ExpertPlacement {
         self.plan_opts.placement(layer)

@@ -25,7 +25,7 @@ use crate::model::arch::{spec_for, ArchSpec};
 use crate::model::generic::Model;
 use crate::model::layout::{Layout, Slot, SlotKind};
 use crate::model::memory::memory_need;
-use crate::model::offload::{plan_offload, ExpertOffload, OffloadPlan};
+use crate::model::offload::{expert_bytes, plan_offload, ExpertOffload, OffloadPlan};
 use crate::model::plans::{refused_step, unchecked_plan_for, PlanRecipe, Readout};
 use crate::model::weights::{FfnWeights, ModelWeights};
 use crate::model::ModelConfig;
@@ -66,6 +66,16 @@ pub enum LoadError {
         name: String,
         /// Its size.
         bytes: u64,
+    },
+    /// A device budget ([`ExpertOffload::device_bytes`]) below what the
+    /// model needs besides its routed experts.
+    #[error("the model needs {:.2} GiB of device memory besides its routed experts, more than the budget of {:.2} GiB; raise --gpu-mem, or shorten the context (--ctx)", *rest as f64 / (1u64 << 30) as f64, *budget as f64 / (1u64 << 30) as f64)]
+    DeviceBudget {
+        /// Bytes of the weights but the experts, the K/V cache and the
+        /// activations.
+        rest: u64,
+        /// The budget.
+        budget: u64,
     },
     /// The K/V cache configuration is unusable.
     #[error("invalid K/V cache configuration: {0}")]
@@ -408,6 +418,14 @@ fn check_layout<B: Backend>(
                 // keep their experts on the host do (as llama.cpp's
                 // `--cpu-moe` on its CPU backend).
                 o.slot_bytes = u64::MAX;
+            } else if let Some(total) = o.device_bytes {
+                let need = memory_need(model, &cfg, &opts.kv, opts.max_step_tokens, backend);
+                let rest =
+                    need.total() - expert_bytes(&weights, &layout.slots, backend).min(need.total());
+                o.slot_bytes = total.checked_sub(rest).ok_or(LoadError::DeviceBudget {
+                    rest,
+                    budget: total,
+                })?;
             }
             let plan = plan_offload(&mut weights, &mut layout.slots, cfg.n_expert, &o, backend);
             (!plan.layers.is_empty()).then_some(plan)

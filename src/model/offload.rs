@@ -15,6 +15,10 @@ pub struct ExpertOffload {
     /// Device bytes for the slots, all pools together. A layer group whose
     /// experts all fit keeps them on the device, as without offload.
     pub slot_bytes: u64,
+    /// The device memory the whole model may use (`--gpu-mem`): when set,
+    /// the slots get what the rest of the model (its other weights, the
+    /// K/V cache, activations) leaves of it, instead of `slot_bytes`.
+    pub device_bytes: Option<u64>,
     /// The first `host_layers` MoE layers keep their experts on the host
     /// only (llama.cpp's `--n-cpu-moe N`; `usize::MAX`: every layer, its
     /// `--cpu-moe`).
@@ -32,6 +36,7 @@ impl ExpertOffload {
     pub fn with_slot_bytes(slot_bytes: u64) -> Self {
         Self {
             slot_bytes,
+            device_bytes: None,
             host_layers: 0,
             policy: Policy::default(),
             host_tokens: 0,
@@ -76,6 +81,24 @@ impl OffloadPlan {
     pub fn on_host(&self, i: usize) -> bool {
         self.layers.iter().any(|l| l.tensors.contains(&i))
     }
+}
+
+/// Device bytes of the routed experts of every MoE layer of `weights`, as
+/// the layout `slots` give them.
+pub fn expert_bytes<B: Backend>(weights: &ModelWeights, slots: &[Slot], backend: &B) -> u64 {
+    weights
+        .layers
+        .iter()
+        .filter_map(|l| match l.ffn {
+            FfnWeights::Moe { gate, up, down, .. } => Some([gate.id, up.id, down.id]),
+            FfnWeights::Dense { .. } => None,
+        })
+        .flatten()
+        .filter_map(|i| match slots.get(i)?.kind {
+            SlotKind::Matrix { ty, cols, rows } => Some(backend.weight_bytes(ty, cols, rows)),
+            SlotKind::Vector { .. } => None,
+        })
+        .sum()
 }
 
 /// The experts of the MoE layers of `weights` under `offload`: pools

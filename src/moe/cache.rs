@@ -112,6 +112,21 @@ pub struct ExpertStats {
 }
 
 impl ExpertStats {
+    /// What happened since `earlier` (an earlier reading of the same
+    /// cache's stats).
+    pub fn since(&self, earlier: &ExpertStats) -> ExpertStats {
+        ExpertStats {
+            steps: self.steps - earlier.steps.min(self.steps),
+            tokens: self.tokens - earlier.tokens.min(self.tokens),
+            hits: self.hits - earlier.hits.min(self.hits),
+            misses: self.misses - earlier.misses.min(self.misses),
+            copies: self.copies - earlier.copies.min(self.copies),
+            bytes_copied: self.bytes_copied - earlier.bytes_copied.min(self.bytes_copied),
+            host_experts: self.host_experts - earlier.host_experts.min(self.host_experts),
+            host_seconds: (self.host_seconds - earlier.host_seconds).max(0.0),
+        }
+    }
+
     /// Hits over hits and misses (1 when nothing was routed to a pool).
     pub fn hit_rate(&self) -> f64 {
         let n = self.hits + self.misses;
@@ -258,14 +273,8 @@ impl ExpertCache {
         for &e in &routes.ids {
             counts[e as usize] += 1;
         }
-        let used: Vec<usize> = {
-            let mut u: Vec<usize> = (0..n_expert).filter(|&e| counts[e] > 0).collect();
-            // The experts most tokens need get slots first.
-            u.sort_by_key(|&e| std::cmp::Reverse(counts[e]));
-            u
-        };
         if l.placement == ExpertPlacement::Host {
-            self.stats.host_experts += used.len() as u64;
+            self.stats.host_experts += counts.iter().filter(|&&c| c > 0).count() as u64;
             let pending = Pending {
                 ids: Some(routes.ids),
                 weights: routes.weights,
@@ -276,32 +285,16 @@ impl ExpertCache {
         }
         let pool = &mut self.pools[l.pool];
         let slots = pool.spec.slots;
-        pool.table.tick();
-        let mut slot_of = vec![None; n_expert];
-        let mut pinned = vec![false; slots];
+        let step = pool
+            .table
+            .place_step(layer as u32, &counts, self.opts.host_tokens);
+        self.stats.hits += step.hits as u64;
+        self.stats.misses += step.misses as u64;
+        self.stats.copies += step.copied.len() as u64;
         let mut writes = Vec::new();
         let (n_ff, n_embd) = (self.opts.n_ff, self.opts.n_embd);
-        for &e in &used {
-            let key = (layer as u32, e as u32);
-            pool.table.record_use(key);
-            if let Some(s) = pool.table.slot_of(key) {
-                self.stats.hits += 1;
-                pinned[s] = true;
-                slot_of[e] = Some(s);
-                continue;
-            }
-            self.stats.misses += 1;
-            if counts[e] <= self.opts.host_tokens {
-                continue;
-            }
-            let Some(s) = pool.table.victim(&pinned) else {
-                continue;
-            };
-            pool.table.assign(s, key);
-            pinned[s] = true;
-            slot_of[e] = Some(s);
-            self.stats.copies += 1;
-            let shapes = [(n_ff, n_embd), (n_ff, n_embd), (n_embd, n_ff)];
+        let shapes = [(n_ff, n_embd), (n_ff, n_embd), (n_embd, n_ff)];
+        for &(e, s) in &step.copied {
             for (i, &(rows, cols)) in shapes.iter().enumerate() {
                 let bytes = self.cpu.weight_rows(
                     &l.weights[i],
@@ -319,12 +312,14 @@ impl ExpertCache {
                 });
             }
         }
+        let slot_of = step.slot_of;
+        let used = counts.iter().filter(|&&c| c > 0).count();
         let device: Vec<u32> = routes
             .ids
             .iter()
             .map(|&e| slot_of[e as usize].map_or(slots as u32, |s| s as u32))
             .collect();
-        let host_left = used.iter().filter(|&&e| slot_of[e].is_none()).count();
+        let host_left = used - slot_of.iter().filter(|s| s.is_some()).count();
         self.stats.host_experts += host_left as u64;
         let ids = (host_left > 0).then(|| {
             routes

@@ -100,6 +100,9 @@ pub struct Args {
     /// sequences decoding together).
     #[arg(long = "seqs", value_delimiter = ',', default_value = "1")]
     seqs: Vec<usize>,
+    /// Where an MoE model's routed experts live (as `hearth run`'s).
+    #[command(flatten)]
+    moe: super::load::MoeArgs,
 }
 
 /// One test: prefill or decode of `n` tokens.
@@ -253,12 +256,16 @@ fn bench_models(
         let (gguf, sources) = super::open_model(path)?;
         let info = ModelInfo::new(model_name(path), &gguf);
         for &t in threads {
-            let mut model = load(&args.backend, &gguf, &sources, ctx, t)
+            let mut model = load(args, &gguf, &sources, ctx, t)
                 .with_context(|| format!("cannot load {}", path.display()))?;
             let device = model.device_name();
             for &test in tests {
+                let before = model.expert_stats();
                 let samples = measure(&mut model, test, args, &info.name, t, &ctx)
                     .with_context(|| format!("{} on {}", test.name(), path.display()))?;
+                if let (Some(a), Some(b)) = (before, model.expert_stats()) {
+                    eprintln!("{} {}: {}", info.name, test.name(), b.since(&a));
+                }
                 reporter.row(&Row {
                     model: &info,
                     backend: &args.backend,
@@ -305,17 +312,21 @@ impl KvSpan {
 /// Loads `gguf` onto the backend named `backend` with a K/V cache for
 /// `ctx` (f16, as llama-bench's default).
 fn load(
-    backend: &str,
+    args: &Args,
     gguf: &GgufModel,
     sources: &[MmapSource],
     ctx: KvSpan,
     threads: usize,
 ) -> Result<AnyModel> {
-    let opts = LoadOptions::new(KvCacheConfig {
-        num_blocks: ctx.seqs * ctx.blocks_per_seq() + 1,
-        block_size: DEFAULT_BLOCK_SIZE,
-        dtype: KvType::F16,
-    });
+    let backend = &args.backend;
+    let opts = LoadOptions {
+        experts: args.moe.offload(),
+        ..LoadOptions::new(KvCacheConfig {
+            num_blocks: ctx.seqs * ctx.blocks_per_seq() + 1,
+            block_size: DEFAULT_BLOCK_SIZE,
+            dtype: KvType::F16,
+        })
+    };
     pollster::block_on(load_on(backend, threads, gguf, sources, &opts, &mut |_| {}))
 }
 

@@ -14,7 +14,9 @@ use hearth::model::ModelConfig;
 use hearth::sample::SamplingParams;
 use indicatif::{ProgressBar, ProgressStyle};
 
+use hearth::model::offload::ExpertOffload;
 use hearth::model::{AnyModel, LoadOptions, LoadProgress};
+use hearth::moe::Policy;
 
 use super::backend;
 
@@ -37,6 +39,92 @@ pub struct ModelArgs {
     /// where the build has it and a device is present, else the CPU.
     #[arg(long, default_value = "auto", value_parser = backend::parse_backend)]
     pub backend: String,
+    /// Where an MoE model's routed experts live.
+    #[command(flatten)]
+    pub moe: MoeArgs,
+}
+
+/// Where an MoE model's routed experts live (llama.cpp's names where it
+/// has them).
+#[derive(clap::Args, Debug, Clone)]
+pub struct MoeArgs {
+    /// Device memory the model may use, in bytes with an optional K, M or G
+    /// suffix (`8G`). An MoE model's routed experts then stay in host
+    /// memory and the expert cache keeps the ones in use in device slots,
+    /// in what the rest of the model leaves of it. Default: everything on
+    /// the device.
+    #[arg(long, value_parser = parse_bytes)]
+    pub gpu_mem: Option<u64>,
+    /// Keep every MoE layer's routed experts in host memory and compute
+    /// them there (llama.cpp's `--cpu-moe`).
+    #[arg(long)]
+    pub cpu_moe: bool,
+    /// Keep the routed experts of the first N MoE layers in host memory and
+    /// compute them there (llama.cpp's `--n-cpu-moe`).
+    #[arg(long, default_value_t = 0)]
+    pub n_cpu_moe: usize,
+    /// Which expert a full pool of device slots gives up: `lru`, `lfu`, or
+    /// `lrfu` (recency and frequency combined).
+    #[arg(long, default_value = "lrfu")]
+    pub moe_policy: Policy,
+    /// A missing expert that at most N tokens of a step route to is
+    /// computed on the host instead of copied into a slot (0: copy every
+    /// miss a slot can take).
+    #[arg(long, default_value_t = 0)]
+    pub moe_host_tokens: usize,
+}
+
+impl MoeArgs {
+    /// The load option these ask for (`None`: every weight on the device).
+    pub fn offload(&self) -> Option<ExpertOffload> {
+        let host_layers = if self.cpu_moe {
+            usize::MAX
+        } else {
+            self.n_cpu_moe
+        };
+        if self.gpu_mem.is_none() && host_layers == 0 {
+            return None;
+        }
+        Some(ExpertOffload {
+            // Without --gpu-mem the layers not on the host keep their
+            // experts on the device.
+            slot_bytes: u64::MAX,
+            device_bytes: self.gpu_mem,
+            host_layers,
+            policy: self.moe_policy,
+            host_tokens: self.moe_host_tokens,
+        })
+    }
+}
+
+/// Bytes from `8G`, `512M`, `64K` or a plain count (powers of 1024).
+pub fn parse_bytes(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let (num, shift): (&str, u32) = match t.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => {
+            let shift = match c.to_ascii_uppercase() {
+                'K' => 10,
+                'M' => 20,
+                'G' => 30,
+                'T' => 40,
+                _ => {
+                    return Err(format!(
+                        "'{s}': give bytes with an optional K, M, G or T suffix"
+                    ))
+                }
+            };
+            (&t[..i], shift)
+        }
+        _ => (t, 0),
+    };
+    let v: f64 = num
+        .trim()
+        .parse()
+        .map_err(|_| format!("'{s}': give bytes with an optional K, M, G or T suffix (8G)"))?;
+    if !(v.is_finite() && v >= 0.0) {
+        return Err(format!("'{s}' is not a size"));
+    }
+    Ok((v * (1u64 << shift) as f64) as u64)
 }
 
 /// Element type of the K/V cache.
@@ -198,6 +286,7 @@ pub fn load_engine(args: &ModelArgs, wish: &EngineWish<'_>) -> Result<Loaded> {
     let opts = LoadOptions {
         exact_f32: wish.exact_f32,
         max_step_tokens: config.max_num_batched_tokens,
+        experts: args.moe.offload(),
         ..LoadOptions::new(config.kv_cache_config())
     };
     let bar = progress_bar(wish.progress);
@@ -236,4 +325,20 @@ fn progress_bar(show: bool) -> ProgressBar {
         bar.set_style(style);
     }
     bar
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_bytes;
+
+    #[test]
+    fn sizes_parse_with_binary_suffixes() {
+        assert_eq!(parse_bytes("8G"), Ok(8 << 30));
+        assert_eq!(parse_bytes("512m"), Ok(512 << 20));
+        assert_eq!(parse_bytes("1.5K"), Ok(1536));
+        assert_eq!(parse_bytes("4096"), Ok(4096));
+        for bad in ["", "G", "8Q", "-1G", "lots"] {
+            assert!(parse_bytes(bad).is_err(), "{bad}");
+        }
+    }
 }

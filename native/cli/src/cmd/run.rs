@@ -88,6 +88,9 @@ pub fn run(args: Args) -> Result<()> {
         writeln!(out)?;
         out.flush()?;
         eprintln!("{}", summary.line());
+        if let Some(experts) = loaded.engine.model().expert_stats() {
+            eprintln!("{experts}");
+        }
     }
     Ok(())
 }
