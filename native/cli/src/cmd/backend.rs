@@ -5,8 +5,9 @@
 
 use hearth::backend::cpu::{CpuBackend, CpuOptions};
 use hearth::backend::webgpu::{GpuContext, GpuOptions, WebGpuBackend};
+use hearth::backend::Backend;
 use hearth::gguf::{ByteSource, GgufModel};
-use hearth::model::{load_model, AnyModel, LoadOptions, LoadProgress};
+use hearth::model::{check_model, load_model, AnyModel, Checked, LoadOptions, LoadProgress};
 
 /// Backends compiled into this build, for `--backend` (`auto` picks one).
 #[cfg(not(feature = "cuda"))]
@@ -83,6 +84,42 @@ pub fn gpu_options() -> GpuOptions {
     let (opts, warnings) = GpuOptions::from_settings(env);
     warn(warnings);
     opts
+}
+
+/// What [`hearth::model::check_model`] finds of `model` with `opts` on the
+/// backend named `name` (the device opened, nothing loaded), and the
+/// device's name.
+pub async fn check_on(
+    name: &str,
+    threads: usize,
+    model: &GgufModel,
+    opts: &LoadOptions,
+) -> anyhow::Result<(Checked, String)> {
+    check_backend(name)?;
+    Ok(match name {
+        #[cfg(feature = "cuda")]
+        "cuda" => {
+            let backend = hearth_cuda::CudaBackend::new(0)?;
+            (
+                check_model(model, &backend, opts)?,
+                backend.caps().name.clone(),
+            )
+        }
+        "webgpu" => {
+            let backend = WebGpuBackend::new(GpuContext::new(&gpu_options()).await?);
+            (
+                check_model(model, &backend, opts)?,
+                backend.caps().name.clone(),
+            )
+        }
+        _ => {
+            let backend = CpuBackend::with_options(&cpu_options(threads));
+            (
+                check_model(model, &backend, opts)?,
+                backend.caps().name.clone(),
+            )
+        }
+    })
 }
 
 /// Loads `model` on the backend named `name` (one of [`BACKENDS`]), the

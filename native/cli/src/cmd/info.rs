@@ -5,8 +5,12 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 use hearth::gguf::GgufModel;
+use hearth::graph::{KvCacheConfig, KvType};
+use hearth::kv::DEFAULT_BLOCK_SIZE;
 use hearth::model::tokenizer::Tokenizer;
+use hearth::model::LoadOptions;
 use hearth::model::ModelConfig;
+use hearth::moe::ExpertPlacement;
 use hearth::quant::GgmlType;
 use serde_json::json;
 
@@ -26,6 +30,16 @@ pub struct Args {
     /// Also list every metadata key (long arrays abbreviated).
     #[arg(long)]
     metadata: bool,
+    /// Print the load plan on `--backend`: what goes on the device, what
+    /// stays in host memory, and why (with `--gpu-mem`, `--cpu-moe`, ...).
+    #[arg(long)]
+    plan: bool,
+    /// The backend of `--plan` (as `hearth run --backend`).
+    #[arg(long, default_value = "auto", value_parser = super::backend::parse_backend)]
+    backend: String,
+    /// Where an MoE model's routed experts live (as `hearth run`'s).
+    #[command(flatten)]
+    moe: super::load::MoeArgs,
 }
 
 /// Count and bytes of the tensors of one type.
@@ -54,6 +68,9 @@ pub fn run(args: Args) -> Result<()> {
     let scratch = (cfg.n_vocab as u64 + 8 * cfg.n_embd.max(cfg.n_ff) as u64) * 4;
     let total = weight_bytes + kv_bytes + scratch;
 
+    if args.plan {
+        return print_plan(&args, &file, &cfg, ctx);
+    }
     if args.json {
         let types: BTreeMap<String, _> = histogram
             .iter()
@@ -155,4 +172,96 @@ fn type_histogram(file: &GgufModel) -> BTreeMap<GgmlType, TypeStats> {
         s.elems += t.shape.iter().product::<u64>();
     }
     histogram
+}
+
+/// `hearth info --plan`: the load plan on `args.backend` at context `ctx`.
+fn print_plan(args: &Args, file: &GgufModel, cfg: &ModelConfig, ctx: usize) -> Result<()> {
+    let opts = LoadOptions {
+        experts: args.moe.offload(),
+        ..LoadOptions::new(KvCacheConfig {
+            num_blocks: ctx.div_ceil(DEFAULT_BLOCK_SIZE) + 1,
+            block_size: DEFAULT_BLOCK_SIZE,
+            dtype: KvType::F16,
+        })
+    };
+    let (checked, device) =
+        pollster::block_on(super::backend::check_on(&args.backend, 0, file, &opts))?;
+    let m = &checked.memory;
+    println!("load plan on {} ({device}), context {ctx}:", args.backend);
+    println!(
+        "  device: {} ({} weights, {} K/V cache, {} activations)",
+        human_bytes(m.total()),
+        human_bytes(m.weights),
+        human_bytes(m.kv),
+        human_bytes(m.activations)
+    );
+    let Some(plan) = &checked.offload else {
+        let why = if cfg.n_expert == 0 {
+            "a dense model"
+        } else if opts.experts.is_none() {
+            "no --gpu-mem, --cpu-moe or --n-cpu-moe"
+        } else {
+            "the experts fit"
+        };
+        println!("  every weight on the device ({why})");
+        return Ok(());
+    };
+    let layers = |p: ExpertPlacement, pool: Option<usize>| -> Vec<usize> {
+        plan.layers
+            .iter()
+            .filter(|l| l.placement == p && pool.is_none_or(|i| l.pool == i))
+            .map(|l| l.layer)
+            .collect()
+    };
+    let host = layers(ExpertPlacement::Host, None);
+    if !host.is_empty() {
+        println!(
+            "  routed experts in host memory, computed there: layers {}",
+            ranges(&host)
+        );
+    }
+    for (i, pool) in plan.pools.iter().enumerate() {
+        println!(
+            "  routed experts in host memory, {} device slots ({:?}) shared by layers {}",
+            pool.slots,
+            pool.tys,
+            ranges(&layers(ExpertPlacement::Slots, Some(i)))
+        );
+    }
+    let resident = cfg.n_layer - plan.layers.len();
+    if resident > 0 && cfg.n_expert > 0 {
+        println!("  {resident} layers keep their experts on the device");
+    }
+    println!(
+        "  host memory for experts: {}; device slots: {}",
+        human_bytes(plan.offloaded_bytes),
+        human_bytes(plan.pool_bytes)
+    );
+    if let Some(total) = args.moe.gpu_mem {
+        println!(
+            "  why: --gpu-mem {} leaves {} for slots after the rest of the model",
+            human_bytes(total),
+            human_bytes(plan.pool_bytes)
+        );
+    }
+    Ok(())
+}
+
+/// `0-3, 7, 9-11` of sorted layer indices.
+fn ranges(layers: &[usize]) -> String {
+    let mut out: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < layers.len() {
+        let mut j = i;
+        while j + 1 < layers.len() && layers[j + 1] == layers[j] + 1 {
+            j += 1;
+        }
+        out.push(if i == j {
+            layers[i].to_string()
+        } else {
+            format!("{}-{}", layers[i], layers[j])
+        });
+        i = j + 1;
+    }
+    out.join(", ")
 }
