@@ -167,13 +167,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .map(|u| u.iter().filter(|&&x| x).count())
         .collect();
     println!("experts the decode used, by layer: {per_layer:?}");
-    println!("| slots (share of all experts) | policy | hit rate (decode) | hit rate (all) |");
-    println!("| --- | --- | ---: | ---: |");
+    println!("| slots (share of all experts) | policy | hit rate (decode) | hit rate (all) | copies per decode token |");
+    println!("| --- | --- | ---: | ---: | ---: |");
     for share in [0.05, 0.1, 0.2, 0.3, 0.5] {
         let slots = ((n_all as f64 * share) as usize).max(cfg.n_expert_used);
         for policy in Policy::ALL {
             let mut t = SlotTable::new(slots, policy, cfg.n_expert_used);
-            let (mut all, mut decode) = ([0usize; 2], [0usize; 2]);
+            let (mut all, mut decode, mut copies) = ([0usize; 2], [0usize; 2], 0);
             for (i, (layer, counts)) in trace.iter().enumerate() {
                 let s = t.place_step(*layer, counts, 0);
                 all[0] += s.hits;
@@ -181,14 +181,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 if i >= prompt_steps {
                     decode[0] += s.hits;
                     decode[1] += s.misses;
+                    copies += s.copied.len();
                 }
             }
             let rate = |h: [usize; 2]| 100.0 * h[0] as f64 / (h[0] + h[1]).max(1) as f64;
             println!(
-                "| {slots} ({:.0}%) | {policy} | {:.1}% | {:.1}% |",
+                "| {slots} ({:.0}%) | {policy} | {:.1}% | {:.1}% | {:.1} |",
                 100.0 * share,
                 rate(decode),
-                rate(all)
+                rate(all),
+                copies as f64 / decode_len.max(1) as f64
             );
         }
     }

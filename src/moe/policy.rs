@@ -171,7 +171,8 @@ impl SlotTable {
     /// to expert `e` of `layer`), as the expert cache does: experts most
     /// tokens need first, each a hit, or a miss copied into the slot the
     /// policy gives up (never one this step uses), or left to the host
-    /// when at most `host_tokens` tokens route to it or no slot is free.
+    /// when at most `host_tokens` tokens route to it, no slot is free, or
+    /// (LFU, LRFU) the expert in that slot ranks at least as high.
     pub fn place_step(
         &mut self,
         layer: u32,
@@ -202,6 +203,14 @@ impl SlotTable {
             let Some(s) = self.victim(&pinned) else {
                 continue;
             };
+            // Admission: under LFU and LRFU a miss does not displace an
+            // expert the policy ranks at least as high (it runs where it
+            // lives instead), so one-off experts do not flush the ones in
+            // steady use. LRU admits every miss.
+            let displaces = self.owner[s].map(|old| self.rank(old));
+            if self.policy != Policy::Lru && displaces.is_some_and(|r| self.rank(key) <= r) {
+                continue;
+            }
             self.assign(s, key);
             pinned[s] = true;
             out.slot_of[e] = Some(s);
