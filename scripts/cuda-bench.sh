@@ -147,7 +147,7 @@ moe() {
   while [ ! -e /root/build.done ]; do sleep 5; done
   nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee "$out/moe.txt"
   ls -la "$m" | tee -a "$out/moe.txt"
-  for r in 1 2; do
+  for r in $(seq "${ROUNDS:-2}"); do
     { peak_mib "$bin/llama-bench" -m "$m" -p 512 -n 128 -ngl 99 -fa 1 -ncmoe "$ncmoe" -r "$reps" 2>&1 \
         | grep -E '^\|' | tee -a "$out/moe.txt"; } 3>"$out/llama-mib"
     mib=$(cat "$out/llama-mib")
