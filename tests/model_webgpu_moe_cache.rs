@@ -133,24 +133,24 @@ fn the_cache_gives_the_models_tokens_at_any_slot_count() {
                 );
                 continue;
             }
-            let (mut rows_all, mut same_all) = (0, 0);
-            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            // Rows of every step together: a token whose router scores
+            // nearly tie may take another expert under the host's rounding,
+            // which moves its row far (one of a batched step's two rows
+            // did on CUDA); a kernel error would move the median.
+            let (mut errors, mut rows_all, mut same_all) = (Vec::new(), 0, 0);
+            for (g, w) in got.iter().zip(&want) {
                 let rows = w.len() / nv;
-                let median = row_errors(g, w, nv)[rows / 2];
+                errors.extend(row_errors(g, w, nv));
                 rows_all += rows;
                 same_all += (0..rows)
                     .filter(|&r| argmax(&g[r * nv..][..nv]) == argmax(&w[r * nv..][..nv]))
                     .count();
-                // The host's experts run on ggml's int8 activations, the
-                // device's on f32 ones: the bound of the WebGPU MoE decode
-                // against the CPU's (tests/model_webgpu_moe.rs).
-                assert!(
-                    median < 8e-2,
-                    "{name} {share} step {i}: median {median:.2e}"
-                );
             }
-            // A random model's near-ties may flip under that rounding: one
-            // row in seven.
+            errors.sort_by(f64::total_cmp);
+            let median = errors[errors.len() / 2];
+            // The bound of the WebGPU MoE decode against the CPU's
+            // (tests/model_webgpu_moe.rs).
+            assert!(median < 8e-2, "{name} {share}: median row {median:.2e}");
             assert!(
                 same_all + rows_all / 7 >= rows_all,
                 "{name} {share}: top1 {same_all}/{rows_all}"

@@ -69,8 +69,9 @@ pub struct MoeArgs {
     pub moe_policy: Policy,
     /// A missing expert that at most N tokens of a step route to is
     /// computed on the host instead of copied into a slot (0: copy every
-    /// miss a slot can take).
-    #[arg(long, default_value_t = 0)]
+    /// miss a slot can take). 1 was faster than 0 in every test measured
+    /// (Qwen3-30B-A3B shape, H100: decode 63 against 43 tokens/s).
+    #[arg(long, default_value_t = 1)]
     pub moe_host_tokens: usize,
 }
 
