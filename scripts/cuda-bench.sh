@@ -155,7 +155,7 @@ moe() {
     "$bin/llama-batched-bench" -m "$m" -c 4096 -b 2048 -ub 512 -npp 128 -ntg 128 -npl 4 -ngl 99 -fa on \
       -ncmoe "$ncmoe" 2>&1 | grep -E '^\|' | tee -a "$out/moe.txt"
     local ht
-    for ht in 0 1; do
+    for ht in ${HOST_TOKENS:-0 1}; do
       { peak_mib "$hearth" bench -m "$m" --backend cuda -p 512 -n 128 --seqs 1,4 -r "$reps" \
           --gpu-mem "${mib}M" --moe-host-tokens "$ht" 2>&1 | tee -a "$out/moe.txt"; } 3>"$out/hearth-mib"
       echo "hearth --gpu-mem ${mib}M --moe-host-tokens $ht: peak device memory $(cat "$out/hearth-mib") MiB" \

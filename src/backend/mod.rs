@@ -149,6 +149,22 @@ pub fn part_buffers<'a, B>(part: &Part, io: &OpIo<'a, B>) -> (Vec<&'a B>, Vec<&'
     )
 }
 
+/// One run of whole weight rows to upload
+/// ([`Backend::upload_weight_rows_many`]).
+#[derive(Debug)]
+pub struct RowsUpload<'a, Buf> {
+    /// The weight buffer.
+    pub dst: &'a Buf,
+    /// Its type.
+    pub ty: GgmlType,
+    /// Values per row.
+    pub cols: usize,
+    /// The first row written.
+    pub first_row: usize,
+    /// The rows, as the GGUF file stores them.
+    pub src: &'a [u8],
+}
+
 /// A device that holds buffers and executes recorded ops.
 pub trait Backend {
     /// A device buffer.
@@ -185,6 +201,22 @@ pub trait Backend {
     ) -> Result<(), BackendError> {
         let row_bytes = cols / ty.block_elems().max(1) * ty.block_bytes();
         self.upload(dst, (first_row * row_bytes) as u64, src)
+    }
+    /// Uploads several runs of weight rows, in order, as
+    /// [`Backend::upload_weight_rows`] does each (the expert cache's slot
+    /// fills): a backend that repacks may repack them side by side and wait
+    /// once. The default uploads them one by one.
+    fn upload_weight_rows_many(
+        &self,
+        runs: &[RowsUpload<'_, Self::Buffer>],
+    ) -> Result<(), BackendError>
+    where
+        Self: Sized,
+    {
+        for r in runs {
+            self.upload_weight_rows(r.dst, r.ty, r.cols, r.first_row, r.src)?;
+        }
+        Ok(())
     }
     /// Called once every row of a weight is uploaded (the loader calls it
     /// after a tensor's last chunk): a backend that keeps weights in a

@@ -17,7 +17,7 @@ use std::borrow::Cow;
 use std::future::Future;
 use std::pin::Pin;
 
-use crate::backend::{Backend, BackendError, OpIo};
+use crate::backend::{Backend, BackendError, OpIo, RowsUpload};
 use crate::graph::{Op, Prologue};
 
 /// A buffer a step reads or writes.
@@ -455,9 +455,14 @@ pub fn apply_writes<B: Backend>(
     acts: &[B::Buffer],
     weights: &[B::Buffer],
 ) -> Result<(), BackendError> {
+    // Runs of weight rows go to the backend together (a slot fill is
+    // three, a step's fills many).
+    let mut runs: Vec<RowsUpload<'_, B::Buffer>> = Vec::new();
     for w in writes {
         match w {
             HostWrite::Act { index, bytes } => {
+                backend.upload_weight_rows_many(&runs)?;
+                runs.clear();
                 let buf = point
                     .write
                     .get(*index)
@@ -476,16 +481,22 @@ pub fn apply_writes<B: Backend>(
                 first_row,
                 bytes,
             } => {
-                let buf = weights.get(*weight).ok_or_else(|| {
+                let dst = weights.get(*weight).ok_or_else(|| {
                     BackendError::Shape(format!(
                         "the host writes weight {weight}, which the model does not hold"
                     ))
                 })?;
-                backend.upload_weight_rows(buf, *ty, *cols, *first_row, bytes)?;
+                runs.push(RowsUpload {
+                    dst,
+                    ty: *ty,
+                    cols: *cols,
+                    first_row: *first_row,
+                    src: bytes,
+                });
             }
         }
     }
-    Ok(())
+    backend.upload_weight_rows_many(&runs)
 }
 
 /// Submits what was recorded and reads back the buffers of `point`

@@ -18,7 +18,7 @@ use cudarc::driver::sys::{self, CUdeviceptr};
 use cudarc::driver::{result, CudaContext, CudaFunction, CudaModule, CudaStream};
 use cudarc::nvrtc::Ptx;
 use hearth::backend::packed::{packed_layout_aligned, PackedLayout, Repacker};
-use hearth::backend::{Backend, BackendError, BufKind, Caps, MemoryNeed, OpIo};
+use hearth::backend::{Backend, BackendError, BufKind, Caps, MemoryNeed, OpIo, RowsUpload};
 use hearth::graph::plan::{BufId, Held, HostSync, Plan, StepInputs};
 use hearth::graph::{Activation, KvType, Op, Prologue, RopeMode, RopeSpec, MAX_TOP_K};
 use hearth::quant::{GgmlType, WEIGHT_TYPES};
@@ -1843,6 +1843,44 @@ impl Backend for CudaBackend {
         self.upload(dst, first_row as u64 * layout.row_bytes, &packed)?;
         // The staging copy of pageable memory may still be in flight
         // inside the driver: keep the loader's memory bounded.
+        self.stream.synchronize().map_err(driver)
+    }
+
+    /// The runs repacked side by side (the expert cache fills many slots
+    /// a step: one after the other, repack, copy and wait took 1.8 ms per
+    /// 3 MB expert), then copied in order and waited for once.
+    fn upload_weight_rows_many(
+        &self,
+        runs: &[RowsUpload<'_, CudaBuffer>],
+    ) -> Result<(), BackendError> {
+        use rayon::prelude::*;
+        if runs.is_empty() {
+            return Ok(());
+        }
+        let packed: Vec<Result<(u64, Vec<u8>), BackendError>> = runs
+            .par_iter()
+            .map(|r| {
+                let row_bytes = r.cols / r.ty.block_elems().max(1) * r.ty.block_bytes();
+                if row_bytes == 0 || !r.src.len().is_multiple_of(row_bytes) {
+                    return Err(BackendError::Shape(format!(
+                        "{} bytes of a {} weight are not whole rows of {} values",
+                        r.src.len(),
+                        r.ty,
+                        r.cols
+                    )));
+                }
+                let layout = layout_of(r.ty, r.src.len() / row_bytes, r.cols)?;
+                let mut out = Vec::with_capacity(layout.bytes as usize);
+                let mut rp = Repacker::for_layout(layout)?;
+                rp.push_rows(r.src, &mut out)?;
+                rp.finish()?;
+                Ok((r.first_row as u64 * layout.row_bytes, out))
+            })
+            .collect();
+        for (r, p) in runs.iter().zip(packed) {
+            let (offset, bytes) = p?;
+            self.upload(r.dst, offset, &bytes)?;
+        }
         self.stream.synchronize().map_err(driver)
     }
 

@@ -18,7 +18,7 @@ pub use super::buffer::CpuBuffer;
 use super::buffer::{busy, ActSlots};
 use super::hostmem::{HostMem, LargePages};
 use super::kernels::KernelTable;
-use super::matmul::matmul;
+use super::matmul::{matmul, Weight};
 use super::options::CpuOptions;
 use super::profile::Profile;
 use super::rope::{Angles, RopeAngles};
@@ -76,10 +76,23 @@ impl CpuBackend {
             });
         }
         let row_bytes = cols / ty.block_elems().max(1) * ty.block_bytes();
-        let mut out = Vec::with_capacity(rows.len() * row_bytes);
-        for r in rows {
-            out.extend_from_slice(&w.row(r));
+        let mut out = vec![0u8; rows.len() * row_bytes];
+        let w: &Weight = &w;
+        let first = rows.start;
+        // Rows re-laid for the tiles are gathered one by one: side by
+        // side, as a slot fill waits on it.
+        let gather = |(i, o): (usize, &mut [u8])| o.copy_from_slice(&w.row(first + i));
+        #[cfg(not(target_arch = "wasm32"))]
+        {
+            use rayon::prelude::*;
+            out.par_chunks_mut(row_bytes.max(1))
+                .enumerate()
+                .for_each(gather);
         }
+        #[cfg(target_arch = "wasm32")]
+        out.chunks_mut(row_bytes.max(1))
+            .enumerate()
+            .for_each(gather);
         Ok(out)
     }
 }
