@@ -4,8 +4,10 @@
 // build) on the CPU, and on WebGPU (SwiftShader, --enable-unsafe-webgpu) with
 // the weights streamed to the GPU; forcing WebGPU in a browser without it
 // fails before any download; an abort stops a generation; concurrent
-// generations equal solo ones; a second load comes from the cache with the
-// server stopped.
+// generations equal solo ones; a MoE model with its experts beyond
+// maxGpuMemory runs through the expert cache on WebGPU and gives the CPU
+// path's greedy tokens; a second load comes from the cache with the server
+// stopped.
 //
 // Run with `make test-browser` (builds the package first).
 // Env: CHROMIUM (default /usr/bin/chromium), HEARTH_MODELS.
@@ -244,6 +246,163 @@ test('webgpu page: greedy tokens equal llama.cpp on SwiftShader, weights never i
     console.log(`webgpu (${run.info.adapter}): ${capital.safe} steps equal llama.cpp; wasm memory `
       + `${(run.info.wasmMemoryBytes / 1e6).toFixed(1)} MB for a ${(run.info.sizeBytes / 1e6).toFixed(1)} MB model; `
       + `prefill ${run.out.timings.prefill_tokens_per_s.toFixed(2)} tok/s, decode ${run.out.timings.decode_tokens_per_s.toFixed(2)} tok/s`);
+  } finally {
+    if (process.env.HEARTH_TEST_LOGS) console.log(page.logs.join('\n'));
+    await page.close();
+  }
+});
+
+/** Bytes of the tensors of the GGUF file `file` whose names match `re`, as
+ * the file stores them (each tensor to the next one's offset, padding
+ * included). */
+function tensorBytes(file, re) {
+  const buf = readFileSync(file);
+  let at = 0;
+  const u32 = () => { at += 4; return buf.readUInt32LE(at - 4); };
+  const u64 = () => { at += 8; return Number(buf.readBigUInt64LE(at - 8)); };
+  const str = () => { const n = u64(); at += n; return buf.toString('utf8', at - n, at); };
+  // GGUF value types 0-12: u8 i8 u16 i16 u32 i32 f32 bool string array u64 i64 f64.
+  const width = [1, 1, 2, 2, 4, 4, 4, 1, 0, 0, 8, 8, 8];
+  const value = (ty) => {
+    if (ty === 8) return str();
+    if (ty === 9) {
+      const [elem, n] = [u32(), u64()];
+      for (let i = 0; i < n; i++) value(elem);
+      return null;
+    }
+    at += width[ty];
+    return ty === 4 ? buf.readUInt32LE(at - 4) : null;
+  };
+  assert.equal(buf.toString('latin1', 0, 4), 'GGUF', file);
+  at = 8;
+  const [nTensors, nKv] = [u64(), u64()];
+  let alignment = 32;
+  for (let i = 0; i < nKv; i++) {
+    const key = str();
+    const v = value(u32());
+    if (key === 'general.alignment') alignment = v;
+  }
+  const tensors = [];
+  for (let i = 0; i < nTensors; i++) {
+    const name = str();
+    const dims = u32();
+    at += 8 * dims + 4; // the dimensions, the type
+    tensors.push({ name, offset: u64() });
+  }
+  const data = Math.ceil(at / alignment) * alignment;
+  tensors.sort((a, b) => a.offset - b.offset);
+  return tensors.reduce((sum, t, i) => sum + (re.test(t.name)
+    ? (tensors[i + 1]?.offset ?? buf.length - data) - t.offset : 0), 0);
+}
+
+// The expert cache (maxGpuMemory) on SwiftShader: the stored synthetic
+// Qwen3-MoE (2 layers of 8 experts, 2 per token, Q4_K) with slots for 30% of
+// its experts' bytes, so the slots hold fewer experts than a step routes to:
+// misses are copied into slots (the prompt's) or computed by the wasm CPU
+// kernels (a decode step's, and those without a free slot). Its 16 greedy
+// tokens must be those of the package's CPU path.
+//
+// The CPU quantizes activations to int8 as ggml does, WebGPU keeps them f32.
+// On a random MoE model that now and then flips a token, after which a
+// free-running generation differs in every later one: at a near-tie of the
+// last two logits, or (the larger jumps, up to ~0.5 in a logprob) presumably
+// at one of the router's, where another expert is picked. The prompt is one
+// of 300 random ones whose 16 CPU steps had the widest top-2 gaps (0.18 at
+// least; the test prints it); of the ten widest, six gave the CPU's 16 tokens
+// on WebGPU. Should the tokens differ, the test compares them with the same
+// model on WebGPU without the cache, which must agree exactly, and with the
+// CPU step by step (its next greedy token after each prefix of the WebGPU
+// tokens), which must agree at 15 of the 16 steps at least (another prompt
+// gave 15 with a gap of 0.0003 at the 16th).
+// Measured: 16 of 16 equal, 18-28 s on 2 cores (the cached WebGPU run most of it).
+const MOE_FIXTURE = 'tests/fixtures/llamacpp/synthetic/models/qwen3moe-Q4_K_M.gguf';
+test('webgpu expert cache: a MoE model beyond maxGpuMemory gives the greedy tokens of the CPU path', { timeout: 600_000 }, async () => {
+  const expertBytes = tensorBytes(path.join(repo, MOE_FIXTURE), /_exps\.weight$/);
+  assert.ok(expertBytes > 1e6, `expert bytes ${expertBytes}`);
+  const budget = Math.floor(0.3 * expertBytes);
+  const page = await openPage(true);
+  try {
+    const r = await page.evaluate(async ({ url, budget }) => {
+      // Token ids are used as they are (no BOS); the vocabulary has 512.
+      const prompt = [413, 354, 17, 299, 266, 2, 250, 406, 464];
+      const body = { prompt, temperature: 0, max_tokens: 16, ignore_eos: true, return_token_ids: true };
+      const load = (options) => window.Hearth.load(url, { kvType: 'f32', cache: false, ...options });
+      const run = async (options) => {
+        const t0 = performance.now();
+        const engine = await load(options);
+        const out = await engine.completions.create(body);
+        const stats = await engine.stats();
+        await engine.unload();
+        return { info: engine.info, ids: out.choices[0].token_ids, stats, s: (performance.now() - t0) / 1000 };
+      };
+      const refused = async (options) => {
+        try {
+          await load(options);
+          return null;
+        } catch (e) {
+          return { code: e.code, message: e.message };
+        }
+      };
+      const bad = {
+        negative: await refused({ backend: 'webgpu', maxGpuMemory: -1 }),
+        nan: await refused({ backend: 'webgpu', maxGpuMemory: Number.NaN }),
+        policy: await refused({ backend: 'webgpu', maxGpuMemory: budget, moePolicy: 'fifo' }),
+      };
+      const cached = await run({ backend: 'webgpu', maxGpuMemory: budget, moePolicy: 'lru' });
+      // The CPU (maxGpuMemory has no effect there): free-running, with the
+      // gap between its two best tokens at each step.
+      const engine = await load({ backend: 'cpu', maxGpuMemory: budget });
+      const top2 = { logprobs: true, top_logprobs: 2 };
+      const gap = (c) => c.top_logprobs[0].logprob - c.top_logprobs[1].logprob;
+      const out = (await engine.completions.create({ ...body, ...top2 })).choices[0];
+      const cpu = { info: engine.info, stats: await engine.stats(), ids: out.token_ids, gaps: out.logprobs.content.map(gap) };
+      const same = cpu.ids.every((t, i) => t === cached.ids[i]);
+      if (!same) {
+        cpu.steps = [];
+        for (let i = 0; i < cached.ids.length; i++) {
+          const c = (await engine.completions.create({
+            ...body, ...top2, prompt: prompt.concat(cached.ids.slice(0, i)), max_tokens: 1,
+          })).choices[0];
+          cpu.steps.push({ id: c.token_ids[0], gap: gap(c.logprobs.content[0]) });
+        }
+      }
+      await engine.unload();
+      const uncached = same ? null : await run({ backend: 'webgpu' });
+      return { bad, cached, cpu, uncached };
+    }, { url: `${server.url}/${MOE_FIXTURE}`, budget });
+    assert.equal(r.bad.negative?.code, 'bad-request', JSON.stringify(r.bad.negative));
+    assert.match(r.bad.negative.message, /maxGpuMemory is -1.*at least 0/);
+    assert.equal(r.bad.nan?.code, 'bad-request', JSON.stringify(r.bad.nan));
+    assert.match(r.bad.nan.message, /maxGpuMemory is NaN/);
+    assert.equal(r.bad.policy?.code, 'bad-request', JSON.stringify(r.bad.policy));
+    assert.match(r.bad.policy.message, /moePolicy 'fifo'.*'lru', 'lfu' or 'lrfu'/);
+    // The cache ran: fewer slots than experts, misses copied in.
+    assert.equal(r.cached.info.backend, 'webgpu');
+    const ec = r.cached.info.expertCache;
+    assert.ok(ec && ec.policy === 'lru' && ec.slots > 0 && ec.slotBytes <= budget && ec.hostOnlyLayers === 0
+      && ec.offloadedBytes > ec.slotBytes, `expertCache ${JSON.stringify(ec)} for ${budget} of ${expertBytes} bytes`);
+    const s = r.cached.stats.expertCache;
+    assert.ok(s, 'stats of the expert cache');
+    assert.ok(s.misses > 0 && s.copies > 0 && s.bytesCopied > 0 && s.hitRate < 1, s.summary);
+    assert.equal(s.tokens, 9 + 15, s.summary);
+    // The CPU holds every expert: no cache there.
+    assert.equal(r.cpu.info.backend, 'cpu');
+    assert.equal(r.cpu.info.expertCache, null);
+    assert.equal(r.cpu.stats.expertCache, null);
+    assert.equal(r.cached.ids.length, 16);
+    const equal = r.cached.ids.filter((t, i) => t === r.cpu.ids[i]).length;
+    const stepDiffs = (r.cpu.steps ?? []).flatMap((st, i) => (st.id === r.cached.ids[i] ? [] : [i]));
+    console.log(`webgpu expert cache (${r.cached.info.adapter}): ${ec.slots} slots, ${ec.slotBytes} of `
+      + `${ec.offloadedBytes} expert bytes on the GPU (budget ${budget}); ${s.summary}. `
+      + `Greedy tokens: ${equal} of 16 equal the CPU path (smallest CPU top-2 gap ${Math.min(...r.cpu.gaps).toFixed(3)})`
+      + (r.uncached ? `; WebGPU without the cache ${r.cached.ids.filter((t, i) => t === r.uncached.ids[i]).length} of 16, `
+        + `CPU step by step ${16 - stepDiffs.length} of 16${stepDiffs.map((i) => ` (step ${i}: gap ${r.cpu.steps[i].gap.toFixed(4)})`).join('')}` : '')
+      + `; WebGPU run ${r.cached.s.toFixed(1)} s`);
+    if (r.uncached) {
+      assert.equal(r.uncached.info.expertCache, null);
+      assert.deepEqual(r.cached.ids, r.uncached.ids, 'the cache changes no greedy token of the WebGPU path');
+      assert.ok(stepDiffs.length <= 1, `CPU steps ${JSON.stringify(r.cpu.steps)} vs WebGPU ${JSON.stringify(r.cached.ids)}`);
+    }
   } finally {
     if (process.env.HEARTH_TEST_LOGS) console.log(page.logs.join('\n'));
     await page.close();

@@ -14,7 +14,7 @@ import { HearthError } from './errors.js';
 import { cacheApi, type CacheApi } from './cache.js';
 import { ChatApi, CompletionsApi, Generator } from './generate.js';
 import type { FromWorker, SourceSpec, ToWorker, WorkerLoadOptions } from './protocol.js';
-import type { Backend, Capabilities, LoadOptions, ModelInfo, ModelSource } from './types.js';
+import type { Backend, Capabilities, EngineStats, LoadOptions, ModelInfo, ModelSource, MoePolicy } from './types.js';
 
 export * from './types.js';
 export { HearthError } from './errors.js';
@@ -70,6 +70,26 @@ function resolveBackend(backend: Backend, caps: Capabilities): 'cpu' | 'webgpu' 
   return 'cpu';
 }
 
+const MOE_POLICIES: readonly MoePolicy[] = ['lru', 'lfu', 'lrfu'];
+
+/** `maxGpuMemory` and `moePolicy` checked (code `bad-request`), as the
+ * worker takes them. */
+function expertOptions(options: LoadOptions): { maxGpuMemory: number | null; moePolicy: MoePolicy } {
+  const bytes = options.maxGpuMemory;
+  if (bytes !== undefined && bytes !== null
+    && (typeof bytes !== 'number' || !Number.isFinite(bytes) || bytes < 0)) {
+    throw new HearthError(
+      'bad-request',
+      `maxGpuMemory is ${String(bytes)}; give the bytes of GPU memory for the experts' slots, a finite number of at least 0, or leave it unset`,
+    );
+  }
+  const policy = options.moePolicy ?? 'lrfu';
+  if (!MOE_POLICIES.includes(policy)) {
+    throw new HearthError('bad-request', `moePolicy '${String(policy)}': use 'lru', 'lfu' or 'lrfu'`);
+  }
+  return { maxGpuMemory: bytes == null ? null : Math.floor(bytes), moePolicy: policy };
+}
+
 /** The files of `source`, URLs resolved against the page. */
 function sourceSpecs(source: ModelSource): SourceSpec[] {
   const list = Array.isArray(source) ? source : [source];
@@ -114,6 +134,14 @@ export class HearthEngine {
     return this.#gen.call({ type: 'detokenize', rid: 0, ids }) as Promise<string>;
   }
 
+  /** Counters since the load: steps, throughput, and what an MoE model's
+   * expert cache did (`expertCache`: hit rate, bytes copied and experts
+   * computed on the CPU per token; null without one). Answered between
+   * steps. */
+  stats(): Promise<EngineStats> {
+    return this.#gen.call({ type: 'stats', rid: 0 }) as Promise<EngineStats>;
+  }
+
   /** Generations live now. */
   get activeRequests(): number {
     return this.#gen.active;
@@ -141,7 +169,9 @@ export const Hearth = {
    * (with `requireAcceleration`), `unsupported-model` (read from the header,
    * before the tensors are downloaded: architecture, tensor types, a model
    * beyond the WebGPU adapter's limits), `quota-exceeded` (before the download
-   * when the size is known), `network`, `not-cached`, `aborted`.
+   * when the size is known), `network`, `not-cached`, `aborted`,
+   * `bad-request` (an invalid option: `backend`, `maxGpuMemory`, `moePolicy`;
+   * before any download).
    */
   async load(source: ModelSource, options: LoadOptions = {}): Promise<HearthEngine> {
     const t0 = performance.now();
@@ -150,6 +180,7 @@ export const Hearth = {
     if (backend !== 'auto' && backend !== 'cpu' && backend !== 'webgpu') {
       throw new HearthError('bad-request', `backend '${String(backend)}': use 'auto', 'webgpu' or 'cpu'`);
     }
+    const experts = expertOptions(options);
     const resolved = resolveBackend(backend, caps);
     const gpu = caps.webgpu && !caps.webgpuFallback;
     const threads = Math.max(1, Math.floor(
@@ -176,6 +207,7 @@ export const Hearth = {
       maxConcurrentRequests: options.maxConcurrentRequests ?? 4,
       cache: options.cache ?? true,
       chatTemplate: options.chatTemplate ?? null,
+      ...experts,
       wasmUrl,
       backend: resolved,
       adapterName: caps.webgpuAdapter,

@@ -1,6 +1,6 @@
 // Messages between the page (index.ts) and the engine's Web Worker (worker.ts).
 
-import type { HearthErrorCode, LoadProgress, ModelInfo } from './types.js';
+import type { HearthErrorCode, LoadProgress, ModelInfo, MoePolicy } from './types.js';
 
 /** A file to load: a URL (downloaded through the cache) or a Blob. */
 export type SourceSpec = { kind: 'url'; url: string } | { kind: 'blob'; blob: Blob; name: string };
@@ -13,6 +13,9 @@ export interface WorkerLoadOptions {
   maxConcurrentRequests: number;
   cache: boolean;
   chatTemplate: string | null;
+  /** GPU bytes for an MoE model's expert slots (null: no expert cache). */
+  maxGpuMemory: number | null;
+  moePolicy: MoePolicy;
   /** URL of the wasm build's JS (`dist/wasm-mt/hearth_wasm.js` or `-st`). */
   wasmUrl: string;
   /** The backend as the page resolved it: `auto` here means a hardware
@@ -45,7 +48,8 @@ export type ToWorker =
   | { type: 'generate'; rid: number; request: EngineRequest }
   | { type: 'abort'; rid: number }
   | { type: 'tokenize'; rid: number; text: string; addSpecial: boolean; parseSpecial: boolean }
-  | { type: 'detokenize'; rid: number; ids: number[] };
+  | { type: 'detokenize'; rid: number; ids: number[] }
+  | { type: 'stats'; rid: number };
 
 /** A token event (see request.rs). */
 export interface TokenEvent {

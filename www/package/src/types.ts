@@ -11,6 +11,13 @@
  * does not fit the adapter's limits. */
 export type Backend = 'auto' | 'webgpu' | 'cpu';
 
+/** Which expert a Mixture-of-Experts model's full set of GPU slots gives up
+ * for a new one (see {@link LoadOptions.maxGpuMemory}): `lru` the least
+ * recently used, `lfu` the least frequently used, `lrfu` both at once (each
+ * use weighs less as it ages, so an expert used often long ago ranks with one
+ * used once lately). */
+export type MoePolicy = 'lru' | 'lfu' | 'lrfu';
+
 /** A model to load:
  * - a URL (absolute or relative to the page) of a `.gguf` file, or the first
  *   part of a split model (`name-00001-of-00003.gguf`: the other parts are
@@ -48,6 +55,28 @@ export interface LoadOptions {
   /** A built-in chat template (`chatml`, `llama3`, `gemma`) instead of the
    * model's own. */
   chatTemplate?: string;
+  /** Bytes of GPU memory the routed experts of a Mixture-of-Experts model
+   * (Qwen3-MoE, Mixtral) may use on WebGPU. When set, the experts stay in the
+   * engine's wasm memory and the GPU holds this many bytes of expert slots:
+   * each step, an expert several tokens are routed to and not in a slot is
+   * copied into one (a full set gives one up by
+   * {@link LoadOptions.moePolicy}); one routed to a single token (every miss
+   * of a decode step), or one that finds every slot in use by the step, is
+   * computed on the CPU instead. So a model whose
+   * experts exceed the adapter's memory or limits still runs with most of
+   * its work on the GPU: the other weights, the K/V cache and the
+   * activations are there as without it. Where all experts fit, they stay on the GPU; below
+   * one expert's bytes, every expert is computed on the CPU.
+   * `info.expertCache` says where they went, `engine.stats()` what the cache
+   * did. The wasm memory must hold the experts (at most 4 GiB in all).
+   * Default: unset (every weight on the GPU). No effect on a dense model or
+   * on the CPU backend. A finite number of at least 0 (fractions dropped),
+   * else the load fails with `bad-request`. */
+  maxGpuMemory?: number;
+  /** Which expert a full set of slots gives up (default `lrfu`); used with
+   * {@link LoadOptions.maxGpuMemory}. Another value fails with
+   * `bad-request`. */
+  moePolicy?: MoePolicy;
   /** Refuse to run on one CPU thread without WebGPU (default false: allowed,
    * but slow). The error (code `no-acceleration`) comes before any download. */
   requireAcceleration?: boolean;
@@ -101,8 +130,14 @@ export interface ModelInfo {
    * (null when it did, or when it was not tried). */
   webgpuDeclined: string | null;
   /** Bytes of the engine's wasm memory after the load (it never shrinks).
-   * On WebGPU the weights are not in it. */
+   * On WebGPU the weights are not in it (but for the experts an expert cache
+   * keeps there, {@link ModelInfo.expertCache}). */
   wasmMemoryBytes: number;
+  /** Where a Mixture-of-Experts model's routed experts went with
+   * {@link LoadOptions.maxGpuMemory}; null when every weight is on the
+   * device (no `maxGpuMemory`, a dense model, the CPU backend, or all
+   * experts fit). */
+  expertCache: ExpertCacheInfo | null;
   /** The wasm build: `threaded` (cross-origin isolated page) or `single`. */
   build: 'threaded' | 'single';
   /** CPU threads in use. */
@@ -111,6 +146,65 @@ export interface ModelInfo {
   fromCache: boolean;
   /** Seconds from `Hearth.load` to ready (download included). */
   loadSeconds: number;
+}
+
+/** The expert cache of a model loaded with {@link LoadOptions.maxGpuMemory}. */
+export interface ExpertCacheInfo {
+  /** Which expert a full set of slots gives up. */
+  policy: MoePolicy;
+  /** Experts the GPU's slots hold, all layers together. */
+  slots: number;
+  /** GPU bytes of the slots (at most `maxGpuMemory`). */
+  slotBytes: number;
+  /** Bytes of the experts kept in wasm memory instead of on the GPU. */
+  offloadedBytes: number;
+  /** MoE layers without slots, whose experts the CPU computes (the budget
+   * was below one expert's bytes). */
+  hostOnlyLayers: number;
+}
+
+/** Counters since the load, from {@link HearthEngine.stats}. */
+export interface EngineStats {
+  /** Scheduler steps that ran the model. */
+  steps: number;
+  /** Prompt tokens computed per second, over all requests. */
+  prefillTokensPerS: number;
+  /** Tokens generated per second, over all requests. */
+  decodeTokensPerS: number;
+  /** What the expert cache did; null without one
+   * ({@link ModelInfo.expertCache}). */
+  expertCache: ExpertCacheStats | null;
+}
+
+/** What an expert cache did since the load. Each routed expert counts once
+ * per layer and step (a prompt's tokens routed to one expert: one use). */
+export interface ExpertCacheStats {
+  /** Steps that ran through the cache. */
+  steps: number;
+  /** Tokens of those steps. */
+  tokens: number;
+  /** Routed experts (of layers with slots) found in a GPU slot. */
+  hits: number;
+  /** Routed experts (of layers with slots) not in one: copied in, or
+   * computed on the CPU. */
+  misses: number;
+  /** Misses copied into a slot. */
+  copies: number;
+  /** Bytes copied into slots. */
+  bytesCopied: number;
+  /** Experts computed on the CPU (misses routed to a single token or that
+   * found no free slot, and every expert of a layer without slots). */
+  hostExperts: number;
+  /** Seconds the GPU waited on the CPU (staging copies, computing experts). */
+  hostSeconds: number;
+  /** `hits / (hits + misses)` (1 before anything was routed). */
+  hitRate: number;
+  /** `bytesCopied / tokens`. */
+  bytesCopiedPerToken: number;
+  /** `hostExperts / tokens`. */
+  hostExpertsPerToken: number;
+  /** All of it on one line, as the native CLI prints it. */
+  summary: string;
 }
 
 /** What the browser offers, from {@link Hearth.capabilities}. */

@@ -9,7 +9,7 @@ import { HearthError } from './errors.js';
 import { blobReader, type Reader } from './cache.js';
 import { openUrl } from './download.js';
 import type { EngineRequest, FinishedEvent, FromWorker, SourceSpec, TokenEvent, ToWorker, WorkerLoadOptions } from './protocol.js';
-import type { LoadProgress, ModelInfo } from './types.js';
+import type { EngineStats, ExpertCacheInfo, ExpertCacheStats, LoadProgress, ModelInfo } from './types.js';
 
 /** The wasm-bindgen module's exports used here. */
 interface WasmModule {
@@ -28,6 +28,7 @@ interface WasmEngine {
   step(): Promise<string>;
   tokenize(text: string, addSpecial: boolean, parseSpecial: boolean): Uint32Array;
   detokenize(ids: Uint32Array): string;
+  stats(): string;
 }
 
 const scope = self as unknown as DedicatedWorkerGlobalScope;
@@ -76,10 +77,62 @@ function handle(m: ToWorker): void {
       post({ type: 'result', rid: m.rid, value: [...engine.tokenize(m.text, m.addSpecial, m.parseSpecial)] });
     } else if (m.type === 'detokenize') {
       post({ type: 'result', rid: m.rid, value: engine.detokenize(Uint32Array.from(m.ids)) });
+    } else if (m.type === 'stats') {
+      post({ type: 'result', rid: m.rid, value: engineStats(JSON.parse(engine.stats()) as RawStats) });
     }
   } catch (e) {
     if ('rid' in m) fail(m.rid, e);
   }
+}
+
+/** The engine's `stats()` JSON (see www/wasm/src/lib.rs). */
+interface RawStats {
+  steps: number;
+  prefill_tokens_per_s: number;
+  decode_tokens_per_s: number;
+  expert_cache: null | {
+    steps: number; tokens: number; hits: number; misses: number; copies: number; bytes_copied: number;
+    host_experts: number; host_seconds: number; hit_rate: number; bytes_copied_per_token: number;
+    host_experts_per_token: number; summary: string;
+  };
+}
+
+/** The package's shape of the engine's stats. */
+function engineStats(raw: RawStats): EngineStats {
+  const c = raw.expert_cache;
+  const expertCache: ExpertCacheStats | null = c && {
+    steps: c.steps,
+    tokens: c.tokens,
+    hits: c.hits,
+    misses: c.misses,
+    copies: c.copies,
+    bytesCopied: c.bytes_copied,
+    hostExperts: c.host_experts,
+    hostSeconds: c.host_seconds,
+    hitRate: c.hit_rate,
+    bytesCopiedPerToken: c.bytes_copied_per_token,
+    hostExpertsPerToken: c.host_experts_per_token,
+    summary: c.summary,
+  };
+  return {
+    steps: raw.steps,
+    prefillTokensPerS: raw.prefill_tokens_per_s,
+    decodeTokensPerS: raw.decode_tokens_per_s,
+    expertCache,
+  };
+}
+
+/** The engine's `expert_cache` report of a load (see www/wasm/src/backend.rs). */
+function expertCacheInfo(raw: unknown): ExpertCacheInfo | null {
+  if (!raw) return null;
+  const r = raw as { policy: ExpertCacheInfo['policy']; slots: number; slot_bytes: number; offloaded_bytes: number; host_only_layers: number };
+  return {
+    policy: r.policy,
+    slots: r.slots,
+    slotBytes: r.slot_bytes,
+    offloadedBytes: r.offloaded_bytes,
+    hostOnlyLayers: r.host_only_layers,
+  };
 }
 
 /** Posts events grouped by page request. */
@@ -167,6 +220,8 @@ async function load(sources: SourceSpec[], o: WorkerLoadOptions): Promise<void> 
       max_num_seqs: o.maxConcurrentRequests,
       chat_template: o.chatTemplate,
       backend,
+      max_gpu_memory: o.maxGpuMemory,
+      moe_policy: o.moePolicy,
     });
     // The header decides the backend (and fails early) before any download.
     const seen: { inspected: Inspected | null } = { inspected: null };
@@ -216,6 +271,7 @@ async function load(sources: SourceSpec[], o: WorkerLoadOptions): Promise<void> 
       adapter: raw.backend === 'webgpu' ? ((raw.adapter as string | null) || o.adapterName) : null,
       webgpuDeclined: decided.webgpu_declined,
       wasmMemoryBytes: raw.wasm_memory_bytes as number,
+      expertCache: expertCacheInfo(raw.expert_cache),
       build: threaded ? 'threaded' : 'single',
       threads: raw.threads as number,
       fromCache,

@@ -6,7 +6,7 @@
 use hearth::backend::cpu::{CpuBackend, CpuOptions};
 use hearth::backend::BackendError;
 use hearth::gguf::GgufModel;
-use hearth::model::{check_model, LoadOptions};
+use hearth::model::{check_model, AnyModel, LoadOptions};
 use serde_json::{json, Value};
 use wasm_bindgen::{JsError, JsValue};
 
@@ -30,7 +30,8 @@ pub enum Chosen {
 /// The decision and what the page reports of it: `backend` (`cpu` or
 /// `webgpu`), `adapter` (the WebGPU adapter's name), `webgpu_declined`
 /// (why `auto` did not take WebGPU), `gpu_plan_bytes` (device memory the
-/// model needs).
+/// model needs), `expert_cache` (where an offloaded MoE model's experts
+/// go, see [`expert_cache_report`]; null when they are all on the device).
 pub struct Decision {
     /// Where the model runs.
     pub chosen: Chosen,
@@ -90,20 +91,77 @@ pub async fn choose(
     let cpu = check_cpu(model, threads, load)?;
     Ok(Decision {
         chosen: Chosen::Cpu(Box::new(cpu)),
-        report: json!({"backend": "cpu", "adapter": null, "webgpu_declined": declined}),
+        report: json!({
+            "backend": "cpu",
+            "adapter": null,
+            "webgpu_declined": declined,
+            "expert_cache": null,
+        }),
     })
+}
+
+/// What the expert cache of `model` did so far, as JSON: the counters of
+/// [`hearth::moe::ExpertStats`], its rates (`hit_rate`,
+/// `bytes_copied_per_token`, `host_experts_per_token`) and its one-line
+/// `summary`; null for a model without the cache.
+pub fn expert_stats_json(model: &AnyModel) -> Value {
+    match model.expert_stats() {
+        Some(s) => json!({
+            "steps": s.steps,
+            "tokens": s.tokens,
+            "hits": s.hits,
+            "misses": s.misses,
+            "copies": s.copies,
+            "bytes_copied": s.bytes_copied,
+            "host_experts": s.host_experts,
+            "host_seconds": s.host_seconds,
+            "hit_rate": s.hit_rate(),
+            "bytes_copied_per_token": s.bytes_per_token(),
+            "host_experts_per_token": s.host_experts_per_token(),
+            "summary": s.to_string(),
+        }),
+        None => Value::Null,
+    }
+}
+
+/// What the page reports of an expert offload: `policy`, `slots` (experts
+/// the device's slots hold, all pools together), `slot_bytes` (their
+/// device memory), `offloaded_bytes` (the offloaded experts' bytes, which
+/// the wasm heap holds instead of the device), `host_only_layers` (MoE
+/// layers without slots, whose experts the CPU computes). Null without an
+/// offload plan (a dense model, no `max_gpu_memory`, or every expert fits).
+#[cfg(feature = "webgpu")]
+pub fn expert_cache_report(
+    plan: Option<&hearth::model::offload::OffloadPlan>,
+    load: &LoadOptions,
+) -> Value {
+    match (plan, load.experts) {
+        (Some(p), Some(o)) => json!({
+            "policy": o.policy.name(),
+            "slots": p.pools.iter().map(|pool| pool.slots).sum::<usize>(),
+            "slot_bytes": p.pool_bytes,
+            "offloaded_bytes": p.offloaded_bytes,
+            "host_only_layers": p
+                .layers
+                .iter()
+                .filter(|l| l.placement == hearth::moe::ExpertPlacement::Host)
+                .count(),
+        }),
+        _ => Value::Null,
+    }
 }
 
 /// The WebGPU decision: open the device and check the model against it.
 #[cfg(feature = "webgpu")]
 async fn webgpu(model: &GgufModel, load: &LoadOptions) -> Result<Decision, JsError> {
     let backend = crate::gpu::open().await?;
-    let need = crate::gpu::check(&backend, model, load)?;
+    let checked = crate::gpu::check(&backend, model, load)?;
     let report = json!({
         "backend": "webgpu",
         "adapter": crate::gpu::adapter_name(&backend),
         "webgpu_declined": null,
-        "gpu_plan_bytes": need.total(),
+        "gpu_plan_bytes": checked.memory.total(),
+        "expert_cache": expert_cache_report(checked.offload.as_ref(), load),
     });
     Ok(Decision {
         chosen: Chosen::WebGpu(Box::new(backend)),

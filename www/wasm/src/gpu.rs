@@ -9,9 +9,9 @@
 use std::cell::RefCell;
 
 use hearth::backend::webgpu::{GpuContext, GpuOptions, WebGpuBackend};
-use hearth::backend::{BackendError, MemoryNeed};
+use hearth::backend::BackendError;
 use hearth::gguf::GgufModel;
-use hearth::model::{check_model, LoadOptions};
+use hearth::model::{check_model, Checked, LoadOptions};
 use wasm_bindgen::{JsError, JsValue};
 
 use crate::backend::unsupported;
@@ -66,18 +66,19 @@ pub fn adapter_name(backend: &WebGpuBackend) -> String {
     backend.context().caps.adapter_name.clone()
 }
 
-/// Checks `model` can run on `backend` with the K/V cache of `load`:
-/// kernels for every op and weight type, and a memory need within the
-/// adapter's buffer and binding limits (the browser does not say how much
-/// memory the device has). Errors have code `unsupported-model` and say to
+/// Checks `model` can run on `backend` with the K/V cache and expert
+/// offload of `load`: kernels for every op and weight type, and a memory
+/// need within the adapter's buffer and binding limits (the browser does
+/// not say how much memory the device has). Returns the memory need and
+/// where the experts go. Errors have code `unsupported-model` and say to
 /// use the CPU.
 pub fn check(
     backend: &WebGpuBackend,
     model: &GgufModel,
     load: &LoadOptions,
-) -> Result<MemoryNeed, JsError> {
+) -> Result<Checked, JsError> {
     match check_model(model, backend, load) {
-        Ok(checked) => Ok(checked.memory),
+        Ok(checked) => Ok(checked),
         Err(e @ hearth::Error::Backend(BackendError::Device(_))) => Err(js_err(
             "unsupported-model",
             format!("the model does not fit WebGPU here: {e}; use backend 'cpu' or a smaller model or context"),

@@ -20,7 +20,8 @@ use super::{js_err, sources_of};
 /// `architecture`, `name`, `tensors`, `tensor_bytes`,
 /// `trained_context_length`, `vocab_size`, `has_chat_template`, and where
 /// the model would run with `options` (the JSON `load` takes): `backend`
-/// (`cpu` or `webgpu`), `adapter`, `webgpu_declined`, `gpu_plan_bytes`.
+/// (`cpu` or `webgpu`), `adapter`, `webgpu_declined`, `gpu_plan_bytes`,
+/// `expert_cache` (where an MoE model's experts go with `max_gpu_memory`).
 ///
 /// Rejects, with an `unsupported-model:` message, a file this build cannot
 /// run: not GGUF, an unknown architecture, a tensor type without a kernel

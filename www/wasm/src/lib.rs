@@ -78,11 +78,13 @@ fn sources_of(readers: &Array) -> Result<Vec<JsSource>, JsError> {
 /// Loads a model read through `readers` (one per split, in order) into an
 /// engine. `options` is JSON (`threads`, `n_ctx`, `kv_type`,
 /// `max_num_seqs`, `chat_template`, `backend`: `cpu`, `webgpu` or `auto`,
-/// see [`inspect`]); `on_progress(bytesDone, bytesTotal, tensorsDone,
-/// tensorsTotal)` is called after every chunk.
+/// see [`inspect`]; `max_gpu_memory` and `moe_policy`, the expert cache of
+/// an MoE model, see `options.rs`); `on_progress(bytesDone,
+/// bytesTotal, tensorsDone, tensorsTotal)` is called after every chunk.
 ///
 /// On WebGPU the tensors go from the readers to device buffers a chunk at a
-/// time: the wasm heap holds a chunk and a row, never the model.
+/// time: the wasm heap holds a chunk and a row, never the model (except the
+/// routed experts an expert cache keeps there).
 #[wasm_bindgen]
 pub async fn load(
     readers: Array,
@@ -257,13 +259,18 @@ impl WasmEngine {
         Ok(self.engine()?.tokenizer().decode(&ids, false, false))
     }
 
-    /// Throughput counters as JSON (`prefill_tps`, `decode_tps`, ...).
+    /// Counters since the load as JSON: `steps`, `prefill_tokens_per_s`,
+    /// `decode_tokens_per_s`, and `expert_cache` (what an MoE model's
+    /// expert cache did: its counters, rates and one-line `summary`; null
+    /// without one).
     pub fn stats(&self) -> Result<String, JsError> {
-        let s = self.engine()?.stats();
+        let engine = self.engine()?;
+        let s = engine.stats();
         Ok(json!({
             "steps": s.steps,
             "prefill_tokens_per_s": s.prefill_tps(),
             "decode_tokens_per_s": s.decode_tps(),
+            "expert_cache": backend::expert_stats_json(engine.model()),
         })
         .to_string())
     }

@@ -5,7 +5,9 @@
 
 use hearth::engine::EngineConfig;
 use hearth::graph::KvType;
+use hearth::model::offload::ExpertOffload;
 use hearth::model::{LoadOptions, ModelConfig};
+use hearth::moe::Policy;
 use serde::Deserialize;
 use wasm_bindgen::JsError;
 
@@ -46,6 +48,22 @@ pub struct EngineOptions {
     /// Where to run (default `cpu`).
     #[serde(default)]
     pub backend: BackendChoice,
+    /// Device bytes for the routed experts' slots of an MoE model (the
+    /// package's `maxGpuMemory`): when set, the experts stay in the wasm
+    /// heap and the WebGPU device holds this many bytes of slots, which the
+    /// expert cache fills with the experts in use, by the core's defaults
+    /// otherwise ([`ExpertOffload::with_slot_bytes`]: a miss routed to one
+    /// token is computed on the CPU). A layer group whose experts all fit
+    /// keeps them on the device; below one expert's bytes its layers
+    /// compute their experts on the CPU. A number, as
+    /// JavaScript has no integers: finite, at least 0, fractions dropped.
+    /// No effect on a dense model or on the CPU backend.
+    #[serde(default)]
+    pub max_gpu_memory: Option<f64>,
+    /// Which expert a full pool of slots gives up: `lru`, `lfu` or `lrfu`
+    /// (the default, [`Policy::default`]).
+    #[serde(default)]
+    pub moe_policy: Option<String>,
 }
 
 impl EngineOptions {
@@ -80,9 +98,36 @@ impl EngineOptions {
         };
         let load = LoadOptions {
             max_step_tokens: config.max_num_batched_tokens,
+            experts: self.expert_offload()?,
             ..LoadOptions::new(config.kv_cache_config())
         };
         Ok((config, load))
+    }
+
+    /// The expert offload of `max_gpu_memory` and `moe_policy` (`None`
+    /// without a `max_gpu_memory`). Both are checked either way, so a bad
+    /// policy fails also where it would have no effect.
+    fn expert_offload(&self) -> Result<Option<ExpertOffload>, JsError> {
+        let policy = match self.moe_policy.as_deref() {
+            None => Policy::default(),
+            Some(name) => name
+                .parse::<Policy>()
+                .map_err(|e| js_err("bad-request", format!("moePolicy: {e}")))?,
+        };
+        let Some(bytes) = self.max_gpu_memory else {
+            return Ok(None);
+        };
+        if !bytes.is_finite() || bytes < 0.0 {
+            return Err(js_err(
+                "bad-request",
+                format!("maxGpuMemory {bytes}: give the bytes of device memory for the expert slots, a finite number of at least 0"),
+            ));
+        }
+        Ok(Some(ExpertOffload {
+            policy,
+            // Saturates past u64::MAX (no limit); drops a fraction.
+            ..ExpertOffload::with_slot_bytes(bytes as u64)
+        }))
     }
 
     /// CPU threads to run on (at least one).
