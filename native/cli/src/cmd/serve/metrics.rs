@@ -9,6 +9,7 @@ use std::sync::atomic::AtomicU64;
 use std::sync::Mutex;
 
 use hearth::engine::{EngineStats, FinishReason, Usage};
+use hearth::moe::ExpertStats;
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -63,6 +64,13 @@ pub struct Metrics {
     /// preemptions, steps, prefill and decode tokens), so counters advance
     /// by the difference.
     last: Mutex<[u64; 6]>,
+    /// The expert cache's counts: hits, misses, copies, bytes copied,
+    /// experts computed on the host.
+    experts: [Counter; 5],
+    /// Their totals seen last.
+    experts_last: Mutex<[u64; 5]>,
+    /// Seconds the device waited on the host for experts.
+    experts_host_seconds: FloatGauge,
 }
 
 impl Metrics {
@@ -98,6 +106,9 @@ impl Metrics {
             rejected: Family::default(),
             loaded: Gauge::default(),
             last: Mutex::new([0; 6]),
+            experts: Default::default(),
+            experts_last: Mutex::new([0; 5]),
+            experts_host_seconds: FloatGauge::default(),
             registry: Registry::default(),
         };
         let r = &mut registry;
@@ -216,7 +227,50 @@ impl Metrics {
             "1 once the model is loaded and serving",
             m.loaded.clone(),
         );
+        let expert_help = [
+            (
+                "hearth_expert_cache_hits",
+                "Routed experts found in a device slot (once per layer step)",
+            ),
+            (
+                "hearth_expert_cache_misses",
+                "Routed experts not in a device slot",
+            ),
+            (
+                "hearth_expert_cache_copies",
+                "Misses copied into a device slot",
+            ),
+            (
+                "hearth_expert_cache_bytes_copied",
+                "Bytes copied into device slots",
+            ),
+            (
+                "hearth_expert_cache_host_experts",
+                "Routed experts computed on the host",
+            ),
+        ];
+        for ((name, help), c) in expert_help.into_iter().zip(&m.experts) {
+            r.register(name, help, c.clone());
+        }
+        r.register(
+            "hearth_expert_cache_host_seconds",
+            "Seconds the device waited on the host for experts (staging copies, host experts)",
+            m.experts_host_seconds.clone(),
+        );
         Metrics { registry, ..m }
+    }
+
+    /// Brings the expert-cache counters up to `s` (the model's totals).
+    pub fn observe_experts(&self, s: &ExpertStats) {
+        let now = [s.hits, s.misses, s.copies, s.bytes_copied, s.host_experts];
+        let Ok(mut last) = self.experts_last.lock() else {
+            return;
+        };
+        for ((c, now), then) in self.experts.iter().zip(now).zip(last.iter()) {
+            c.inc_by(now.saturating_sub(*then));
+        }
+        *last = now;
+        self.experts_host_seconds.set(s.host_seconds);
     }
 
     /// Records the K/V cache layout and marks the model loaded.
@@ -311,5 +365,36 @@ impl Metrics {
         // Writing to a String cannot fail.
         let _ = encode(&mut out, &self.registry);
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn expert_cache_counters_advance_by_the_difference() {
+        let m = Metrics::new("m");
+        let mut s = ExpertStats {
+            hits: 5,
+            misses: 2,
+            copies: 1,
+            bytes_copied: 300,
+            host_experts: 1,
+            host_seconds: 0.25,
+            ..ExpertStats::default()
+        };
+        m.observe_experts(&s);
+        s.hits = 9;
+        m.observe_experts(&s);
+        let text = m.render();
+        for line in [
+            "hearth_expert_cache_hits_total{model_name=\"m\"} 9",
+            "hearth_expert_cache_misses_total{model_name=\"m\"} 2",
+            "hearth_expert_cache_bytes_copied_total{model_name=\"m\"} 300",
+            "hearth_expert_cache_host_seconds{model_name=\"m\"} 0.25",
+        ] {
+            assert!(text.contains(line), "{line} not in\n{text}");
+        }
     }
 }

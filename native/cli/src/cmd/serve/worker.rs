@@ -88,6 +88,9 @@ impl Worker {
                 self.step();
             }
             self.metrics.observe_engine(&self.engine.stats());
+            if let Some(experts) = self.engine.model().expert_stats() {
+                self.metrics.observe_experts(&experts);
+            }
         }
     }
 
