@@ -4,7 +4,7 @@
 //! do) and `download` is ready at once. Buffers are 4-byte aligned host
 //! memory behind a `RefCell`, so an op may write a buffer it also reads
 //! ([`CpuBuffer`], in `buffer.rs`).
-//! Weight buffers become a [`Weight`](super::matmul::Weight) (the kernels' view) the first time an
+//! Weight buffers become a [`Weight`] (the kernels' view) the first time an
 //! op reads them as one, so no op copies a weight. The K/V, attention and
 //! expert ops are in `record.rs`.
 
