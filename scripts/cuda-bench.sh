@@ -164,6 +164,23 @@ moe() {
   done
 }
 
+# The cache's slot fills batched or one run at a time, on the 30B-A3B
+# shape cut to 12 layers (written here in about two minutes) with 3 GiB of
+# device memory: prefill and a short decode, Hearth alone.
+moe_quick() {
+  mkdir -p "$out"
+  export HEARTH_CUDA_CACHE=/root/hearth-cuda-cache
+  local m=/root/qwen3-30b-a3b-12.gguf v
+  [ -s "$m" ] || "$hearth" synth "$m" --shape qwen3-30b-a3b --layers 12 --type Q4_K_M --seed 1 \
+    --embd-std 1 --router-skew 1 | tail -1
+  for v in default HEARTH_CUDA_BATCHED_UPLOADS=0 default; do
+    [ "$v" != default ] || v=""
+    echo "== ${v:-default}" | tee -a "$out/moe-quick.txt"
+    env $v "$hearth" bench -m "$m" --backend cuda -p 512 -n 32 -r 1 --gpu-mem "${GPU_MEM:-3G}" 2>&1 \
+      | grep -E 'expert cache|(pp|tg)[0-9]' | tee -a "$out/moe-quick.txt"
+  done
+}
+
 device() {
   mkdir -p "$out"
   nvidia-smi --query-gpu=name,memory.total,clocks.max.mem --format=csv | tee "$out/gpu.txt"
@@ -246,6 +263,7 @@ case "${1:-}" in
   against) against ;;
   moe-synth-start) moe_synth_start ;;
   moe) moe ;;
+  moe-quick) moe_quick ;;
   sweep) sweep ;;
-  *) echo "usage: $0 prepare|device|build-start|synth-start|moe-synth-start|against|moe|sweep" >&2; exit 2 ;;
+  *) echo "usage: $0 prepare|device|build-start|synth-start|moe-synth-start|against|moe|moe-quick|sweep" >&2; exit 2 ;;
 esac

@@ -176,6 +176,9 @@ pub struct CudaBackend {
     graphs: Graphs,
     /// Whether plans run as CUDA graphs ([`CudaBackend::set_graphs`]).
     use_graphs: bool,
+    /// Whether a sync point's weight rows are repacked side by side
+    /// ([`CudaBackend::set_batched_uploads`]).
+    batched_uploads: bool,
     /// Products of at least this many tokens run on the tensor-core tiles.
     tile_tokens: usize,
     /// Kernel timings ([`CudaBackend::set_profile`]).
@@ -358,6 +361,7 @@ impl CudaBackend {
             generation: std::cell::Cell::new(0),
             graphs: Graphs::default(),
             use_graphs: true,
+            batched_uploads: true,
             tile_tokens: 16,
             prof: None,
             retired: Vec::new(),
@@ -373,6 +377,13 @@ impl CudaBackend {
     pub fn set_graphs(&mut self, on: bool) {
         self.use_graphs = on;
         self.graphs.clear();
+    }
+
+    /// Whether the weight rows of a sync point (the expert cache's slot
+    /// fills) are repacked side by side and waited for once (the default),
+    /// or uploaded one run at a time (for comparison).
+    pub fn set_batched_uploads(&mut self, on: bool) {
+        self.batched_uploads = on;
     }
 
     /// Times every kernel with CUDA events (and records op by op: a graph
@@ -1855,6 +1866,12 @@ impl Backend for CudaBackend {
     ) -> Result<(), BackendError> {
         use rayon::prelude::*;
         if runs.is_empty() {
+            return Ok(());
+        }
+        if !self.batched_uploads {
+            for r in runs {
+                self.upload_weight_rows(r.dst, r.ty, r.cols, r.first_row, r.src)?;
+            }
             return Ok(());
         }
         let packed: Vec<Result<(u64, Vec<u8>), BackendError>> = runs

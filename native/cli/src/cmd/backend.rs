@@ -160,6 +160,11 @@ pub async fn load_on<S: ByteSource>(
             if env("HEARTH_CUDA_MV_PREFETCH").as_deref() == Some("0") {
                 backend.set_mv_prefetch(false);
             }
+            // HEARTH_CUDA_BATCHED_UPLOADS=0 fills the expert cache's slots
+            // one run of rows at a time (for comparison).
+            if env("HEARTH_CUDA_BATCHED_UPLOADS").as_deref() == Some("0") {
+                backend.set_batched_uploads(false);
+            }
             // HEARTH_CUDA_PREFILL=int8 multiplies prefill on the int8 tiles.
             if env("HEARTH_CUDA_PREFILL").as_deref() == Some("int8") {
                 backend.set_prefill_f16(false);
