@@ -158,3 +158,52 @@ fn the_cache_gives_the_models_tokens_at_any_slot_count() {
         }
     }
 }
+
+/// With nothing said and a device budget short of the model (WebGPU's
+/// `memory_budget`, `HEARTH_GPU_MEMORY`), the loader puts the routed
+/// experts behind the cache by itself, within the budget, and the model
+/// gives the greedy tokens of the model without a budget.
+#[test]
+fn a_short_device_budget_offloads_the_experts_by_itself() {
+    use hearth::model::check_model;
+    let name = "mixtral-Q4_0";
+    let path = synthetic_model(name);
+    let Some(mut plain) = load_gpu_opts(&path, &options(None), &gpu_options()) else {
+        return;
+    };
+    let n_layer = plain.config().n_layer;
+    let (gguf, _) = open_model(&path).expect("open");
+    let need = check_model(&gguf, plain.backend(), &options(None))
+        .expect("check")
+        .memory
+        .total();
+    let budget = need - expert_bytes(name) / 2;
+    let short = hearth::backend::webgpu::GpuOptions {
+        memory_budget: Some(budget),
+        ..gpu_options()
+    };
+    let mut m = load_gpu_opts(&path, &options(None), &short).expect("the adapter is there");
+    assert!(
+        (0..n_layer).all(|l| m.expert_placement(l) == ExpertPlacement::Slots),
+        "{name}: every layer pooled within {budget} of {need} bytes"
+    );
+    let checked = check_model(&gguf, m.backend(), &options(None)).expect("check");
+    assert!(
+        checked.memory.total() <= budget,
+        "{} > {budget}",
+        checked.memory.total()
+    );
+    let (want, got) = (steps(&mut plain), steps(&mut m));
+    let stats = m.expert_stats().expect("the cache keeps count");
+    println!("{name} within {budget} of {need} bytes: {stats}");
+    assert!(stats.misses > 0, "{stats}");
+    let nv = m.config().n_vocab;
+    let picks = |v: &[Vec<f32>]| -> Vec<usize> {
+        v.iter()
+            .flat_map(|s| s.chunks(nv).map(argmax).collect::<Vec<_>>())
+            .collect()
+    };
+    let (a, b) = (picks(&want), picks(&got));
+    let same = a.iter().zip(&b).filter(|(x, y)| x == y).count();
+    assert!(same + a.len() / 7 >= a.len(), "top1 {same}/{}", a.len());
+}

@@ -239,6 +239,13 @@ pub trait Backend {
         let _ = need;
         Ok(())
     }
+    /// The device memory a model may use, where the backend knows it (a
+    /// GPU's free memory, or a budget it was given); `None`: unknown, or
+    /// host memory. The loader offloads an MoE model's routed experts by
+    /// itself when the model needs more ([`crate::model::load::LoadOptions::experts`]).
+    fn memory_budget(&self) -> Option<u64> {
+        None
+    }
     /// Whether [`Backend::record`] accepts `op`.
     fn supports(&self, op: &Op) -> bool;
     /// Records (the CPU: executes) `op` over `io`.

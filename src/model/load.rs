@@ -105,8 +105,11 @@ pub struct LoadOptions {
     pub max_step_tokens: usize,
     /// An MoE model's routed experts kept in host memory, with device
     /// slots for the ones in use (the expert cache, [`crate::moe::ExpertCache`]);
-    /// `None`: every weight on the device. On the CPU backend, whose memory
-    /// is the host's, only [`ExpertOffload::host_layers`] applies.
+    /// `None`: every weight on the device, unless the backend's
+    /// [`Backend::memory_budget`] is known and too small for the model, where
+    /// the experts are offloaded within it by themselves. On the CPU
+    /// backend, whose memory is the host's, only [`ExpertOffload::host_layers`]
+    /// applies.
     pub experts: Option<ExpertOffload>,
 }
 
@@ -411,7 +414,19 @@ fn check_layout<B: Backend>(
     }
     let mut layout = Layout::new(model, &cfg.arch);
     let mut weights = layout.model(&cfg, &spec)?;
-    let offload = match opts.experts {
+    // Nothing said and the device's budget known but short: the routed
+    // experts go behind the cache, the slots in what the rest leaves.
+    let auto = match (opts.experts, backend.memory_budget()) {
+        (None, Some(budget)) if spec.moe && backend.caps().backend != CpuBackend::NAME => {
+            let need = memory_need(model, &cfg, &opts.kv, opts.max_step_tokens, backend);
+            (need.total() > budget).then_some(ExpertOffload {
+                device_bytes: Some(budget),
+                ..ExpertOffload::with_slot_bytes(u64::MAX)
+            })
+        }
+        _ => None,
+    };
+    let offload = match opts.experts.or(auto) {
         Some(mut o) if spec.moe => {
             if backend.caps().backend == CpuBackend::NAME {
                 // Host memory is the device's: only the layers asked to

@@ -1901,6 +1901,11 @@ impl Backend for CudaBackend {
         self.stream.synchronize().map_err(driver)
     }
 
+    fn memory_budget(&self) -> Option<u64> {
+        self.bind().ok()?;
+        result::mem_get_info().ok().map(|(free, _)| free as u64)
+    }
+
     fn check_memory(&self, need: &MemoryNeed) -> Result<(), BackendError> {
         self.bind()?;
         let (free, total) = result::mem_get_info().map_err(driver)?;

@@ -480,6 +480,10 @@ impl Backend for WebGpuBackend {
         self.upload_rows(dst, ty, cols, first_row, src)
     }
 
+    fn memory_budget(&self) -> Option<u64> {
+        self.ctx.options.memory_budget
+    }
+
     fn check_memory(&self, need: &crate::backend::MemoryNeed) -> Result<(), BackendError> {
         let budget = self.ctx.options.memory_budget;
         Ok(super::memory::check_fits(need, &self.ctx.caps, budget)?)

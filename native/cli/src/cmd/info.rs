@@ -237,6 +237,11 @@ fn print_plan(args: &Args, file: &GgufModel, cfg: &ModelConfig, ctx: usize) -> R
         human_bytes(plan.offloaded_bytes),
         human_bytes(plan.pool_bytes)
     );
+    if opts.experts.is_none() {
+        println!(
+            "  why: the device's memory (or HEARTH_GPU_MEMORY) is short of the whole model, so its routed experts went behind the cache by themselves"
+        );
+    }
     if let Some(total) = args.moe.gpu_mem {
         println!(
             "  why: --gpu-mem {} leaves {} for slots after the rest of the model",
