@@ -126,3 +126,106 @@ fn a_store_that_keeps_the_experts_on_the_device_is_never_called() {
     m.set_expert_store(Some(Box::new(Resident)));
     assert_eq!(run(&mut m), without);
 }
+
+/// The offload plan of qwen3moe-Q4_K_M (whose expert types differ between
+/// layers, so it has two layer groups) at several budgets: the first
+/// `host_layers` MoE layers on the host, the pools' slots in proportion to
+/// what each group would take whole, a group that fits back on the device,
+/// the pooled layers' expert weights pointed at their pool.
+#[test]
+fn the_offload_plan_splits_the_budget_between_the_layer_groups() {
+    use hearth::model::arch::spec_for;
+    use hearth::model::layout::Layout;
+    use hearth::model::offload::{expert_bytes, plan_offload};
+    use hearth::model::weights::FfnWeights;
+    use hearth::model::ModelConfig;
+
+    let (gguf, _) = hearth::gguf::open_model(&synthetic_model("qwen3moe-Q4_K_M")).expect("open");
+    let cfg = ModelConfig::from_metadata_supported(gguf.metadata()).expect("config");
+    let spec = spec_for(&cfg, gguf.metadata()).expect("spec");
+    let backend = cpu_backend(1);
+    let fresh = || {
+        let mut layout = Layout::new(&gguf, &cfg.arch);
+        let weights = layout.model(&cfg, &spec).expect("layout");
+        (weights, layout.slots)
+    };
+    let (w0, s0) = fresh();
+    let all = expert_bytes(&w0, &s0, &backend);
+    let per_layer = all / cfg.n_layer as u64;
+    let mut pooled_cases = 0;
+    for (share, host_layers) in [(0.25, 0), (0.5, 1), (0.999, 0), (2.0, 0)] {
+        let (mut weights, mut slots) = fresh();
+        let n_slots = slots.len();
+        let offload = ExpertOffload {
+            host_layers,
+            ..ExpertOffload::with_slot_bytes((all as f64 * share) as u64)
+        };
+        let plan = plan_offload(&mut weights, &mut slots, cfg.n_expert, &offload, &backend);
+        let on_host = plan
+            .layers
+            .iter()
+            .filter(|l| l.placement == ExpertPlacement::Host)
+            .map(|l| l.layer)
+            .collect::<Vec<_>>();
+        assert_eq!(on_host, (0..host_layers).collect::<Vec<_>>(), "{share}");
+        assert_eq!(
+            slots.len(),
+            n_slots + 3 * plan.pools.len(),
+            "{share}: pool buffers appended"
+        );
+        assert!(
+            plan.pool_bytes <= offload.slot_bytes,
+            "{share}: {} over the budget",
+            plan.pool_bytes
+        );
+        if share > 1.0 {
+            assert!(
+                plan.layers.is_empty() && plan.pools.is_empty(),
+                "{share}: all fits"
+            );
+            continue;
+        }
+        let pooled = cfg.n_layer - host_layers;
+        if plan.pools.is_empty() {
+            // The budget holds every layer not on the host: they stay on
+            // the device, only the host layers are in the plan.
+            assert!(
+                offload.slot_bytes >= all - host_layers as u64 * per_layer,
+                "{share}"
+            );
+            assert_eq!(plan.layers.len(), host_layers, "{share}");
+            continue;
+        }
+        pooled_cases += 1;
+        // Every pool holds fewer experts than its layers have, and the
+        // budget is used but for less than one expert per group.
+        let slack = plan.pools.len() as u64 * 3 * per_layer / cfg.n_expert as u64;
+        assert!(
+            plan.pool_bytes + slack >= offload.slot_bytes.min(all - host_layers as u64 * per_layer),
+            "{share}: {} of {} used",
+            plan.pool_bytes,
+            offload.slot_bytes
+        );
+        for (l, lw) in weights.layers.iter().enumerate() {
+            let FfnWeights::Moe { gate, n_ff, .. } = lw.ffn else {
+                panic!("layer {l} is not MoE");
+            };
+            let Some(placed) = plan.layers.iter().find(|p| p.layer == l) else {
+                continue;
+            };
+            if placed.placement == ExpertPlacement::Slots {
+                let pool = &plan.pools[placed.pool];
+                assert_eq!(gate.id, pool.weights[0], "layer {l} points at its pool");
+                assert_eq!(gate.rows, pool.slots * n_ff, "layer {l}");
+                assert!(
+                    pool.slots < cfg.n_expert * pooled,
+                    "{share}: a pool as large as its layers"
+                );
+            }
+        }
+    }
+    assert_eq!(
+        pooled_cases, 2,
+        "the 25% and 99.9% budgets pool every layer"
+    );
+}
