@@ -414,29 +414,29 @@ fn check_layout<B: Backend>(
     }
     let mut layout = Layout::new(model, &cfg.arch);
     let mut weights = layout.model(&cfg, &spec)?;
+    // The whole model's need, from the header: what the device is checked
+    // for, less the experts that go to host memory.
+    let mut memory = memory_need(model, &cfg, &opts.kv, opts.max_step_tokens, backend);
+    // The CPU's memory is the host's: there only the layers asked to keep
+    // their experts on the host do (as llama.cpp's `--cpu-moe` on its CPU
+    // backend); its weights cannot be refilled as slots.
+    let on_host = backend.caps().backend == CpuBackend::NAME;
     // Nothing said and the device's budget known but short: the routed
     // experts go behind the cache, the slots in what the rest leaves.
-    let auto = match (opts.experts, backend.memory_budget()) {
-        (None, Some(budget)) if spec.moe && backend.caps().backend != CpuBackend::NAME => {
-            let need = memory_need(model, &cfg, &opts.kv, opts.max_step_tokens, backend);
-            (need.total() > budget).then_some(ExpertOffload {
-                device_bytes: Some(budget),
-                ..ExpertOffload::with_slot_bytes(u64::MAX)
-            })
-        }
+    let auto = match backend.memory_budget() {
+        Some(budget) if !on_host && memory.total() > budget => Some(ExpertOffload {
+            device_bytes: Some(budget),
+            ..ExpertOffload::with_slot_bytes(u64::MAX)
+        }),
         _ => None,
     };
     let offload = match opts.experts.or(auto) {
         Some(mut o) if spec.moe => {
-            if backend.caps().backend == CpuBackend::NAME {
-                // Host memory is the device's: only the layers asked to
-                // keep their experts on the host do (as llama.cpp's
-                // `--cpu-moe` on its CPU backend).
+            if on_host {
                 o.slot_bytes = u64::MAX;
             } else if let Some(total) = o.device_bytes {
-                let need = memory_need(model, &cfg, &opts.kv, opts.max_step_tokens, backend);
-                let rest =
-                    need.total() - expert_bytes(&weights, &layout.slots, backend).min(need.total());
+                let experts = expert_bytes(&weights, &layout.slots, backend);
+                let rest = memory.total() - experts.min(memory.total());
                 o.slot_bytes = total.checked_sub(rest).ok_or(LoadError::DeviceBudget {
                     rest,
                     budget: total,
@@ -455,7 +455,6 @@ fn check_layout<B: Backend>(
         exact: opts.exact_f32,
     };
     check_support(&src, backend, &layout.slots)?;
-    let mut memory = memory_need(model, &cfg, &opts.kv, opts.max_step_tokens, backend);
     if let Some(p) = &offload {
         memory.weights = memory.weights.saturating_sub(p.offloaded_bytes) + p.pool_bytes;
     }

@@ -245,11 +245,6 @@ impl ExpertCache {
         self.stats
     }
 
-    /// The device slots of each pool.
-    pub fn pool_slots(&self) -> Vec<usize> {
-        self.pools.iter().map(|p| p.spec.slots).collect()
-    }
-
     /// The writes that place `layer`'s routed experts for a step, and
     /// what is left to the host.
     fn place(&mut self, layer: usize, routes: Routes, input: Vec<f32>) -> PlaceResult {

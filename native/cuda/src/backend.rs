@@ -272,6 +272,29 @@ fn layout_of(ty: GgmlType, rows: usize, cols: usize) -> Result<PackedLayout, Bac
     packed_layout_aligned(NAME, ty, rows as u64, cols as u64, ROW_ALIGN)
 }
 
+/// Whole rows `first_row..` of a weight (`src`, as the GGUF file stores
+/// them) in the kernels' layout, and their byte offset in the buffer.
+fn packed_rows(
+    ty: GgmlType,
+    cols: usize,
+    first_row: usize,
+    src: &[u8],
+) -> Result<(u64, Vec<u8>), BackendError> {
+    let row_bytes = cols / ty.block_elems().max(1) * ty.block_bytes();
+    if row_bytes == 0 || !src.len().is_multiple_of(row_bytes) {
+        return Err(BackendError::Shape(format!(
+            "{} bytes of a {ty} weight are not whole rows of {cols} values",
+            src.len()
+        )));
+    }
+    let layout = layout_of(ty, src.len() / row_bytes, cols)?;
+    let mut packed = Vec::with_capacity(layout.bytes as usize);
+    let mut rp = Repacker::for_layout(layout)?;
+    rp.push_rows(src, &mut packed)?;
+    rp.finish()?;
+    Ok((first_row as u64 * layout.row_bytes, packed))
+}
+
 /// Whether `ty` rows of `k` values run on the product kernels.
 fn weight_runs(ty: GgmlType, k: usize) -> bool {
     WEIGHT_TYPES.contains(&ty) && k > 0 && layout_of(ty, 1, k).is_ok()
@@ -1838,20 +1861,8 @@ impl Backend for CudaBackend {
         first_row: usize,
         src: &[u8],
     ) -> Result<(), BackendError> {
-        let row_bytes = cols / ty.block_elems().max(1) * ty.block_bytes();
-        if row_bytes == 0 || !src.len().is_multiple_of(row_bytes) {
-            return Err(BackendError::Shape(format!(
-                "{} bytes of a {ty} weight are not whole rows of {cols} values",
-                src.len()
-            )));
-        }
-        let rows = src.len() / row_bytes;
-        let layout = self.layout(ty, rows, cols)?;
-        let mut packed = Vec::with_capacity(layout.bytes as usize);
-        let mut rp = Repacker::for_layout(layout)?;
-        rp.push_rows(src, &mut packed)?;
-        rp.finish()?;
-        self.upload(dst, first_row as u64 * layout.row_bytes, &packed)?;
+        let (offset, packed) = packed_rows(ty, cols, first_row, src)?;
+        self.upload(dst, offset, &packed)?;
         // The staging copy of pageable memory may still be in flight
         // inside the driver: keep the loader's memory bounded.
         self.stream.synchronize().map_err(driver)
@@ -1876,23 +1887,7 @@ impl Backend for CudaBackend {
         }
         let packed: Vec<Result<(u64, Vec<u8>), BackendError>> = runs
             .par_iter()
-            .map(|r| {
-                let row_bytes = r.cols / r.ty.block_elems().max(1) * r.ty.block_bytes();
-                if row_bytes == 0 || !r.src.len().is_multiple_of(row_bytes) {
-                    return Err(BackendError::Shape(format!(
-                        "{} bytes of a {} weight are not whole rows of {} values",
-                        r.src.len(),
-                        r.ty,
-                        r.cols
-                    )));
-                }
-                let layout = layout_of(r.ty, r.src.len() / row_bytes, r.cols)?;
-                let mut out = Vec::with_capacity(layout.bytes as usize);
-                let mut rp = Repacker::for_layout(layout)?;
-                rp.push_rows(r.src, &mut out)?;
-                rp.finish()?;
-                Ok((r.first_row as u64 * layout.row_bytes, out))
-            })
+            .map(|r| packed_rows(r.ty, r.cols, r.first_row, r.src))
             .collect();
         for (r, p) in runs.iter().zip(packed) {
             let (offset, bytes) = p?;

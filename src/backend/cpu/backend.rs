@@ -80,19 +80,12 @@ impl CpuBackend {
         let w: &Weight = &w;
         let first = rows.start;
         // Rows re-laid for the tiles are gathered one by one: side by
-        // side, as a slot fill waits on it.
-        let gather = |(i, o): (usize, &mut [u8])| o.copy_from_slice(&w.row(first + i));
-        #[cfg(not(target_arch = "wasm32"))]
-        {
-            use rayon::prelude::*;
-            out.par_chunks_mut(row_bytes.max(1))
-                .enumerate()
-                .for_each(gather);
-        }
-        #[cfg(target_arch = "wasm32")]
-        out.chunks_mut(row_bytes.max(1))
+        // side, as a slot fill waits on it (rayon runs on the caller where
+        // there is no pool, as in the single-threaded browser build).
+        use rayon::prelude::*;
+        out.par_chunks_mut(row_bytes.max(1))
             .enumerate()
-            .for_each(gather);
+            .for_each(|(i, o)| o.copy_from_slice(&w.row(first + i)));
         Ok(out)
     }
 }
