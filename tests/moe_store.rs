@@ -8,7 +8,7 @@
 mod model_support;
 
 use hearth::graph::plan::SyncFuture;
-use hearth::graph::{KvCacheConfig, KvType};
+use hearth::graph::KvType;
 use hearth::model::offload::ExpertOffload;
 use hearth::model::{ForwardModel, LoadOptions, LogitsWanted};
 use hearth::moe::{ExpertPlacement, ExpertStore, Routes};
@@ -35,14 +35,7 @@ fn bits(v: &[Vec<f32>]) -> Vec<Vec<u32>> {
 }
 
 fn options(experts: Option<ExpertOffload>) -> LoadOptions {
-    LoadOptions {
-        experts,
-        ..LoadOptions::new(KvCacheConfig {
-            num_blocks: 8,
-            block_size: BLOCK,
-            dtype: KvType::F16,
-        })
-    }
+    model_support::moe_cache::cache_options(experts, 8)
 }
 
 #[test]

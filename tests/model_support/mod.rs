@@ -1,6 +1,7 @@
 //! Shared helpers of the model tests: loading, one-sequence runs, metrics.
 #![allow(dead_code)]
 
+pub mod moe_cache;
 pub mod rng;
 
 use hearth::graph::{KvCacheConfig, KvType};

@@ -8,50 +8,30 @@
 //! CUDA device the tests print why and check nothing, unless
 //! `HEARTH_REQUIRE_CUDA=1`.
 
+mod cuda_support;
 #[path = "../../../tests/model_support/mod.rs"]
 mod model_support;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use hearth::gguf::open_model;
+use cuda_support::{fixtures, load_cuda_with};
 use hearth::graph::{KvCacheConfig, KvType};
 use hearth::kv::BlockId;
-use hearth::model::{load_model, Batch, ForwardModel, LoadOptions, LogitsWanted, Model, SeqInput};
+use hearth::model::{Batch, ForwardModel, LoadOptions, LogitsWanted, Model, SeqInput};
 use hearth_cuda::CudaBackend;
 use model_support::{
     argmax, ids, nrmse, overlap, read_f32, read_json, row_errors, run_all, seq_step, slots, table,
     top_k, BLOCK,
 };
 
-fn fixtures() -> PathBuf {
-    std::env::var_os("HEARTH_FIXTURES")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/llamacpp")
-        })
-}
-
 /// A model on the CUDA backend, or `None` (after printing why) without a device.
 fn load_cuda(path: &Path, dtype: KvType, num_blocks: usize) -> Option<Model<CudaBackend>> {
-    let backend = match CudaBackend::new(0) {
-        Ok(b) => b,
-        Err(e) if std::env::var("HEARTH_REQUIRE_CUDA").is_ok_and(|v| v == "1") => {
-            panic!("HEARTH_REQUIRE_CUDA=1 but {e}")
-        }
-        Err(e) => {
-            eprintln!("CUDA test not run: {e} (set HEARTH_REQUIRE_CUDA=1 to make this fail)");
-            return None;
-        }
-    };
-    let (model, sources) = open_model(path).expect("open model");
     let opts = LoadOptions::new(KvCacheConfig {
         num_blocks,
         block_size: BLOCK,
         dtype,
     });
-    let m = pollster::block_on(load_model(backend, &model, &sources, &opts, &mut |_| {}))
-        .unwrap_or_else(|e| panic!("load {}: {e}", path.display()));
-    Some(m)
+    load_cuda_with(path, &opts)
 }
 
 /// The synthetic models stored with the fixtures (the others are made from
