@@ -143,7 +143,7 @@ fn the_offload_plan_splits_the_budget_between_the_layer_groups() {
         (weights, layout.slots)
     };
     let (w0, s0) = fresh();
-    let all = expert_bytes(&w0, &s0, &backend);
+    let all = expert_bytes(&w0, &s0, 0, &backend);
     let per_layer = all / cfg.n_layer as u64;
     let mut pooled_cases = 0;
     for (share, host_layers) in [(0.25, 0), (0.5, 1), (0.999, 0), (2.0, 0)] {
@@ -153,7 +153,14 @@ fn the_offload_plan_splits_the_budget_between_the_layer_groups() {
             host_layers,
             ..ExpertOffload::with_slot_bytes((all as f64 * share) as u64)
         };
-        let plan = plan_offload(&mut weights, &mut slots, cfg.n_expert, &offload, &backend);
+        let plan = plan_offload(
+            &mut weights,
+            &mut slots,
+            cfg.n_expert,
+            0,
+            &offload,
+            &backend,
+        );
         let on_host = plan
             .layers
             .iter()

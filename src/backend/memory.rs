@@ -33,6 +33,14 @@ pub(crate) fn gib(bytes: u64) -> String {
     format!("{:.2}", bytes as f64 / (1u64 << 30) as f64)
 }
 
+/// Bytes with their unit: GiB with two decimals from 1 GiB, else MiB with one.
+pub(crate) fn human(bytes: u64) -> String {
+    match bytes {
+        b if b >= 1 << 30 => format!("{:.2} GiB", b as f64 / (1u64 << 30) as f64),
+        b => format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64),
+    }
+}
+
 impl fmt::Display for MemoryNeed {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(

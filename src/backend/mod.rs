@@ -6,7 +6,7 @@
 //! core through [`crate::model::load_model`] and [`crate::model::AnyModel`].
 
 pub mod cpu;
-mod memory;
+pub(crate) mod memory;
 pub mod packed;
 #[cfg(feature = "webgpu")]
 pub mod webgpu;

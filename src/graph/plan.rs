@@ -61,17 +61,22 @@ pub enum Input {
     BlockTables,
     /// The rows whose logits the step reads back, `[logits rows]`.
     LogitRows,
+    /// The residual stream entering the plan's first block, f32 bits
+    /// `[tokens, n_embd]`: the host's output, where the host runs the
+    /// blocks before (a layer split, [`crate::model::load::LoadOptions::gpu_layers`]).
+    Hidden,
 }
 
 impl Input {
     /// Every input, in [`StepInputs`]' order.
-    pub const ALL: [Input; 6] = [
+    pub const ALL: [Input; 7] = [
         Input::TokenIds,
         Input::Positions,
         Input::Slots,
         Input::Seqs,
         Input::BlockTables,
         Input::LogitRows,
+        Input::Hidden,
     ];
 
     fn index(self) -> usize {

@@ -6,8 +6,10 @@
 
 use std::fmt;
 
+use crate::backend::cpu::CpuBackend;
 use crate::backend::{Backend, BackendError};
 use crate::graph::plan::Held;
+use crate::graph::plan::Input;
 use crate::graph::KvCacheConfig;
 use crate::model::arch::plan::{step_inputs, PlanOptions, PlanSource, StepShape};
 use crate::model::arch::ArchSpec;
@@ -34,8 +36,13 @@ pub struct Model<B: Backend> {
     pub(crate) experts: Option<Box<dyn ExpertStore>>,
     /// The plans built so far.
     pub(crate) plans: Plans,
-    /// Where plans stop for the host (from the expert store).
+    /// The blocks the plans run, and where they stop for the host (from
+    /// the expert store).
     pub(crate) plan_opts: PlanOptions,
+    /// The model's first blocks on the host's CPU, when it is split
+    /// ([`crate::model::load::LoadOptions::gpu_layers`]): each step runs
+    /// them first and hands their residual stream to this model's blocks.
+    pub(crate) host: Option<Box<Model<CpuBackend>>>,
 }
 
 impl<B: Backend> fmt::Debug for Model<B> {
@@ -45,6 +52,7 @@ impl<B: Backend> fmt::Debug for Model<B> {
             .field("backend", &self.backend.caps().name)
             .field("exact", &self.exact)
             .field("kv", &self.kv_cfg)
+            .field("blocks", &self.blocks())
             .finish_non_exhaustive()
     }
 }
@@ -132,11 +140,9 @@ impl<B: Backend> Model<B> {
     /// experts sit in device slots must have been loaded so (its stacked
     /// weights are the slots: [`crate::model::load::LoadOptions::experts`]).
     pub fn set_expert_store(&mut self, store: Option<Box<dyn ExpertStore>>) {
-        self.plan_opts = PlanOptions {
-            experts: match (&store, self.spec.moe) {
-                (Some(s), true) => (0..self.cfg.n_layer).map(|l| s.placement(l)).collect(),
-                _ => Vec::new(),
-            },
+        self.plan_opts.experts = match (&store, self.spec.moe) {
+            (Some(s), true) => (0..self.cfg.n_layer).map(|l| s.placement(l)).collect(),
+            _ => Vec::new(),
         };
         self.experts = store;
         self.plans.clear();
@@ -157,6 +163,21 @@ impl<B: Backend> Model<B> {
         self.plan_opts.placement(layer)
     }
 
+    /// The blocks this model's backend runs: all of them, or the last ones
+    /// of a model split with the host ([`Model::host_blocks`]).
+    pub fn blocks(&self) -> std::ops::Range<usize> {
+        self.plan_opts.blocks(self.cfg.n_layer)
+    }
+
+    /// The blocks the host's CPU runs before this model's backend does,
+    /// for a model split between them (empty when it is not).
+    pub fn host_blocks(&self) -> std::ops::Range<usize> {
+        match &self.host {
+            Some(h) => h.blocks(),
+            None => 0..0,
+        }
+    }
+
     /// What the model's expert store did so far, if it has one that keeps
     /// count (the expert cache).
     pub fn expert_stats(&self) -> Option<crate::moe::ExpertStats> {
@@ -174,6 +195,12 @@ impl<B: Backend> Model<B> {
         if batch.num_tokens() == 0 {
             return Ok(Vec::new());
         }
+        // A split model's first blocks run on the host; their residual
+        // stream is this backend's input (the one crossing of the step).
+        let hidden = match self.host.as_deref_mut() {
+            Some(h) => Some(Box::pin(h.forward_plan(batch, Readout::Logits)).await?),
+            None => None,
+        };
         let Model {
             cfg,
             spec,
@@ -187,6 +214,7 @@ impl<B: Backend> Model<B> {
             experts,
             plans,
             plan_opts,
+            host: _,
         } = self;
         let src = PlanSource {
             cfg,
@@ -195,7 +223,10 @@ impl<B: Backend> Model<B> {
             kv: kv_cfg,
             exact: *exact,
         };
-        let inputs = step_inputs(&src, batch);
+        let mut inputs = step_inputs(&src, batch);
+        if let Some(h) = hidden {
+            inputs.set(Input::Hidden, bytemuck::pod_collect_to_vec(&h));
+        }
         let recipe = PlanRecipe {
             src,
             n_weights: buffers.len(),

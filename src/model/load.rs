@@ -9,13 +9,14 @@
 //! a chunk and a row, not the model. Progress is reported after every chunk.
 
 use crate::graph::KvCacheConfig;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use thiserror::Error;
 
 use half::{bf16, f16};
 
 use crate::backend::cpu::{CpuBackend, CpuBuffer};
+use crate::backend::memory::human;
 use crate::backend::{Backend, BackendError, BufKind, MemoryNeed};
 use crate::gguf::{ByteSource, GgufModel, TensorStream};
 use crate::graph::plan::BufId;
@@ -27,6 +28,7 @@ use crate::model::layout::{Layout, Slot, SlotKind};
 use crate::model::memory::memory_need;
 use crate::model::offload::{expert_bytes, plan_offload, ExpertOffload, OffloadPlan};
 use crate::model::plans::{refused_step, unchecked_plan_for, PlanRecipe, Readout};
+use crate::model::split::{self, SplitTensors};
 use crate::model::weights::{FfnWeights, ModelWeights};
 use crate::model::ModelConfig;
 use crate::moe::{CacheOptions, ExpertCache, HostExperts};
@@ -67,12 +69,12 @@ pub enum LoadError {
         /// Its size.
         bytes: u64,
     },
-    /// A device budget ([`ExpertOffload::device_bytes`]) below what the
-    /// model needs besides its routed experts.
-    #[error("the model needs {:.2} GiB of device memory besides its routed experts, more than the budget of {:.2} GiB; raise --gpu-mem, or shorten the context (--ctx)", *rest as f64 / (1u64 << 30) as f64, *budget as f64 / (1u64 << 30) as f64)]
+    /// A device budget ([`ExpertOffload::device_bytes`], or the device's
+    /// own) below what the model needs of the device however its weights
+    /// are placed.
+    #[error("the model needs at least {} of device memory (what cannot move to the host: its output head, the activations of a step, the rest of the weights besides the routed experts of the layers you keep on the device), more than the budget of {}; raise --gpu-mem, lower --gpu-layers, or shorten the context (--ctx)", human(*rest), human(*budget))]
     DeviceBudget {
-        /// Bytes of the weights but the experts, the K/V cache and the
-        /// activations.
+        /// Bytes the device needs at least.
         rest: u64,
         /// The budget.
         budget: u64,
@@ -111,6 +113,16 @@ pub struct LoadOptions {
     /// backend, whose memory is the host's, only [`ExpertOffload::host_layers`]
     /// applies.
     pub experts: Option<ExpertOffload>,
+    /// Blocks on the backend when the model is split with the host's CPU
+    /// (llama.cpp's `-ngl`): the last `N` blocks and the output head run
+    /// on the backend, the blocks before on the CPU, and the residual
+    /// stream crosses once per step. `None`: every block on the backend,
+    /// unless its memory budget (the experts' [`ExpertOffload::device_bytes`],
+    /// else [`Backend::memory_budget`]) is known and too small even with
+    /// the routed experts offloaded, where as many blocks go there as fit.
+    /// llama.cpp counts the head as one of its layers: its `-ngl N+1` is
+    /// `Some(N)` here.
+    pub gpu_layers: Option<usize>,
 }
 
 impl LoadOptions {
@@ -122,6 +134,7 @@ impl LoadOptions {
             exact_f32: false,
             max_step_tokens: DEFAULT_MAX_STEP_TOKENS,
             experts: None,
+            gpu_layers: None,
         }
     }
 }
@@ -286,10 +299,12 @@ fn alloc_weights<B: Backend>(
 }
 
 /// Tensors that stream to host memory instead of the device: the layout
-/// slot's index and its buffer on the host's backend.
+/// slot's index and its buffer on the host's backend (`shared`: those
+/// that stream to the device as well).
 struct HostTensors<'a> {
     cpu: &'a CpuBackend,
     buffers: HashMap<usize, CpuBuffer>,
+    shared: HashSet<usize>,
 }
 
 /// Streams every tensor of `model` the layout needs from `sources` (one
@@ -324,9 +339,14 @@ async fn stream_weights<B: Backend, S: ByteSource>(
     let mut stream = TensorStream::for_model(model, sources, CHUNK_BYTES)?;
     while let Some(chunk) = stream.next().await? {
         if let Some(&i) = by_name.get(chunk.tensor.name.as_str()) {
-            let on_host = host.and_then(|h| h.buffers.get(&i));
+            let on_host = host.and_then(|h| Some((h.buffers.get(&i)?, h.shared.contains(&i))));
             match (on_host, host_filler.as_mut()) {
-                (Some(buf), Some(f)) => f.feed(&slots[i], buf, chunk.data, chunk.last)?,
+                (Some((buf, shared)), Some(f)) => {
+                    f.feed(&slots[i], buf, chunk.data, chunk.last)?;
+                    if shared {
+                        filler.feed(&slots[i], &buffers[i], chunk.data, chunk.last)?;
+                    }
+                }
                 _ => filler.feed(&slots[i], &buffers[i], chunk.data, chunk.last)?,
             }
         }
@@ -341,17 +361,18 @@ async fn stream_weights<B: Backend, S: ByteSource>(
     Ok(())
 }
 
-/// Allocates the K and V cache of every layer.
+/// Allocates the K and V cache of `blocks` layers.
 fn alloc_kv<B: Backend>(
     backend: &B,
     cfg: &ModelConfig,
     kv: &KvCacheConfig,
+    blocks: usize,
 ) -> crate::Result<Vec<[B::Buffer; 2]>> {
     let slots = (kv.num_blocks * kv.block_size) as u64;
     let elem = kv.dtype.bytes() as u64;
     let k = slots * (cfg.n_head_kv * cfg.head_dim_k) as u64 * elem;
     let v = slots * (cfg.n_head_kv * cfg.head_dim_v) as u64 * elem;
-    (0..cfg.n_layer)
+    (0..blocks)
         .map(|_| {
             Ok([
                 backend.alloc(k, BufKind::KvCache)?,
@@ -376,6 +397,11 @@ pub struct Checked {
     /// Where the routed experts go, when [`LoadOptions::experts`] keeps
     /// some off the device.
     pub offload: Option<OffloadPlan>,
+    /// Blocks that run on the host's CPU before the device's (0: none;
+    /// [`LoadOptions::gpu_layers`]).
+    pub host_blocks: usize,
+    /// Why the weights are placed so, in a line (`hearth info --plan`).
+    pub reason: String,
 }
 
 /// Checks, from the header alone, that `model` loads onto `backend` with
@@ -415,38 +441,105 @@ fn check_layout<B: Backend>(
     let mut layout = Layout::new(model, &cfg.arch);
     let mut weights = layout.model(&cfg, &spec)?;
     // The whole model's need, from the header: what the device is checked
-    // for, less the experts that go to host memory.
-    let mut memory = memory_need(model, &cfg, &opts.kv, opts.max_step_tokens, backend);
+    // for, less what goes to host memory.
+    let whole = memory_need(model, &cfg, &opts.kv, opts.max_step_tokens, backend);
+    let n_layer = weights.layers.len();
     // The CPU's memory is the host's: there only the layers asked to keep
     // their experts on the host do (as llama.cpp's `--cpu-moe` on its CPU
     // backend); its weights cannot be refilled as slots.
     let on_host = backend.caps().backend == CpuBackend::NAME;
-    // Nothing said and the device's budget known but short: the routed
-    // experts go behind the cache, the slots in what the rest leaves.
-    let auto = match backend.memory_budget() {
-        Some(budget) if !on_host && memory.total() > budget => Some(ExpertOffload {
-            device_bytes: Some(budget),
-            ..ExpertOffload::with_slot_bytes(u64::MAX)
-        }),
-        _ => None,
+    let budget = match on_host {
+        true => None,
+        false => opts
+            .experts
+            .and_then(|o| o.device_bytes)
+            .or_else(|| backend.memory_budget()),
     };
-    let offload = match opts.experts.or(auto) {
-        Some(mut o) if spec.moe => {
-            if on_host {
-                o.slot_bytes = u64::MAX;
-            } else if let Some(total) = o.device_bytes {
-                let experts = expert_bytes(&weights, &layout.slots, backend);
-                let rest = memory.total() - experts.min(memory.total());
-                o.slot_bytes = total.checked_sub(rest).ok_or(LoadError::DeviceBudget {
-                    rest,
-                    budget: total,
-                })?;
-            }
-            let plan = plan_offload(&mut weights, &mut layout.slots, cfg.n_expert, &o, backend);
-            (!plan.layers.is_empty()).then_some(plan)
+    let mut host_blocks = opts.gpu_layers.map_or(0, |n| n_layer - n.min(n_layer));
+    macro_rules! need {
+        ($k:expr) => {
+            split::device_need(&whole, &weights, &layout.slots, $k, backend)
+        };
+    }
+    let short = budget.filter(|&b| need!(host_blocks).total() > b);
+    let mut reason = match (budget, opts.gpu_layers) {
+        (_, Some(n)) => format!("--gpu-layers {n}"),
+        (Some(b), None) if short.is_none() => {
+            format!("the whole model fits the device budget of {}", human(b))
         }
-        _ => None,
+        (None, None) => "no device budget is known: every weight on the device".to_string(),
+        (Some(_), None) => String::new(),
     };
+    // Nothing said and the budget short: the routed experts go behind the
+    // cache, the slots in what the rest leaves.
+    let auto = short
+        .filter(|_| opts.experts.is_none())
+        .map(|b| ExpertOffload {
+            device_bytes: Some(b),
+            ..ExpertOffload::with_slot_bytes(u64::MAX)
+        });
+    let mut offload = None;
+    if let Some(mut o) = opts.experts.or(auto).filter(|_| spec.moe) {
+        let mut fits = true;
+        if on_host {
+            o.slot_bytes = u64::MAX;
+        } else if let Some(total) = o.device_bytes {
+            let need = need!(host_blocks).total();
+            let experts = expert_bytes(&weights, &layout.slots, host_blocks, backend);
+            let rest = need - experts.min(need);
+            match total.checked_sub(rest) {
+                Some(b) => o.slot_bytes = b,
+                // Not even without the experts: the layers split instead.
+                None if opts.gpu_layers.is_none() => fits = false,
+                None => {
+                    return Err(LoadError::DeviceBudget {
+                        rest,
+                        budget: total,
+                    }
+                    .into())
+                }
+            }
+        }
+        if fits {
+            let plan = plan_offload(
+                &mut weights,
+                &mut layout.slots,
+                cfg.n_expert,
+                host_blocks,
+                &o,
+                backend,
+            );
+            if !plan.layers.is_empty() && short.is_some() {
+                reason = format!(
+                    "the model needs {}, more than the device budget of {}: the routed experts went behind the cache",
+                    human(need!(host_blocks).total()),
+                    human(short.unwrap_or_default())
+                );
+            }
+            offload = (!plan.layers.is_empty()).then_some(plan);
+        }
+    }
+    if offload.is_some() && short.is_none() && opts.gpu_layers.is_none() {
+        reason =
+            "the routed experts stay in host memory, as asked (--cpu-moe, --n-cpu-moe, --gpu-mem)"
+                .into();
+    }
+    if let (Some(b), None, None) = (short, &offload, opts.gpu_layers) {
+        // Still short: as many blocks on the device as fit, the rest on the host.
+        host_blocks = split::fit_blocks(&whole, &weights, &layout.slots, b, backend).ok_or(
+            LoadError::DeviceBudget {
+                rest: need!(n_layer).total(),
+                budget: b,
+            },
+        )?;
+        reason = format!(
+            "the model needs {}, more than the device budget of {}{}: the last {} of {n_layer} blocks fit on the device",
+            human(whole.total()),
+            human(b),
+            if spec.moe { " even with its routed experts offloaded" } else { "" },
+            n_layer - host_blocks
+        );
+    }
     let src = PlanSource {
         cfg: &cfg,
         spec: &spec,
@@ -455,6 +548,7 @@ fn check_layout<B: Backend>(
         exact: opts.exact_f32,
     };
     check_support(&src, backend, &layout.slots)?;
+    let mut memory = need!(host_blocks);
     if let Some(p) = &offload {
         memory.weights = memory.weights.saturating_sub(p.offloaded_bytes) + p.pool_bytes;
     }
@@ -465,6 +559,8 @@ fn check_layout<B: Backend>(
         weights,
         memory,
         offload,
+        host_blocks,
+        reason,
     };
     Ok((checked, layout.slots))
 }
@@ -526,25 +622,70 @@ pub async fn load_model<B: Backend, S: ByteSource>(
 ) -> crate::Result<Model<B>> {
     let (checked, slots) = check_layout(model, &backend, opts)?;
     let plan = checked.offload.clone().unwrap_or_default();
-    let buffers = alloc_weights(&backend, &slots, &|i| plan.on_host(i))?;
+    let (n_layer, host_blocks) = (checked.weights.layers.len(), checked.host_blocks);
+    let split = SplitTensors::new(&checked.weights, host_blocks);
+    let buffers = alloc_weights(&backend, &slots, &|i| plan.on_host(i) || split.host_only(i))?;
     let cpu = CpuBackend::new(0);
     let mut host = HostTensors {
         cpu: &cpu,
         buffers: HashMap::new(),
+        shared: split.shared.clone(),
     };
-    for l in &plan.layers {
-        for &t in &l.tensors {
-            let b = cpu.alloc(slot_bytes(&cpu, &slots[t]), BufKind::Weights)?;
-            host.buffers.insert(t, b);
-        }
+    let to_host = plan
+        .layers
+        .iter()
+        .flat_map(|l| l.tensors)
+        .chain(split.host.iter().copied());
+    for t in to_host {
+        let b = cpu.alloc(slot_bytes(&cpu, &slots[t]), BufKind::Weights)?;
+        host.buffers.insert(t, b);
     }
-    let on_host = (!plan.layers.is_empty()).then_some(&host);
+    let on_host = (!host.buffers.is_empty()).then_some(&host);
     stream_weights(
         &backend, model, sources, &slots, &buffers, on_host, progress,
     )
     .await?;
     let mut host_buffers = host.buffers;
-    let kv = alloc_kv(&backend, &checked.config, &opts.kv)?;
+    let kv = alloc_kv(&backend, &checked.config, &opts.kv, n_layer - host_blocks)?;
+    // A split model's first blocks: a model of their own on the host's CPU,
+    // over the same layout (the device's tensors empty there).
+    let host_model = if host_blocks == 0 {
+        None
+    } else {
+        let cpu = CpuBackend::new(0);
+        let mut bufs = Vec::with_capacity(slots.len());
+        for i in 0..slots.len() {
+            bufs.push(match host_buffers.remove(&i) {
+                Some(b) if split.host.contains(&i) => b,
+                Some(b) => {
+                    // An expert tensor the cache takes below.
+                    host_buffers.insert(i, b);
+                    cpu.alloc(0, BufKind::Weights)?
+                }
+                None => cpu.alloc(0, BufKind::Weights)?,
+            });
+        }
+        let kv = alloc_kv(&cpu, &checked.config, &opts.kv, host_blocks)?;
+        Some(Box::new(Model {
+            spec: checked.spec.clone(),
+            exact: opts.exact_f32,
+            buffers: bufs,
+            weights: checked.weights.clone(),
+            kv,
+            kv_cfg: opts.kv,
+            cfg: checked.config.clone(),
+            fuse: true,
+            experts: None,
+            plans: Default::default(),
+            plan_opts: PlanOptions {
+                blocks: Some(0..host_blocks),
+                hidden_out: true,
+                ..PlanOptions::default()
+            },
+            host: None,
+            backend: cpu,
+        }))
+    };
     let cache = if plan.layers.is_empty() {
         None
     } else {
@@ -603,7 +744,11 @@ pub async fn load_model<B: Backend, S: ByteSource>(
         fuse: true,
         experts: None,
         plans: Default::default(),
-        plan_opts: PlanOptions::default(),
+        plan_opts: PlanOptions {
+            blocks: (host_blocks > 0).then_some(host_blocks..n_layer),
+            ..PlanOptions::default()
+        },
+        host: host_model,
     };
     if let Some(cache) = cache {
         m.set_expert_store(Some(Box::new(cache)));

@@ -13,6 +13,7 @@ pub mod memory;
 pub mod offload;
 pub mod plans;
 pub mod quantize;
+pub mod split;
 pub mod synth;
 pub mod tokenizer;
 pub mod weights;

@@ -84,12 +84,19 @@ impl OffloadPlan {
     }
 }
 
-/// Device bytes of the routed experts of every MoE layer of `weights`, as
-/// the layout `slots` give them.
-pub fn expert_bytes<B: Backend>(weights: &ModelWeights, slots: &[Slot], backend: &B) -> u64 {
+/// Device bytes of the routed experts of the MoE layers of `weights` from
+/// block `first` on (those before run on the host: a layer split), as the
+/// layout `slots` give them.
+pub fn expert_bytes<B: Backend>(
+    weights: &ModelWeights,
+    slots: &[Slot],
+    first: usize,
+    backend: &B,
+) -> u64 {
     weights
         .layers
         .iter()
+        .skip(first)
         .filter_map(|l| match l.ffn {
             FfnWeights::Moe { gate, up, down, .. } => Some([gate.id, up.id, down.id]),
             FfnWeights::Dense { .. } => None,
@@ -102,13 +109,15 @@ pub fn expert_bytes<B: Backend>(weights: &ModelWeights, slots: &[Slot], backend:
         .sum()
 }
 
-/// The experts of the MoE layers of `weights` under `offload`: pools
+/// The experts of the MoE layers of `weights` from block `first` on under
+/// `offload` (the blocks before run on the host: a layer split): pools
 /// appended to `slots` (and the pooled layers' expert weights pointed at
 /// them), the offloaded layers' tensors marked for host memory.
 pub fn plan_offload<B: Backend>(
     weights: &mut ModelWeights,
     slots: &mut Vec<Slot>,
     n_expert: usize,
+    first: usize,
     offload: &ExpertOffload,
     backend: &B,
 ) -> OffloadPlan {
@@ -118,7 +127,7 @@ pub fn plan_offload<B: Backend>(
     let mut moe_seen = 0;
     let mut n_ff = 0;
     let n_embd = weights.tok_embd.cols;
-    for (il, l) in weights.layers.iter().enumerate() {
+    for (il, l) in weights.layers.iter().enumerate().skip(first) {
         let FfnWeights::Moe {
             gate,
             up,

@@ -63,7 +63,11 @@ pub(crate) fn unchecked_plan_for<B: Backend>(
     let src = recipe.src;
     let mut plan = build_template(src, shape, recipe.opts)?;
     let width = src.cfg.n_vocab;
+    let n_layer = src.weights.layers.len();
+    // A plan ending before the head reads back the residual stream,
+    // whatever the step's readout (the blocks after it read it out).
     match readout {
+        _ if recipe.opts.ends_early() => {}
         Readout::Logits => {}
         Readout::Argmax => plan.argmax_result(width),
         Readout::TopK(k) => plan.top_k_result(width, k),
@@ -71,7 +75,7 @@ pub(crate) fn unchecked_plan_for<B: Backend>(
     if recipe.fused {
         fuse(&mut plan, &|op| backend.supports(op));
     }
-    plan.check(recipe.n_weights, src.cfg.n_layer)?;
+    plan.check(recipe.n_weights, recipe.opts.blocks(n_layer).len())?;
     Ok(plan)
 }
 

@@ -84,3 +84,32 @@ pub struct ModelWeights {
     /// The blocks.
     pub layers: Vec<LayerWeights>,
 }
+
+impl LayerWeights {
+    /// The buffers of every weight of the block.
+    pub fn ids(&self) -> Vec<usize> {
+        let mut v = vec![
+            self.attn_norm.id,
+            self.wq.id,
+            self.wk.id,
+            self.wv.id,
+            self.wo.id,
+            self.ffn_norm.id,
+        ];
+        v.extend(self.bias.iter().flatten().map(|w| w.id));
+        v.extend(self.qk_norm.iter().flatten().map(|w| w.id));
+        v.extend(self.post_attn_norm.map(|w| w.id));
+        v.extend(self.post_ffn_norm.map(|w| w.id));
+        match &self.ffn {
+            FfnWeights::Dense { gate, up, down } => v.extend([gate.id, up.id, down.id]),
+            FfnWeights::Moe {
+                router,
+                gate,
+                up,
+                down,
+                ..
+            } => v.extend([router.id, gate.id, up.id, down.id]),
+        }
+        v
+    }
+}

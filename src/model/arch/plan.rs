@@ -93,17 +93,41 @@ struct Bufs {
     tables: BufId,
 }
 
-/// What a plan is built with beyond the model: where the host stops the
-/// step ([`SyncKind`]).
+/// What a plan is built with beyond the model: the blocks it runs, and
+/// where the host stops the step ([`SyncKind`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PlanOptions {
     /// Where each MoE layer's routed experts are, indexed by layer
     /// ([`crate::moe::ExpertStore::placement`]); a layer past the end has
     /// them all on the device.
     pub experts: Vec<ExpertPlacement>,
+    /// The blocks the plan runs (`None`: all of them), for a model split
+    /// between two backends. A plan whose first block is not block 0
+    /// starts from [`Input::Hidden`] instead of the token embeddings. Its
+    /// K/V cache holds the plan's blocks only: block `il`'s is
+    /// [`BufId::KvK`]`(il - start)`.
+    pub blocks: Option<std::ops::Range<usize>>,
+    /// The plan stops after its blocks and reads back the residual stream
+    /// of every token (`[tokens, n_embd]` f32) instead of running the
+    /// output head: the host's part of a split model.
+    pub hidden_out: bool,
 }
 
 impl PlanOptions {
+    /// The blocks run, of a model of `n_layer`.
+    pub fn blocks(&self, n_layer: usize) -> std::ops::Range<usize> {
+        match &self.blocks {
+            Some(r) => r.start.min(n_layer)..r.end.min(n_layer),
+            None => 0..n_layer,
+        }
+    }
+
+    /// Whether the plan ends before the output head (it reads back the
+    /// residual stream).
+    pub fn ends_early(&self) -> bool {
+        self.hidden_out
+    }
+
     /// Where layer `il`'s routed experts are.
     pub fn placement(&self, il: usize) -> ExpertPlacement {
         self.experts
@@ -126,13 +150,24 @@ pub fn build_template<'a>(
 ) -> Result<Plan, BackendError> {
     let s = src.into();
     let mut p = Plan::default();
-    let bufs = buffers(&s, &mut p, shape.tokens, opts);
-    embed(&s, &mut p, &bufs);
-    for (il, l) in s.weights.layers.iter().enumerate() {
-        attention(&s, &mut p, &bufs, il, l);
+    let blocks = opts.blocks(s.weights.layers.len());
+    let bufs = buffers(&s, &mut p, shape.tokens, opts, blocks.start > 0);
+    if blocks.start == 0 {
+        embed(&s, &mut p, &bufs);
+    }
+    for il in blocks.clone() {
+        let l = &s.weights.layers[il];
+        attention(&s, &mut p, &bufs, il, il - blocks.start, l);
         feed_forward(&s, &mut p, &bufs, il, l, opts)?;
     }
-    logits(&s, &mut p, &bufs, shape.logit_rows);
+    if opts.hidden_out {
+        // The next backend's blocks take the residual stream from here.
+        if let BufId::Act(i) = bufs.x {
+            p.result = Some((i, (shape.tokens * s.cfg.n_embd * 4) as u64));
+        }
+    } else {
+        logits(&s, &mut p, &bufs, shape.logit_rows);
+    }
     Ok(p)
 }
 
@@ -182,12 +217,23 @@ pub fn step_inputs(s: &PlanSource<'_>, batch: &Batch<'_>) -> StepInputs {
     inputs
 }
 
-/// The step's scratch buffers for `t` tokens, and its inputs.
-fn buffers(s: &PlanSource<'_>, p: &mut Plan, t: usize, opts: &PlanOptions) -> Bufs {
+/// The step's scratch buffers for `t` tokens, and its inputs (the
+/// residual stream among them when the host computed it: `hidden_in`).
+fn buffers(
+    s: &PlanSource<'_>,
+    p: &mut Plan,
+    t: usize,
+    opts: &PlanOptions,
+    hidden_in: bool,
+) -> Bufs {
     let c = s.cfg;
     let f32s = |p: &mut Plan, width: usize| p.act(t * width * 4);
     Bufs {
-        x: f32s(p, c.n_embd),
+        x: if hidden_in {
+            p.input(Input::Hidden)
+        } else {
+            f32s(p, c.n_embd)
+        },
         h: f32s(p, c.n_embd),
         o: f32s(p, c.n_embd),
         q: f32s(p, c.n_head * c.head_dim_k),
@@ -241,8 +287,9 @@ fn embed(s: &PlanSource<'_>, p: &mut Plan, b: &Bufs) {
     }
 }
 
-/// The attention half of layer `il`, added into `x`.
-fn attention(s: &PlanSource<'_>, p: &mut Plan, b: &Bufs, il: usize, l: &LayerWeights) {
+/// The attention half of layer `il`, added into `x`; its K/V cache is the
+/// plan's `kv`-th.
+fn attention(s: &PlanSource<'_>, p: &mut Plan, b: &Bufs, il: usize, kv: usize, l: &LayerWeights) {
     let (c, ls) = (s.cfg, s.spec.layers.get(il).copied());
     norm(s, p, &l.attn_norm, b.x, b.h);
     matmul(s, p, &l.wq, b.h, b.q);
@@ -269,7 +316,7 @@ fn attention(s: &PlanSource<'_>, p: &mut Plan, b: &Bufs, il: usize, l: &LayerWei
         ins.extend(s.weights.rope_freqs.map(|f| BufId::Weight(f.id)));
         p.push(rope.clone(), &ins, &[y]);
     }
-    let kv = [BufId::KvK(il), BufId::KvV(il)];
+    let kv = [BufId::KvK(kv), BufId::KvV(kv)];
     let write = Op::KvWrite {
         layer: il,
         k_width: c.n_head_kv * c.head_dim_k,

@@ -100,9 +100,9 @@ pub struct Args {
     /// sequences decoding together).
     #[arg(long = "seqs", value_delimiter = ',', default_value = "1")]
     seqs: Vec<usize>,
-    /// Where an MoE model's routed experts live (as `hearth run`'s).
+    /// Where the weights live (as `hearth run`'s).
     #[command(flatten)]
-    moe: super::load::MoeArgs,
+    place: super::load::PlacementArgs,
 }
 
 /// One test: prefill or decode of `n` tokens.
@@ -319,14 +319,11 @@ fn load(
     threads: usize,
 ) -> Result<AnyModel> {
     let backend = &args.backend;
-    let opts = LoadOptions {
-        experts: args.moe.offload(),
-        ..LoadOptions::new(KvCacheConfig {
-            num_blocks: ctx.seqs * ctx.blocks_per_seq() + 1,
-            block_size: DEFAULT_BLOCK_SIZE,
-            dtype: KvType::F16,
-        })
-    };
+    let opts = args.place.apply(LoadOptions::new(KvCacheConfig {
+        num_blocks: ctx.seqs * ctx.blocks_per_seq() + 1,
+        block_size: DEFAULT_BLOCK_SIZE,
+        dtype: KvType::F16,
+    }));
     pollster::block_on(load_on(backend, threads, gguf, sources, &opts, &mut |_| {}))
 }
 

@@ -7,6 +7,7 @@ use anyhow::Result;
 use hearth::gguf::GgufModel;
 use hearth::graph::{KvCacheConfig, KvType};
 use hearth::kv::DEFAULT_BLOCK_SIZE;
+use hearth::model::offload::OffloadPlan;
 use hearth::model::tokenizer::Tokenizer;
 use hearth::model::LoadOptions;
 use hearth::model::ModelConfig;
@@ -37,9 +38,9 @@ pub struct Args {
     /// The backend of `--plan` (as `hearth run --backend`).
     #[arg(long, default_value = "auto", value_parser = super::backend::parse_backend)]
     backend: String,
-    /// Where an MoE model's routed experts live (as `hearth run`'s).
+    /// Where the weights live (as `hearth run`'s).
     #[command(flatten)]
-    moe: super::load::MoeArgs,
+    place: super::load::PlacementArgs,
 }
 
 /// Count and bytes of the tensors of one type.
@@ -176,14 +177,11 @@ fn type_histogram(file: &GgufModel) -> BTreeMap<GgmlType, TypeStats> {
 
 /// `hearth info --plan`: the load plan on `args.backend` at context `ctx`.
 fn print_plan(args: &Args, file: &GgufModel, cfg: &ModelConfig, ctx: usize) -> Result<()> {
-    let opts = LoadOptions {
-        experts: args.moe.offload(),
-        ..LoadOptions::new(KvCacheConfig {
-            num_blocks: ctx.div_ceil(DEFAULT_BLOCK_SIZE) + 1,
-            block_size: DEFAULT_BLOCK_SIZE,
-            dtype: KvType::F16,
-        })
-    };
+    let opts = args.place.apply(LoadOptions::new(KvCacheConfig {
+        num_blocks: ctx.div_ceil(DEFAULT_BLOCK_SIZE) + 1,
+        block_size: DEFAULT_BLOCK_SIZE,
+        dtype: KvType::F16,
+    }));
     let (checked, device) =
         pollster::block_on(super::backend::check_on(&args.backend, 0, file, &opts))?;
     let m = &checked.memory;
@@ -195,17 +193,33 @@ fn print_plan(args: &Args, file: &GgufModel, cfg: &ModelConfig, ctx: usize) -> R
         human_bytes(m.kv),
         human_bytes(m.activations)
     );
-    let Some(plan) = &checked.offload else {
-        let why = if cfg.n_expert == 0 {
-            "a dense model"
-        } else if opts.experts.is_none() {
-            "no --gpu-mem, --cpu-moe or --n-cpu-moe"
+    let n_layer = cfg.n_layer;
+    let host_blocks = checked.host_blocks;
+    if host_blocks > 0 {
+        println!(
+            "  blocks 0-{} and the token embeddings on the CPU, in host memory",
+            host_blocks - 1
+        );
+        if host_blocks < n_layer {
+            println!(
+                "  blocks {host_blocks}-{} and the output head on the device",
+                n_layer - 1
+            );
         } else {
-            "the experts fit"
-        };
-        println!("  every weight on the device ({why})");
-        return Ok(());
-    };
+            println!("  the output head alone on the device");
+        }
+    }
+    match &checked.offload {
+        Some(plan) => print_experts(plan, cfg, host_blocks),
+        None if host_blocks == 0 => println!("  every weight on the device"),
+        None => {}
+    }
+    println!("  why: {}", checked.reason);
+    Ok(())
+}
+
+/// The expert lines of `hearth info --plan`.
+fn print_experts(plan: &OffloadPlan, cfg: &ModelConfig, host_blocks: usize) {
     let layers = |p: ExpertPlacement, pool: Option<usize>| -> Vec<usize> {
         plan.layers
             .iter()
@@ -228,7 +242,7 @@ fn print_plan(args: &Args, file: &GgufModel, cfg: &ModelConfig, ctx: usize) -> R
             ranges(&layers(ExpertPlacement::Slots, Some(i)))
         );
     }
-    let resident = cfg.n_layer - plan.layers.len();
+    let resident = cfg.n_layer - host_blocks - plan.layers.len();
     if resident > 0 && cfg.n_expert > 0 {
         println!("  {resident} layers keep their experts on the device");
     }
@@ -237,19 +251,6 @@ fn print_plan(args: &Args, file: &GgufModel, cfg: &ModelConfig, ctx: usize) -> R
         human_bytes(plan.offloaded_bytes),
         human_bytes(plan.pool_bytes)
     );
-    if opts.experts.is_none() {
-        println!(
-            "  why: the device's memory (or HEARTH_GPU_MEMORY) is short of the whole model, so its routed experts went behind the cache by themselves"
-        );
-    }
-    if let Some(total) = args.moe.gpu_mem {
-        println!(
-            "  why: --gpu-mem {} leaves {} for slots after the rest of the model",
-            human_bytes(total),
-            human_bytes(plan.pool_bytes)
-        );
-    }
-    Ok(())
 }
 
 /// `0-3, 7, 9-11` of sorted layer indices.

@@ -39,22 +39,29 @@ pub struct ModelArgs {
     /// where the build has it and a device is present, else the CPU.
     #[arg(long, default_value = "auto", value_parser = backend::parse_backend)]
     pub backend: String,
-    /// Where an MoE model's routed experts live.
+    /// Where the weights live: device, host, or both.
     #[command(flatten)]
-    pub moe: MoeArgs,
+    pub place: PlacementArgs,
 }
 
-/// Where an MoE model's routed experts live (llama.cpp's names where it
-/// has them).
+/// Where the weights live when the model is larger than the device
+/// (llama.cpp's names where it has them).
 #[derive(clap::Args, Debug, Clone)]
-pub struct MoeArgs {
+pub struct PlacementArgs {
     /// Device memory the model may use, in bytes with an optional K, M or G
-    /// suffix (`8G`). An MoE model's routed experts then stay in host
-    /// memory and the expert cache keeps the ones in use in device slots,
-    /// in what the rest of the model leaves of it. Default: everything on
-    /// the device.
+    /// suffix (`8G`). When the model is larger, an MoE model's routed
+    /// experts stay in host memory and the expert cache keeps the ones in
+    /// use in device slots, in what the rest of the model leaves of it;
+    /// where even that is too much, or for a dense model, the last blocks
+    /// that fit run on the device and the others on the CPU. Default: the
+    /// device's free memory (CUDA) or `HEARTH_GPU_MEMORY` (WebGPU).
     #[arg(long, value_parser = parse_bytes)]
     pub gpu_mem: Option<u64>,
+    /// Run the last N blocks and the output head on the device and the
+    /// blocks before on the CPU, the hidden state crossing once per step
+    /// (llama.cpp's `-ngl N+1`, which counts the head as a layer).
+    #[arg(long)]
+    pub gpu_layers: Option<usize>,
     /// Keep every MoE layer's routed experts in host memory and compute
     /// them there (llama.cpp's `--cpu-moe`).
     #[arg(long)]
@@ -75,8 +82,18 @@ pub struct MoeArgs {
     pub moe_host_tokens: usize,
 }
 
-impl MoeArgs {
-    /// The load option these ask for (`None`: every weight on the device).
+impl PlacementArgs {
+    /// `opts` with the placement these ask for.
+    pub fn apply(&self, opts: LoadOptions) -> LoadOptions {
+        LoadOptions {
+            experts: self.offload(),
+            gpu_layers: self.gpu_layers,
+            ..opts
+        }
+    }
+
+    /// The expert offload these ask for (`None`: every expert on the device,
+    /// unless the device's budget is short).
     pub fn offload(&self) -> Option<ExpertOffload> {
         let host_layers = if self.cpu_moe {
             usize::MAX
@@ -284,12 +301,11 @@ pub fn load_engine(args: &ModelArgs, wish: &EngineWish<'_>) -> Result<Loaded> {
         kv_type: wish.kv,
         ..EngineConfig::default()
     };
-    let opts = LoadOptions {
+    let opts = args.place.apply(LoadOptions {
         exact_f32: wish.exact_f32,
         max_step_tokens: config.max_num_batched_tokens,
-        experts: args.moe.offload(),
         ..LoadOptions::new(config.kv_cache_config())
-    };
+    });
     let bar = progress_bar(wish.progress);
     let mut report = |p: &LoadProgress| {
         bar.set_length(p.bytes_total);
