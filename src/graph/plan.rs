@@ -130,6 +130,15 @@ pub enum SyncKind {
         /// The layer.
         layer: usize,
     },
+    /// The blocks `first..end` are written into the device buffers they
+    /// run from, whose earlier blocks' work is recorded before the stop
+    /// (streamed blocks, [`crate::model::stream`]).
+    StreamBlocks {
+        /// The first block written.
+        first: usize,
+        /// The block after the last.
+        end: usize,
+    },
 }
 
 /// A point where a plan stops for the host: the steps before `before` are

@@ -14,6 +14,7 @@ use crate::graph::KvCacheConfig;
 use crate::model::arch::plan::{step_inputs, PlanOptions, PlanSource, StepShape};
 use crate::model::arch::ArchSpec;
 use crate::model::plans::{plan_for, PlanRecipe, Plans, Readout, StoreSync};
+use crate::model::stream::BlockStream;
 use crate::model::weights::ModelWeights;
 use crate::model::{Batch, ForwardModel, LogitsWanted, ModelConfig};
 use crate::moe::ExpertStore;
@@ -43,6 +44,9 @@ pub struct Model<B: Backend> {
     /// ([`crate::model::load::LoadOptions::gpu_layers`]): each step runs
     /// them first and hands their residual stream to this model's blocks.
     pub(crate) host: Option<Box<Model<CpuBackend>>>,
+    /// The blocks' matrices in host memory, when they stream through the
+    /// device ([`crate::model::load::LoadOptions::stream_layers`]).
+    pub(crate) stream: Option<BlockStream>,
 }
 
 impl<B: Backend> fmt::Debug for Model<B> {
@@ -178,6 +182,12 @@ impl<B: Backend> Model<B> {
         }
     }
 
+    /// Bytes of streamed blocks written to the device so far (0 when the
+    /// blocks do not stream).
+    pub fn streamed_bytes(&self) -> u64 {
+        self.stream.as_ref().map_or(0, BlockStream::bytes_written)
+    }
+
     /// What the model's expert store did so far, if it has one that keeps
     /// count (the expert cache).
     pub fn expert_stats(&self) -> Option<crate::moe::ExpertStats> {
@@ -215,6 +225,7 @@ impl<B: Backend> Model<B> {
             plans,
             plan_opts,
             host: _,
+            stream,
         } = self;
         let src = PlanSource {
             cfg,
@@ -244,6 +255,7 @@ impl<B: Backend> Model<B> {
         let mut host = StoreSync {
             store: experts.as_deref_mut(),
             k: cfg.n_expert_used,
+            stream: stream.as_mut(),
         };
         Ok(backend.run_plan(plan, &inputs, &held, &mut host).await?)
     }

@@ -29,6 +29,7 @@ use crate::model::memory::memory_need;
 use crate::model::offload::{expert_bytes, plan_offload, ExpertOffload, OffloadPlan};
 use crate::model::plans::{refused_step, unchecked_plan_for, PlanRecipe, Readout};
 use crate::model::split::{self, SplitTensors};
+use crate::model::stream::{plan_stream, BlockStream, StreamPlan};
 use crate::model::weights::{FfnWeights, ModelWeights};
 use crate::model::ModelConfig;
 use crate::moe::{CacheOptions, ExpertCache, HostExperts};
@@ -79,6 +80,10 @@ pub enum LoadError {
         /// The budget.
         budget: u64,
     },
+    /// Placement options that cannot go together, or that the model or
+    /// backend cannot take.
+    #[error("{0}")]
+    Placement(String),
     /// The K/V cache configuration is unusable.
     #[error("invalid K/V cache configuration: {0}")]
     Kv(String),
@@ -123,6 +128,12 @@ pub struct LoadOptions {
     /// llama.cpp counts the head as one of its layers: its `-ngl N+1` is
     /// `Some(N)` here.
     pub gpu_layers: Option<usize>,
+    /// Every block's matrices stay in host memory and stream through two
+    /// sets of device buffers, the next block's copy queued while this one
+    /// computes ([`crate::model::stream`]): the whole model crosses the bus
+    /// every step, so this is for steps of many tokens. Not with
+    /// `gpu_layers` or experts kept on the host, nor on the CPU backend.
+    pub stream_layers: bool,
 }
 
 impl LoadOptions {
@@ -135,6 +146,7 @@ impl LoadOptions {
             max_step_tokens: DEFAULT_MAX_STEP_TOKENS,
             experts: None,
             gpu_layers: None,
+            stream_layers: false,
         }
     }
 }
@@ -305,11 +317,13 @@ struct HostTensors<'a> {
     cpu: &'a CpuBackend,
     buffers: HashMap<usize, CpuBuffer>,
     shared: HashSet<usize>,
+    /// Tensors kept as the file's bytes (streamed blocks), not in `buffers`.
+    raw: HashSet<usize>,
 }
 
 /// Streams every tensor of `model` the layout needs from `sources` (one
 /// per split) into its buffer, in bounded chunks (those of `host` into
-/// host memory).
+/// host memory); returns the bytes of the tensors `host` keeps raw.
 async fn stream_weights<B: Backend, S: ByteSource>(
     backend: &B,
     model: &GgufModel,
@@ -318,7 +332,7 @@ async fn stream_weights<B: Backend, S: ByteSource>(
     buffers: &[B::Buffer],
     host: Option<&HostTensors<'_>>,
     progress: &mut dyn FnMut(&LoadProgress),
-) -> crate::Result<()> {
+) -> crate::Result<HashMap<usize, Vec<u8>>> {
     let by_name: HashMap<&str, usize> = slots
         .iter()
         .enumerate()
@@ -336,9 +350,24 @@ async fn stream_weights<B: Backend, S: ByteSource>(
         rows_done: 0,
         received: 0,
     });
+    let mut raw: HashMap<usize, Vec<u8>> = host
+        .iter()
+        .flat_map(|h| h.raw.iter())
+        .map(|&i| (i, Vec::with_capacity(slots[i].file_bytes as usize)))
+        .collect();
     let mut stream = TensorStream::for_model(model, sources, CHUNK_BYTES)?;
     while let Some(chunk) = stream.next().await? {
         if let Some(&i) = by_name.get(chunk.tensor.name.as_str()) {
+            if let Some(bytes) = raw.get_mut(&i) {
+                bytes.extend_from_slice(chunk.data);
+                progress(&LoadProgress {
+                    bytes_done: chunk.progress.bytes_done,
+                    bytes_total: chunk.progress.bytes_total,
+                    tensors_done: chunk.progress.tensors_done,
+                    tensors_total: chunk.progress.tensors_total,
+                });
+                continue;
+            }
             let on_host = host.and_then(|h| Some((h.buffers.get(&i)?, h.shared.contains(&i))));
             match (on_host, host_filler.as_mut()) {
                 (Some((buf, shared)), Some(f)) => {
@@ -358,7 +387,7 @@ async fn stream_weights<B: Backend, S: ByteSource>(
             tensors_total: p.tensors_total,
         });
     }
-    Ok(())
+    Ok(raw)
 }
 
 /// Allocates the K and V cache of `blocks` layers.
@@ -400,6 +429,8 @@ pub struct Checked {
     /// Blocks that run on the host's CPU before the device's (0: none;
     /// [`LoadOptions::gpu_layers`]).
     pub host_blocks: usize,
+    /// Where the blocks stream from, with [`LoadOptions::stream_layers`].
+    pub stream: Option<StreamPlan>,
     /// Why the weights are placed so, in a line (`hearth info --plan`).
     pub reason: String,
 }
@@ -455,6 +486,9 @@ fn check_layout<B: Backend>(
             .and_then(|o| o.device_bytes)
             .or_else(|| backend.memory_budget()),
     };
+    if opts.stream_layers {
+        return check_streamed(backend, opts, (cfg, spec), layout, weights, whole);
+    }
     let mut host_blocks = opts.gpu_layers.map_or(0, |n| n_layer - n.min(n_layer));
     macro_rules! need {
         ($k:expr) => {
@@ -560,6 +594,69 @@ fn check_layout<B: Backend>(
         memory,
         offload,
         host_blocks,
+        stream: None,
+        reason,
+    };
+    Ok((checked, layout.slots))
+}
+
+/// [`check_layout`] with [`LoadOptions::stream_layers`]: the blocks'
+/// matrices in host memory, two sets of device buffers for them.
+fn check_streamed<B: Backend>(
+    backend: &B,
+    opts: &LoadOptions,
+    (cfg, spec): (ModelConfig, ArchSpec),
+    mut layout: Layout,
+    mut weights: ModelWeights,
+    whole: MemoryNeed,
+) -> crate::Result<(Checked, Vec<Slot>)> {
+    let place = |m: &str| -> crate::Error { LoadError::Placement(m.to_string()).into() };
+    if backend.caps().backend == CpuBackend::NAME {
+        return Err(place("--stream-layers streams blocks to a GPU; the CPU backend holds every weight in host memory already"));
+    }
+    if opts.gpu_layers.is_some() || opts.experts.is_some_and(|o| o.host_layers > 0) {
+        return Err(place(
+            "--stream-layers streams every block; drop --gpu-layers, --cpu-moe and --n-cpu-moe",
+        ));
+    }
+    let plan = plan_stream(&mut weights, &mut layout.slots, backend).ok_or_else(|| {
+        place("--stream-layers needs blocks with the same matrices; this model's blocks differ")
+    })?;
+    let src = PlanSource {
+        cfg: &cfg,
+        spec: &spec,
+        weights: &weights,
+        kv: &opts.kv,
+        exact: opts.exact_f32,
+    };
+    check_support(&src, backend, &layout.slots)?;
+    let mut memory = whole;
+    memory.weights = memory.weights.saturating_sub(plan.streamed_bytes) + plan.set_bytes;
+    let budget = opts
+        .experts
+        .and_then(|o| o.device_bytes)
+        .or_else(|| backend.memory_budget());
+    if let Some(b) = budget.filter(|&b| memory.total() > b) {
+        return Err(LoadError::DeviceBudget {
+            rest: memory.total(),
+            budget: b,
+        }
+        .into());
+    }
+    backend.check_memory(&memory)?;
+    let reason = format!(
+        "--stream-layers: {} of block matrices stream through two device sets of {} every step",
+        human(plan.streamed_bytes),
+        human(plan.set_bytes / 2)
+    );
+    let checked = Checked {
+        config: cfg,
+        spec,
+        weights,
+        memory,
+        offload: None,
+        host_blocks: 0,
+        stream: Some(plan),
         reason,
     };
     Ok((checked, layout.slots))
@@ -624,12 +721,16 @@ pub async fn load_model<B: Backend, S: ByteSource>(
     let plan = checked.offload.clone().unwrap_or_default();
     let (n_layer, host_blocks) = (checked.weights.layers.len(), checked.host_blocks);
     let split = SplitTensors::new(&checked.weights, host_blocks);
-    let buffers = alloc_weights(&backend, &slots, &|i| plan.on_host(i) || split.host_only(i))?;
+    let streamed = checked.stream.clone().unwrap_or_default();
+    let buffers = alloc_weights(&backend, &slots, &|i| {
+        plan.on_host(i) || split.host_only(i) || streamed.streams(i)
+    })?;
     let cpu = CpuBackend::new(0);
     let mut host = HostTensors {
         cpu: &cpu,
         buffers: HashMap::new(),
         shared: split.shared.clone(),
+        raw: streamed.blocks.iter().flatten().map(|m| m.tensor).collect(),
     };
     let to_host = plan
         .layers
@@ -640,12 +741,35 @@ pub async fn load_model<B: Backend, S: ByteSource>(
         let b = cpu.alloc(slot_bytes(&cpu, &slots[t]), BufKind::Weights)?;
         host.buffers.insert(t, b);
     }
-    let on_host = (!host.buffers.is_empty()).then_some(&host);
-    stream_weights(
+    let on_host = (!host.buffers.is_empty() || !host.raw.is_empty()).then_some(&host);
+    let mut raw = stream_weights(
         &backend, model, sources, &slots, &buffers, on_host, progress,
     )
     .await?;
     let mut host_buffers = host.buffers;
+    let stream = match checked.stream {
+        Some(_) => {
+            let mut blocks = Vec::with_capacity(streamed.blocks.len());
+            for b in &streamed.blocks {
+                let mut block = Vec::with_capacity(b.len());
+                for m in b {
+                    let bytes = raw.remove(&m.tensor).ok_or_else(|| {
+                        BackendError::Shape(format!(
+                            "tensor '{}' did not stream into host memory",
+                            slots[m.tensor].name
+                        ))
+                    })?;
+                    block.push((*m, bytes));
+                }
+                blocks.push(block);
+            }
+            Some(BlockStream {
+                blocks,
+                bytes_written: 0,
+            })
+        }
+        None => None,
+    };
     let kv = alloc_kv(&backend, &checked.config, &opts.kv, n_layer - host_blocks)?;
     // A split model's first blocks: a model of their own on the host's CPU,
     // over the same layout (the device's tensors empty there).
@@ -683,6 +807,7 @@ pub async fn load_model<B: Backend, S: ByteSource>(
                 ..PlanOptions::default()
             },
             host: None,
+            stream: None,
             backend: cpu,
         }))
     };
@@ -746,9 +871,11 @@ pub async fn load_model<B: Backend, S: ByteSource>(
         plans: Default::default(),
         plan_opts: PlanOptions {
             blocks: (host_blocks > 0).then_some(host_blocks..n_layer),
+            stream: stream.is_some(),
             ..PlanOptions::default()
         },
         host: host_model,
+        stream,
     };
     if let Some(cache) = cache {
         m.set_expert_store(Some(Box::new(cache)));

@@ -14,6 +14,7 @@ pub mod offload;
 pub mod plans;
 pub mod quantize;
 pub mod split;
+pub mod stream;
 pub mod synth;
 pub mod tokenizer;
 pub mod weights;

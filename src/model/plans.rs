@@ -8,6 +8,7 @@ use crate::backend::{Backend, BackendError};
 use crate::graph::fuse::fuse;
 use crate::graph::plan::{HostSync, Plan, Step, SyncFuture, SyncKind, SyncPoint};
 use crate::model::arch::plan::{build_template, PlanOptions, PlanSource, StepShape};
+use crate::model::stream::BlockStream;
 use crate::moe::{ExpertStore, Routes};
 
 /// What a forward pass reads back of its logits rows.
@@ -125,17 +126,28 @@ impl Plans {
 }
 
 /// The host side of a model's sync points: the routes of each MoE layer
-/// go to its expert store.
+/// go to its expert store, the streamed blocks come from their stream.
 pub(crate) struct StoreSync<'a> {
     /// The store, if the model has one.
     pub(crate) store: Option<&'a mut (dyn ExpertStore + 'static)>,
     /// Experts per token.
     pub(crate) k: usize,
+    /// The streamed blocks, if the model streams them.
+    pub(crate) stream: Option<&'a mut BlockStream>,
 }
 
 impl HostSync for StoreSync<'_> {
     fn at_sync<'a>(&'a mut self, point: &'a SyncPoint, data: Vec<Vec<u8>>) -> SyncFuture<'a> {
         let k = self.k;
+        if let SyncKind::StreamBlocks { first, end } = point.kind {
+            let r = match self.stream.as_deref_mut() {
+                Some(s) => Ok(s.writes(first..end)),
+                None => Err(BackendError::Shape(format!(
+                    "the plan stops at {point:?}, but the model streams no blocks"
+                ))),
+            };
+            return Box::pin(std::future::ready(r));
+        }
         let Some(store) = self.store.as_deref_mut() else {
             let e = BackendError::Shape(format!(
                 "the plan stops at {point:?} without an expert store"

@@ -65,3 +65,32 @@ fn a_split_model_agrees_with_llamacpp_and_the_whole_model() {
         assert_cache_agrees(&format!("{name} split"), 1, &got, &want, nv);
     }
 }
+
+/// Streamed blocks (`LoadOptions::stream_layers`) on the device: the same
+/// kernels over the same bytes, written into one of two sets of buffers
+/// before each block runs, give the resident model's logits bit for bit
+/// (the resident model replays CUDA graphs; a plan that stops for the host
+/// runs op by op, which tests/model.rs shows equal to the replay).
+#[test]
+fn streamed_blocks_give_the_resident_models_logits_bit_for_bit() {
+    let dir = fixtures().join("synthetic");
+    for name in MODELS {
+        let path = dir.join(format!("models/{name}.gguf"));
+        let opts = |on| LoadOptions {
+            stream_layers: on,
+            ..cache_options(None, 12)
+        };
+        let Some(mut whole) = load_cuda_with(&path, &opts(false)) else {
+            return;
+        };
+        let want = cache_steps(&mut whole);
+        let mut m = load_cuda_with(&path, &opts(true)).expect("the device is there");
+        let got = cache_steps(&mut m);
+        assert!(got == want, "{name}: streamed blocks gave other logits");
+        assert!(m.streamed_bytes() > 0, "{name}: nothing streamed");
+        println!(
+            "{name}: streamed, bit for bit ({} bytes written)",
+            m.streamed_bytes()
+        );
+    }
+}

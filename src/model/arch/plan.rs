@@ -111,6 +111,11 @@ pub struct PlanOptions {
     /// of every token (`[tokens, n_embd]` f32) instead of running the
     /// output head: the host's part of a split model.
     pub hidden_out: bool,
+    /// The blocks' matrices stream through two sets of device buffers
+    /// ([`crate::model::stream`]): the plan stops before block 0 to have
+    /// blocks 0 and 1 written, and before each block `il` after it to have
+    /// block `il + 1` written into the set block `il - 1` used.
+    pub stream: bool,
 }
 
 impl PlanOptions {
@@ -156,6 +161,17 @@ pub fn build_template<'a>(
         embed(&s, &mut p, &bufs);
     }
     for il in blocks.clone() {
+        if opts.stream {
+            let next = if il == 0 { 0..2 } else { il + 1..il + 2 };
+            let end = next.end.min(blocks.end);
+            if next.start < end {
+                let kind = SyncKind::StreamBlocks {
+                    first: next.start,
+                    end,
+                };
+                p.sync(&[], &[], kind);
+            }
+        }
         let l = &s.weights.layers[il];
         attention(&s, &mut p, &bufs, il, il - blocks.start, l);
         feed_forward(&s, &mut p, &bufs, il, l, opts)?;

@@ -209,9 +209,18 @@ fn print_plan(args: &Args, file: &GgufModel, cfg: &ModelConfig, ctx: usize) -> R
             println!("  the output head alone on the device");
         }
     }
+    if let Some(s) = &checked.stream {
+        println!(
+            "  every block's matrices in host memory ({}), streamed through two device sets of {} each step",
+            human_bytes(s.streamed_bytes),
+            human_bytes(s.set_bytes / 2)
+        );
+    }
     match &checked.offload {
         Some(plan) => print_experts(plan, cfg, host_blocks),
-        None if host_blocks == 0 => println!("  every weight on the device"),
+        None if host_blocks == 0 && checked.stream.is_none() => {
+            println!("  every weight on the device")
+        }
         None => {}
     }
     println!("  why: {}", checked.reason);

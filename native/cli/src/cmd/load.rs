@@ -62,6 +62,13 @@ pub struct PlacementArgs {
     /// (llama.cpp's `-ngl N+1`, which counts the head as a layer).
     #[arg(long)]
     pub gpu_layers: Option<usize>,
+    /// Keep every block's matrices in host memory and stream them through
+    /// two device buffers per step, the next block's copy queued behind
+    /// this one's work: the whole model crosses the bus every step, so
+    /// this is for long prompts and big batches of a model too large for
+    /// the device.
+    #[arg(long, conflicts_with_all = ["gpu_layers", "cpu_moe", "n_cpu_moe"])]
+    pub stream_layers: bool,
     /// Keep every MoE layer's routed experts in host memory and compute
     /// them there (llama.cpp's `--cpu-moe`).
     #[arg(long)]
@@ -88,6 +95,7 @@ impl PlacementArgs {
         LoadOptions {
             experts: self.offload(),
             gpu_layers: self.gpu_layers,
+            stream_layers: self.stream_layers,
             ..opts
         }
     }
