@@ -22,6 +22,10 @@
 #       profiles of decode and prefill and logits against the CPU;
 #   bash scripts/cuda-bench.sh device
 #       Hearth alone on the 8B model: bench and logits against the CPU.
+#   bash scripts/cuda-bench.sh split
+#       the 8B model split with the CPU (llama.cpp -ngl N+1 beside Hearth's
+#       --gpu-layers N), then Hearth's --stream-layers, copies beside the
+#       work or on the compute stream; report in split.txt.
 #   bash scripts/cuda-bench.sh moe-synth-start; ... moe
 #       the expert cache beside llama.cpp's --n-cpu-moe on a
 #       Qwen3-30B-A3B-shaped Q4_K_M file (SKEW: --router-skew, 1; embeddings
@@ -38,6 +42,8 @@ prepare() {
   cargo build --release -p hearth-cli --features cuda
   mkdir -p .cuda
   strip -o .cuda/hearth target/release/hearth
+  # Compressed for the trip (a call carries 64 MiB); unpacked there.
+  xz -T0 -f .cuda/hearth
   [ -s .cuda/llama.cpp.tar.xz ] || pack_llamacpp
   ls -la .cuda | head
 }
@@ -181,6 +187,41 @@ moe_quick() {
   done
 }
 
+# The 8B model larger than its share of the device: llama.cpp with -ngl
+# N+1 (it counts the head as a layer) beside Hearth's --gpu-layers N, the
+# other blocks on the CPU (GPU_LAYERS, "16 8"); then Hearth's streamed
+# blocks, copies on the copy stream from page-locked memory against
+# HEARTH_CUDA_BATCHED_UPLOADS=0 (each copy on the compute stream, waited
+# for); the resident model first as the ceiling. Report in split.txt.
+split() {
+  mkdir -p "$out"
+  export HEARTH_CUDA_CACHE=/root/hearth-cuda-cache
+  local bin=/root/llama.cpp/build/bin reps=${REPS:-2} n v
+  while [ -e "$model.writing" ]; do sleep 5; done
+  [ -s "$model" ] || "$hearth" synth "$model" --shape llama-3.1-8b --type Q4_K_M --seed 1
+  while [ ! -e /root/build.done ]; do sleep 5; done
+  nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee "$out/split.txt"
+  nproc | sed 's/^/host cores: /' | tee -a "$out/split.txt"
+  for n in ${GPU_LAYERS:-16 8}; do
+    "$bin/llama-bench" -m "$model" -p 512 -n 32 -ngl $((n + 1)) -fa 1 -r "$reps" 2>&1 \
+      | grep -E '^\|' | tee -a "$out/split.txt"
+    echo "== hearth --gpu-layers $n" | tee -a "$out/split.txt"
+    "$hearth" bench -m "$model" --backend cuda -p 512 -n 32 -r "$reps" --gpu-layers "$n" 2>&1 \
+      | grep -E '(pp|tg)[0-9]' | tee -a "$out/split.txt"
+  done
+  for v in resident default HEARTH_CUDA_BATCHED_UPLOADS=0; do
+    echo "== hearth ${v}" | tee -a "$out/split.txt"
+    if [ "$v" = resident ]; then
+      "$hearth" bench -m "$model" --backend cuda -p 512 -n 16 -r "$reps" 2>&1 \
+        | grep -E '(pp|tg)[0-9]' | tee -a "$out/split.txt"
+      continue
+    fi
+    [ "$v" != default ] || v=""
+    env $v "$hearth" bench -m "$model" --backend cuda -p 512 -n 8 -r "$reps" --stream-layers 2>&1 \
+      | grep -E '(pp|tg)[0-9]' | tee -a "$out/split.txt"
+  done
+}
+
 device() {
   mkdir -p "$out"
   nvidia-smi --query-gpu=name,memory.total,clocks.max.mem --format=csv | tee "$out/gpu.txt"
@@ -254,6 +295,12 @@ sweep() {
     | tee "$out/logits.txt"
 }
 
+# The binary travels compressed (`prepare`).
+if [ -e .cuda/hearth.xz ]; then
+  xz -d -f .cuda/hearth.xz
+  chmod +x .cuda/hearth
+fi
+
 case "${1:-}" in
   prepare) prepare ;;
   device) device ;;
@@ -264,6 +311,7 @@ case "${1:-}" in
   moe-synth-start) moe_synth_start ;;
   moe) moe ;;
   moe-quick) moe_quick ;;
+  split) split ;;
   sweep) sweep ;;
   *) echo "usage: $0 prepare|device|build-start|synth-start|moe-synth-start|against|moe|moe-quick|sweep" >&2; exit 2 ;;
 esac

@@ -4,7 +4,8 @@
 #   bash scripts/cuda-test.sh prepare
 #       here: builds the test binaries of native/cuda into .cuda/bin and
 #       copies the stored synthetic models with their llama.cpp logits into
-#       .cuda/fixtures (ignored by git; the device has no Rust toolchain).
+#       .cuda/fixtures (ignored by git; the device has no Rust toolchain),
+#       the binaries xz-compressed.
 #   bash scripts/cuda-test.sh device
 #       there: run(command="bash scripts/cuda-test.sh device", carry=[".cuda"])
 #       runs each with HEARTH_REQUIRE_CUDA=1 (a missing device fails) and
@@ -31,6 +32,10 @@ for l in sys.stdin:
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
         print(m["executable"])' \
     | while read -r exe; do strip -o ".cuda/bin/$(basename "$exe")" "$exe"; done
+  # The device runs neither the compile check (CI does) nor the no-device
+  # one; the rest travel compressed (a call carries 64 MiB).
+  rm -f .cuda/bin/compile-* .cuda/bin/no_device-*
+  xz -T0 -f .cuda/bin/*
   ls -la .cuda/bin
   du -sh .cuda
 }
@@ -38,7 +43,9 @@ for l in sys.stdin:
 device() {
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader || true
   local pass=0 fail=0 t
-  export HEARTH_FIXTURES=$PWD/.cuda/fixtures HEARTH_CUDA_CACHE=/tmp/hearth-cuda-cache
+  for t in .cuda/bin/*.xz; do [ -e "$t" ] && xz -d -f "$t"; done
+  chmod +x .cuda/bin/*
+  export HEARTH_FIXTURES=$PWD/.cuda/fixtures HEARTH_CUDA_CACHE=${HEARTH_CUDA_CACHE:-/root/hearth-cuda-cache}
   for t in .cuda/bin/*; do
     local log="${OUT:-/tmp}/$(basename "$t" | sed 's/-[0-9a-f]*$//').log"
     if out=$(HEARTH_REQUIRE_CUDA=1 "$t" --nocapture --test-threads=1 2>&1 | tee "$log"); then

@@ -149,6 +149,20 @@ pub fn part_buffers<'a, B>(part: &Part, io: &OpIo<'a, B>) -> (Vec<&'a B>, Vec<&'
     )
 }
 
+/// Host memory a backend copies from step after step (streamed blocks,
+/// [`Backend::host_bytes`]): page-locked where its device copies faster
+/// and beside its work from such memory.
+pub trait HostBytes: std::fmt::Debug + Send {
+    /// The bytes.
+    fn bytes(&self) -> &[u8];
+}
+
+impl HostBytes for Vec<u8> {
+    fn bytes(&self) -> &[u8] {
+        self
+    }
+}
+
 /// One run of whole weight rows to upload
 /// ([`Backend::upload_weight_rows_many`]).
 #[derive(Debug)]
@@ -161,8 +175,11 @@ pub struct RowsUpload<'a, Buf> {
     pub cols: usize,
     /// The first row written.
     pub first_row: usize,
-    /// The rows, as the GGUF file stores them.
+    /// The rows, as the GGUF file stores them; or, with `packed_at`, as
+    /// the backend stores them ([`Backend::pack_weight_rows`]).
     pub src: &'a [u8],
+    /// Where packed rows go in the buffer (`None`: `src` is the file's).
+    pub packed_at: Option<u64>,
 }
 
 /// A device that holds buffers and executes recorded ops.
@@ -214,9 +231,34 @@ pub trait Backend {
         Self: Sized,
     {
         for r in runs {
-            self.upload_weight_rows(r.dst, r.ty, r.cols, r.first_row, r.src)?;
+            match r.packed_at {
+                Some(at) => self.upload(r.dst, at, r.src)?,
+                None => self.upload_weight_rows(r.dst, r.ty, r.cols, r.first_row, r.src)?,
+            }
         }
         Ok(())
+    }
+    /// Whole weight rows as [`Backend::upload_weight_rows`] would store
+    /// them, with their offset in the weight's buffer, for host memory that
+    /// uploads the same rows again and again (streamed blocks): such a
+    /// backend repacks once, at load. `None` (the default): the backend
+    /// stores the file's bytes as they are, or repacks them in parts
+    /// `upload` cannot write in one go.
+    fn pack_weight_rows(
+        &self,
+        ty: GgmlType,
+        cols: usize,
+        first_row: usize,
+        src: &[u8],
+    ) -> Result<Option<(u64, Vec<u8>)>, BackendError> {
+        let _ = (ty, cols, first_row, src);
+        Ok(None)
+    }
+    /// `bytes` moved into host memory this backend copies from often
+    /// (streamed blocks): page-locked memory on CUDA, whose copies run
+    /// beside the device's work. The default keeps them as they are.
+    fn host_bytes(&self, bytes: Vec<u8>) -> Result<Box<dyn HostBytes>, BackendError> {
+        Ok(Box::new(bytes))
     }
     /// Called once every row of a weight is uploaded (the loader calls it
     /// after a tensor's last chunk): a backend that keeps weights in a

@@ -184,6 +184,20 @@ pub enum HostWrite<'a> {
         /// The rows.
         bytes: Cow<'a, [u8]>,
     },
+    /// Weight rows packed by the backend ([`Backend::pack_weight_rows`]),
+    /// at `offset` in the model's weight buffer `weight`.
+    PackedRows {
+        /// The weight buffer ([`BufId::Weight`]).
+        weight: usize,
+        /// Its type.
+        ty: crate::quant::GgmlType,
+        /// Values per row.
+        cols: usize,
+        /// Where the bytes go in the buffer.
+        offset: u64,
+        /// The bytes.
+        bytes: Cow<'a, [u8]>,
+    },
 }
 
 /// The ops of one forward pass.
@@ -494,23 +508,40 @@ pub fn apply_writes<B: Backend>(
                 cols,
                 first_row,
                 bytes,
-            } => {
-                let dst = weights.get(*weight).ok_or_else(|| {
-                    BackendError::Shape(format!(
-                        "the host writes weight {weight}, which the model does not hold"
-                    ))
-                })?;
-                runs.push(RowsUpload {
-                    dst,
-                    ty: *ty,
-                    cols: *cols,
-                    first_row: *first_row,
-                    src: bytes,
-                });
-            }
+            } => runs.push(RowsUpload {
+                dst: weight_buf(weights, *weight)?,
+                ty: *ty,
+                cols: *cols,
+                first_row: *first_row,
+                src: bytes,
+                packed_at: None,
+            }),
+            HostWrite::PackedRows {
+                weight,
+                ty,
+                cols,
+                offset,
+                bytes,
+            } => runs.push(RowsUpload {
+                dst: weight_buf(weights, *weight)?,
+                ty: *ty,
+                cols: *cols,
+                first_row: 0,
+                src: bytes,
+                packed_at: Some(*offset),
+            }),
         }
     }
     backend.upload_weight_rows_many(&runs)
+}
+
+/// The model's weight buffer `i`, which a host write names.
+fn weight_buf<Buf>(weights: &[Buf], i: usize) -> Result<&Buf, BackendError> {
+    weights.get(i).ok_or_else(|| {
+        BackendError::Shape(format!(
+            "the host writes weight {i}, which the model does not hold"
+        ))
+    })
 }
 
 /// Submits what was recorded and reads back the buffers of `point`

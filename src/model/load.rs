@@ -29,7 +29,7 @@ use crate::model::memory::memory_need;
 use crate::model::offload::{expert_bytes, plan_offload, ExpertOffload, OffloadPlan};
 use crate::model::plans::{refused_step, unchecked_plan_for, PlanRecipe, Readout};
 use crate::model::split::{self, SplitTensors};
-use crate::model::stream::{plan_stream, BlockStream, StreamPlan};
+use crate::model::stream::{plan_stream, BlockStream, HostMatrix, StreamPlan};
 use crate::model::weights::{FfnWeights, ModelWeights};
 use crate::model::ModelConfig;
 use crate::moe::{CacheOptions, ExpertCache, HostExperts};
@@ -759,7 +759,7 @@ pub async fn load_model<B: Backend, S: ByteSource>(
                             slots[m.tensor].name
                         ))
                     })?;
-                    block.push((*m, bytes));
+                    block.push(HostMatrix::new(&backend, *m, bytes)?);
                 }
                 blocks.push(block);
             }

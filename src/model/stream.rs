@@ -11,7 +11,7 @@
 
 use std::borrow::Cow;
 
-use crate::backend::Backend;
+use crate::backend::{Backend, HostBytes};
 use crate::graph::plan::HostWrite;
 use crate::model::layout::{Slot, SlotKind};
 use crate::model::weights::{FfnWeights, LayerWeights, ModelWeights, WeightInfo};
@@ -138,12 +138,40 @@ pub fn plan_stream<B: Backend>(
     Some(plan)
 }
 
-/// The streamed blocks' bytes in host memory, as the file stores them, and
-/// what to write for each.
+/// One streamed matrix's bytes in host memory: the file's, or the
+/// backend's packing of them at `packed_at` in its buffer
+/// ([`Backend::pack_weight_rows`]).
+#[derive(Debug)]
+pub(crate) struct HostMatrix {
+    pub(crate) m: StreamedMatrix,
+    pub(crate) packed_at: Option<u64>,
+    pub(crate) bytes: Box<dyn HostBytes>,
+}
+
+impl HostMatrix {
+    /// `file` bytes of `m`, packed once if `backend` repacks.
+    pub(crate) fn new<B: Backend>(
+        backend: &B,
+        m: StreamedMatrix,
+        file: Vec<u8>,
+    ) -> Result<Self, crate::backend::BackendError> {
+        let (packed_at, bytes) = match backend.pack_weight_rows(m.ty, m.cols, 0, &file)? {
+            Some((at, packed)) => (Some(at), packed),
+            None => (None, file),
+        };
+        Ok(Self {
+            m,
+            packed_at,
+            bytes: backend.host_bytes(bytes)?,
+        })
+    }
+}
+
+/// The streamed blocks' bytes in host memory and what to write for each.
 #[derive(Debug, Default)]
 pub struct BlockStream {
-    /// Per block: each matrix and its bytes.
-    pub(crate) blocks: Vec<Vec<(StreamedMatrix, Vec<u8>)>>,
+    /// Per block: its matrices.
+    pub(crate) blocks: Vec<Vec<HostMatrix>>,
     /// Bytes written to the device so far.
     pub(crate) bytes_written: u64,
 }
@@ -155,14 +183,24 @@ impl BlockStream {
         let start = blocks.start.min(end);
         let mut out = Vec::new();
         for block in &self.blocks[start..end] {
-            for (m, bytes) in block {
+            for h in block {
+                let (m, bytes) = (h.m, Cow::Borrowed(h.bytes.bytes()));
                 self.bytes_written += bytes.len() as u64;
-                out.push(HostWrite::WeightRows {
-                    weight: m.weight,
-                    ty: m.ty,
-                    cols: m.cols,
-                    first_row: 0,
-                    bytes: Cow::Borrowed(bytes),
+                out.push(match h.packed_at {
+                    Some(offset) => HostWrite::PackedRows {
+                        weight: m.weight,
+                        ty: m.ty,
+                        cols: m.cols,
+                        offset,
+                        bytes,
+                    },
+                    None => HostWrite::WeightRows {
+                        weight: m.weight,
+                        ty: m.ty,
+                        cols: m.cols,
+                        first_row: 0,
+                        bytes,
+                    },
                 });
             }
         }
@@ -174,7 +212,7 @@ impl BlockStream {
         self.blocks
             .iter()
             .flatten()
-            .map(|(_, b)| b.len() as u64)
+            .map(|h| h.bytes.bytes().len() as u64)
             .sum()
     }
 

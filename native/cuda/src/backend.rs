@@ -15,10 +15,12 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use cudarc::driver::sys::{self, CUdeviceptr};
-use cudarc::driver::{result, CudaContext, CudaFunction, CudaModule, CudaStream};
+use cudarc::driver::{result, CudaContext, CudaEvent, CudaFunction, CudaModule, CudaStream};
 use cudarc::nvrtc::Ptx;
 use hearth::backend::packed::{packed_layout_aligned, PackedLayout, Repacker};
-use hearth::backend::{Backend, BackendError, BufKind, Caps, MemoryNeed, OpIo, RowsUpload};
+use hearth::backend::{
+    Backend, BackendError, BufKind, Caps, HostBytes, MemoryNeed, OpIo, RowsUpload,
+};
 use hearth::graph::plan::{BufId, Held, HostSync, Plan, StepInputs};
 use hearth::graph::{Activation, KvType, Op, Prologue, RopeMode, RopeSpec, MAX_TOP_K};
 use hearth::quant::{GgmlType, WEIGHT_TYPES};
@@ -163,6 +165,13 @@ struct Kernels {
 pub struct CudaBackend {
     dev: CudaDevice,
     stream: Arc<CudaStream>,
+    /// The stream a sync point's weight writes copy on, beside the work
+    /// queued on `stream` ([`Backend::upload_weight_rows_many`]).
+    copy: Arc<CudaStream>,
+    /// Weight buffers (by device address) whose copy on `copy` is still
+    /// in flight, with the event after it: the first op reading one waits
+    /// for its event on `stream`.
+    copies: std::cell::RefCell<Vec<(CUdeviceptr, Arc<CudaEvent>)>>,
     caps: Caps,
     kernels: Kernels,
     /// Step activations, one allocation per plan index, kept across steps.
@@ -295,6 +304,58 @@ fn packed_rows(
     Ok((first_row as u64 * layout.row_bytes, packed))
 }
 
+/// Page-locked host memory ([`Backend::host_bytes`]).
+struct PinnedBytes {
+    ptr: *mut u8,
+    len: usize,
+    ctx: Arc<CudaContext>,
+}
+
+impl PinnedBytes {
+    /// A page-locked copy of `bytes`, or `None` when the driver gives none.
+    fn new(ctx: &Arc<CudaContext>, bytes: &[u8]) -> Option<Self> {
+        if bytes.is_empty() {
+            return None;
+        }
+        ctx.bind_to_thread().ok()?;
+        // SAFETY: a plain allocation of `bytes.len()` in the bound context.
+        let ptr = unsafe { result::malloc_host(bytes.len(), 0) }.ok()? as *mut u8;
+        // SAFETY: `ptr` holds `bytes.len()` bytes, apart from `bytes`.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), ptr, bytes.len()) };
+        Some(Self {
+            ptr,
+            len: bytes.len(),
+            ctx: ctx.clone(),
+        })
+    }
+}
+
+// SAFETY: the allocation is owned, read through `&self` only, and freed
+// once; the context handle is shareable across threads.
+unsafe impl Send for PinnedBytes {}
+
+impl HostBytes for PinnedBytes {
+    fn bytes(&self) -> &[u8] {
+        // SAFETY: `len` bytes written at `new`, alive until drop.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+}
+
+impl std::fmt::Debug for PinnedBytes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "PinnedBytes({} bytes)", self.len)
+    }
+}
+
+impl Drop for PinnedBytes {
+    fn drop(&mut self) {
+        if self.ctx.bind_to_thread().is_ok() {
+            // SAFETY: allocated by malloc_host, freed once.
+            let _ = unsafe { result::free_host(self.ptr.cast()) };
+        }
+    }
+}
+
 /// Whether `ty` rows of `k` values run on the product kernels.
 fn weight_runs(ty: GgmlType, k: usize) -> bool {
     WEIGHT_TYPES.contains(&ty) && k > 0 && layout_of(ty, 1, k).is_ok()
@@ -344,6 +405,9 @@ impl CudaBackend {
             .ctx
             .new_stream()
             .map_err(|e| CudaError::Driver(format!("{e:?}")))?;
+        let copy = stream
+            .fork()
+            .map_err(|e| CudaError::Driver(format!("{e:?}")))?;
         let cache = cache_dir();
         let mut modules = Vec::with_capacity(MODULES.len());
         for Module { name, source } in MODULES {
@@ -373,6 +437,8 @@ impl CudaBackend {
         Ok(CudaBackend {
             dev,
             stream,
+            copy,
+            copies: Default::default(),
             caps,
             kernels: Kernels {
                 modules,
@@ -522,6 +588,8 @@ impl CudaBackend {
         let generation = self.generation.get();
         let stream = self.stream.cu_stream();
         self.bind()?;
+        // A graph's kernels read what they read: every copy lands first.
+        self.await_copies(|_| true)?;
         match self.graphs.action(plan, &sizes, &held_at, generation) {
             // SAFETY: the graph's buffers are those of this plan, alive
             // (the generation did not change since it was recorded).
@@ -550,6 +618,23 @@ impl CudaBackend {
             Some((i, n)) => self.download_now(&acts[i], 0..n),
             None => Ok(Vec::new()),
         }
+    }
+
+    /// Has `stream` wait for the weight copies in flight to the buffers
+    /// `which` picks (by device address), and forgets them.
+    fn await_copies(&self, which: impl Fn(CUdeviceptr) -> bool) -> Result<(), BackendError> {
+        let mut copies = self.copies.borrow_mut();
+        let mut err = None;
+        copies.retain(|(p, ev)| {
+            if !which(*p) {
+                return true;
+            }
+            if let Err(e) = self.stream.wait(ev) {
+                err = Some(driver(e));
+            }
+            false
+        });
+        err.map_or(Ok(()), Err)
     }
 
     /// The device.
@@ -1794,6 +1879,7 @@ impl CudaBackend {
                 len: src.len,
             });
         }
+        self.await_copies(|_| true)?;
         self.stream.synchronize().map_err(driver)?;
         let mut out = vec![0u8; (range.end - range.start) as usize];
         if !out.is_empty() {
@@ -1870,30 +1956,83 @@ impl Backend for CudaBackend {
 
     /// The runs repacked side by side (the expert cache fills many slots
     /// a step: one after the other, repack, copy and wait took 1.8 ms per
-    /// 3 MB expert), then copied in order and waited for once.
+    /// 3 MB expert; streamed blocks come packed), then copied in order on
+    /// the copy stream once the work recorded so far (the last reads of
+    /// these buffers) is done, while the work recorded next runs up to the
+    /// first op that reads one of them ([`CudaBackend::await_copies`]).
     fn upload_weight_rows_many(
         &self,
         runs: &[RowsUpload<'_, CudaBuffer>],
     ) -> Result<(), BackendError> {
         use rayon::prelude::*;
+        use std::borrow::Cow;
         if runs.is_empty() {
             return Ok(());
         }
         if !self.batched_uploads {
             for r in runs {
-                self.upload_weight_rows(r.dst, r.ty, r.cols, r.first_row, r.src)?;
+                match r.packed_at {
+                    Some(at) => self.upload(r.dst, at, r.src)?,
+                    None => self.upload_weight_rows(r.dst, r.ty, r.cols, r.first_row, r.src)?,
+                }
             }
-            return Ok(());
+            return self.stream.synchronize().map_err(driver);
         }
-        let packed: Vec<Result<(u64, Vec<u8>), BackendError>> = runs
+        // Each run's offset in its buffer and bytes, as the kernels read them.
+        type Packed<'a> = Result<(u64, Cow<'a, [u8]>), BackendError>;
+        let packed: Vec<Packed<'_>> = runs
             .par_iter()
-            .map(|r| packed_rows(r.ty, r.cols, r.first_row, r.src))
+            .map(|r| match r.packed_at {
+                Some(at) => Ok((at, Cow::Borrowed(r.src))),
+                None => packed_rows(r.ty, r.cols, r.first_row, r.src).map(|(o, v)| (o, v.into())),
+            })
             .collect();
+        self.bind()?;
+        let no_timing = Some(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING);
+        let ready = self.stream.record_event(no_timing).map_err(driver)?;
+        self.copy.wait(&ready).map_err(driver)?;
         for (r, p) in runs.iter().zip(packed) {
             let (offset, bytes) = p?;
-            self.upload(r.dst, offset, &bytes)?;
+            let end = offset + bytes.len() as u64;
+            if end > r.dst.len {
+                return Err(BackendError::OutOfBounds {
+                    range: offset..end,
+                    len: r.dst.len,
+                });
+            }
+            // SAFETY: the range lies in the buffer (checked above); from
+            // pageable host memory the call returns once the bytes are
+            // staged, so they may go.
+            unsafe {
+                result::memcpy_htod_async(r.dst.ptr() + offset, &bytes, self.copy.cu_stream())
+            }
+            .map_err(driver)?;
         }
-        self.stream.synchronize().map_err(driver)
+        let done = Arc::new(self.copy.record_event(no_timing).map_err(driver)?);
+        let mut copies = self.copies.borrow_mut();
+        copies.extend(runs.iter().map(|r| (r.dst.ptr(), done.clone())));
+        Ok(())
+    }
+
+    /// Page-locked memory, whose copies run beside the kernels (from
+    /// pageable memory a copy returns only once the driver staged it,
+    /// which waits for the work queued before it); the bytes as they are
+    /// where the driver has no such memory to give.
+    fn host_bytes(&self, bytes: Vec<u8>) -> Result<Box<dyn HostBytes>, BackendError> {
+        Ok(match PinnedBytes::new(&self.dev.ctx, &bytes) {
+            Some(p) => Box::new(p),
+            None => Box::new(bytes),
+        })
+    }
+
+    fn pack_weight_rows(
+        &self,
+        ty: GgmlType,
+        cols: usize,
+        first_row: usize,
+        src: &[u8],
+    ) -> Result<Option<(u64, Vec<u8>)>, BackendError> {
+        packed_rows(ty, cols, first_row, src).map(Some)
     }
 
     fn memory_budget(&self) -> Option<u64> {
@@ -1949,6 +2088,10 @@ impl Backend for CudaBackend {
     fn record(&mut self, op: &Op, io: &OpIo<'_, CudaBuffer>) -> Result<(), BackendError> {
         if !self.supports(op) {
             return Err(BackendError::unsupported_op(&self.caps, op));
+        }
+        if !self.copies.get_mut().is_empty() {
+            let reads: Vec<CUdeviceptr> = io.inputs.iter().map(|b| b.ptr()).collect();
+            self.await_copies(|p| reads.contains(&p))?;
         }
         self.record_op(op, io)
     }
