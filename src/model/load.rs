@@ -134,6 +134,9 @@ pub struct LoadOptions {
     /// every step, so this is for steps of many tokens. Not with
     /// `gpu_layers` or experts kept on the host, nor on the CPU backend.
     pub stream_layers: bool,
+    /// Threads of the host's CPU work beside a device (the blocks of a
+    /// split, the experts the cache computes; 0: all cores).
+    pub host_threads: usize,
 }
 
 impl LoadOptions {
@@ -147,6 +150,7 @@ impl LoadOptions {
             experts: None,
             gpu_layers: None,
             stream_layers: false,
+            host_threads: 0,
         }
     }
 }
@@ -725,7 +729,7 @@ pub async fn load_model<B: Backend, S: ByteSource>(
     let buffers = alloc_weights(&backend, &slots, &|i| {
         plan.on_host(i) || split.host_only(i) || streamed.streams(i)
     })?;
-    let cpu = CpuBackend::new(0);
+    let cpu = CpuBackend::new(opts.host_threads);
     let mut host = HostTensors {
         cpu: &cpu,
         buffers: HashMap::new(),
@@ -776,7 +780,7 @@ pub async fn load_model<B: Backend, S: ByteSource>(
     let host_model = if host_blocks == 0 {
         None
     } else {
-        let cpu = CpuBackend::new(0);
+        let cpu = CpuBackend::new(opts.host_threads);
         let mut bufs = Vec::with_capacity(slots.len());
         for i in 0..slots.len() {
             bufs.push(match host_buffers.remove(&i) {

@@ -133,6 +133,11 @@ pub async fn load_on<S: ByteSource>(
     progress: &mut dyn FnMut(&LoadProgress),
 ) -> anyhow::Result<AnyModel> {
     check_backend(name)?;
+    // The host's share of the work beside a device runs on `threads` too.
+    let opts = &LoadOptions {
+        host_threads: threads,
+        ..*opts
+    };
     Ok(match name {
         #[cfg(feature = "cuda")]
         "cuda" => {
