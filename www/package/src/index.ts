@@ -90,6 +90,19 @@ function expertOptions(options: LoadOptions): { maxGpuMemory: number | null; moe
   return { maxGpuMemory: bytes == null ? null : Math.floor(bytes), moePolicy: policy };
 }
 
+/** `gpuLayers` checked (code `bad-request`), as the worker takes it. */
+function gpuLayersOption(options: LoadOptions): number | null {
+  const n = options.gpuLayers;
+  if (n === undefined || n === null) return null;
+  if (typeof n !== 'number' || !Number.isInteger(n) || n < 0) {
+    throw new HearthError(
+      'bad-request',
+      `gpuLayers is ${String(n)}; give the number of transformer blocks to run on the GPU (the last ones, with the output head), an integer of at least 0, or leave it unset for all of them`,
+    );
+  }
+  return n;
+}
+
 /** The files of `source`, URLs resolved against the page. */
 function sourceSpecs(source: ModelSource): SourceSpec[] {
   const list = Array.isArray(source) ? source : [source];
@@ -170,8 +183,8 @@ export const Hearth = {
    * before the tensors are downloaded: architecture, tensor types, a model
    * beyond the WebGPU adapter's limits), `quota-exceeded` (before the download
    * when the size is known), `network`, `not-cached`, `aborted`,
-   * `bad-request` (an invalid option: `backend`, `maxGpuMemory`, `moePolicy`;
-   * before any download).
+   * `bad-request` (an invalid option: `backend`, `maxGpuMemory`, `moePolicy`,
+   * `gpuLayers`; before any download).
    */
   async load(source: ModelSource, options: LoadOptions = {}): Promise<HearthEngine> {
     const t0 = performance.now();
@@ -181,6 +194,7 @@ export const Hearth = {
       throw new HearthError('bad-request', `backend '${String(backend)}': use 'auto', 'webgpu' or 'cpu'`);
     }
     const experts = expertOptions(options);
+    const gpuLayers = gpuLayersOption(options);
     const resolved = resolveBackend(backend, caps);
     const gpu = caps.webgpu && !caps.webgpuFallback;
     const threads = Math.max(1, Math.floor(
@@ -208,6 +222,7 @@ export const Hearth = {
       cache: options.cache ?? true,
       chatTemplate: options.chatTemplate ?? null,
       ...experts,
+      gpuLayers,
       wasmUrl,
       backend: resolved,
       adapterName: caps.webgpuAdapter,

@@ -16,6 +16,8 @@ export interface WorkerLoadOptions {
   /** GPU bytes for an MoE model's expert slots (null: no expert cache). */
   maxGpuMemory: number | null;
   moePolicy: MoePolicy;
+  /** Blocks on the GPU when the model is split with the CPU (null: all). */
+  gpuLayers: number | null;
   /** URL of the wasm build's JS (`dist/wasm-mt/hearth_wasm.js` or `-st`). */
   wasmUrl: string;
   /** The backend as the page resolved it: `auto` here means a hardware

@@ -77,6 +77,18 @@ export interface LoadOptions {
    * {@link LoadOptions.maxGpuMemory}. Another value fails with
    * `bad-request`. */
   moePolicy?: MoePolicy;
+  /** Transformer blocks to run on WebGPU when the model is split between the
+   * GPU and the CPU: the last `gpuLayers` blocks and the output head run on the
+   * GPU, the blocks before on the CPU path (wasm SIMD128, their weights in the
+   * engine's wasm memory), the hidden state crossing from the CPU to the GPU
+   * once per step. So a model whose weights exceed the adapter's memory or
+   * limits still runs with its last blocks on the GPU. `info.hostBlocks` and
+   * `info.gpuBlocks` say how it was split. llama.cpp's `-ngl` counts the
+   * output head as one of its layers: its `-ngl N+1` is `gpuLayers: N` here
+   * (0: only the head on the GPU; more than the model has: every block).
+   * Default: unset (every block on the GPU). No effect on the CPU backend. A
+   * finite integer of at least 0, else the load fails with `bad-request`. */
+  gpuLayers?: number;
   /** Refuse to run on one CPU thread without WebGPU (default false: allowed,
    * but slow). The error (code `no-acceleration`) comes before any download. */
   requireAcceleration?: boolean;
@@ -131,13 +143,21 @@ export interface ModelInfo {
   webgpuDeclined: string | null;
   /** Bytes of the engine's wasm memory after the load (it never shrinks).
    * On WebGPU the weights are not in it (but for the experts an expert cache
-   * keeps there, {@link ModelInfo.expertCache}). */
+   * keeps there, {@link ModelInfo.expertCache}, and the CPU's blocks of a
+   * layer split, {@link ModelInfo.hostBlocks}). */
   wasmMemoryBytes: number;
   /** Where a Mixture-of-Experts model's routed experts went with
    * {@link LoadOptions.maxGpuMemory}; null when every weight is on the
    * device (no `maxGpuMemory`, a dense model, the CPU backend, or all
    * experts fit). */
   expertCache: ExpertCacheInfo | null;
+  /** Transformer blocks run on the CPU: every block on the CPU backend, the
+   * first ones of a model split by {@link LoadOptions.gpuLayers} on WebGPU,
+   * else 0. */
+  hostBlocks: number;
+  /** Transformer blocks run on the GPU, the last ones of the model (0 on the
+   * CPU backend); with {@link ModelInfo.hostBlocks}, every block. */
+  gpuBlocks: number;
   /** The wasm build: `threaded` (cross-origin isolated page) or `single`. */
   build: 'threaded' | 'single';
   /** CPU threads in use. */

@@ -222,6 +222,7 @@ async function load(sources: SourceSpec[], o: WorkerLoadOptions): Promise<void> 
       backend,
       max_gpu_memory: o.maxGpuMemory,
       moe_policy: o.moePolicy,
+      gpu_layers: o.gpuLayers,
     });
     // The header decides the backend (and fails early) before any download.
     const seen: { inspected: Inspected | null } = { inspected: null };
@@ -272,6 +273,8 @@ async function load(sources: SourceSpec[], o: WorkerLoadOptions): Promise<void> 
       webgpuDeclined: decided.webgpu_declined,
       wasmMemoryBytes: raw.wasm_memory_bytes as number,
       expertCache: expertCacheInfo(raw.expert_cache),
+      hostBlocks: raw.host_blocks as number,
+      gpuBlocks: raw.gpu_blocks as number,
       build: threaded ? 'threaded' : 'single',
       threads: raw.threads as number,
       fromCache,

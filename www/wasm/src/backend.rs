@@ -39,15 +39,26 @@ pub struct Decision {
     pub report: Value,
 }
 
+/// `load` for the CPU backend: without the layer split (`gpu_layers`),
+/// which only means something with a device beside the CPU; on the CPU it
+/// would split the model into two CPU models for nothing.
+pub fn on_cpu(load: &LoadOptions) -> LoadOptions {
+    LoadOptions {
+        gpu_layers: None,
+        ..*load
+    }
+}
+
 /// The CPU backend on `threads` threads, checked to run `model` with the
-/// K/V cache of `load`. Errors have code `unsupported-model`.
+/// K/V cache of `load` ([`on_cpu`]). Errors have code `unsupported-model`.
 pub fn check_cpu(
     model: &GgufModel,
     threads: usize,
     load: &LoadOptions,
 ) -> Result<CpuBackend, JsError> {
     let backend = CpuBackend::with_options(&CpuOptions::with_threads(threads));
-    check_model(model, &backend, load).map_err(|e| unsupported(&e, "pick another quantization"))?;
+    check_model(model, &backend, &on_cpu(load))
+        .map_err(|e| unsupported(&e, "pick another quantization"))?;
     Ok(backend)
 }
 

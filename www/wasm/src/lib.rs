@@ -31,7 +31,7 @@ use js_sys::{Array, Function, Promise};
 use serde_json::{json, Value};
 use wasm_bindgen::prelude::*;
 
-use backend::{choose, Chosen};
+use backend::{choose, on_cpu, Chosen};
 use options::EngineOptions;
 
 pub use inspect::inspect;
@@ -79,12 +79,17 @@ fn sources_of(readers: &Array) -> Result<Vec<JsSource>, JsError> {
 /// engine. `options` is JSON (`threads`, `n_ctx`, `kv_type`,
 /// `max_num_seqs`, `chat_template`, `backend`: `cpu`, `webgpu` or `auto`,
 /// see [`inspect`]; `max_gpu_memory` and `moe_policy`, the expert cache of
-/// an MoE model, see `options.rs`); `on_progress(bytesDone,
-/// bytesTotal, tensorsDone, tensorsTotal)` is called after every chunk.
+/// an MoE model, and `gpu_layers`, the layer split, see `options.rs`);
+/// `on_progress(bytesDone, bytesTotal, tensorsDone, tensorsTotal)` is
+/// called after every chunk. The engine's `info` says, besides the
+/// decision's report, `host_blocks` and `gpu_blocks`: the transformer
+/// blocks the CPU runs (all of them on the CPU backend, the first ones of
+/// a layer split on WebGPU) and those the device runs.
 ///
 /// On WebGPU the tensors go from the readers to device buffers a chunk at a
 /// time: the wasm heap holds a chunk and a row, never the model (except the
-/// routed experts an expert cache keeps there).
+/// routed experts an expert cache keeps there, and the CPU's blocks of a
+/// layer split).
 #[wasm_bindgen]
 pub async fn load(
     readers: Array,
@@ -107,14 +112,18 @@ pub async fn load(
     let (config, load_opts) = opts.configs(&mc)?;
     let decision = choose(&model, opts.backend, opts.threads(), &load_opts).await?;
     let mut report = progress_fn(on_progress);
-    let loaded = match decision.chosen {
-        Chosen::Cpu(backend) => load_model(*backend, &model, &sources, &load_opts, &mut report)
-            .await
-            .map(AnyModel::new),
+    // Blocks on the CPU and on the device: a CPU model runs them all, a
+    // WebGPU one the last ones, after the CPU's of a layer split.
+    let (host_blocks, gpu_blocks, loaded) = match decision.chosen {
+        Chosen::Cpu(backend) => {
+            load_model(*backend, &model, &sources, &on_cpu(&load_opts), &mut report)
+                .await
+                .map(|m| (m.blocks().len(), 0, AnyModel::new(m)))
+        }
         #[cfg(feature = "webgpu")]
         Chosen::WebGpu(backend) => load_model(*backend, &model, &sources, &load_opts, &mut report)
             .await
-            .map(AnyModel::new),
+            .map(|m| (m.host_blocks().len(), m.blocks().len(), AnyModel::new(m))),
     }
     .map_err(|e| js_err("unsupported-model", e))?;
     let mut info = json!({
@@ -128,6 +137,8 @@ pub async fn load(
         "threads": opts.threads(),
         "build": build_kind(),
         "wasm_memory_bytes": wasm_memory_bytes(),
+        "host_blocks": host_blocks,
+        "gpu_blocks": gpu_blocks,
     });
     if let (Some(o), Some(r)) = (info.as_object_mut(), decision.report.as_object()) {
         o.extend(r.clone());

@@ -64,6 +64,16 @@ pub struct EngineOptions {
     /// (the default, [`Policy::default`]).
     #[serde(default)]
     pub moe_policy: Option<String>,
+    /// Blocks on the WebGPU device when the model is split with the CPU
+    /// (the package's `gpuLayers`, [`LoadOptions::gpu_layers`]): the last
+    /// this many transformer blocks and the output head run on the device,
+    /// the blocks before on the wasm CPU path, the residual stream crossing
+    /// once per step; more than the model has: all of them. Unset: every
+    /// block on the device. A number, as JavaScript has no integers: a
+    /// finite integer of at least 0. No effect on the CPU backend
+    /// ([`crate::backend::on_cpu`]).
+    #[serde(default)]
+    pub gpu_layers: Option<f64>,
 }
 
 impl EngineOptions {
@@ -99,6 +109,7 @@ impl EngineOptions {
         let load = LoadOptions {
             max_step_tokens: config.max_num_batched_tokens,
             experts: self.expert_offload()?,
+            gpu_layers: self.gpu_layers()?,
             ..LoadOptions::new(config.kv_cache_config())
         };
         Ok((config, load))
@@ -128,6 +139,21 @@ impl EngineOptions {
             // Saturates past u64::MAX (no limit); drops a fraction.
             ..ExpertOffload::with_slot_bytes(bytes as u64)
         }))
+    }
+
+    /// `gpu_layers` as a count of blocks, checked: a finite integer of at
+    /// least 0 (it saturates past `usize::MAX`, which means every block).
+    fn gpu_layers(&self) -> Result<Option<usize>, JsError> {
+        let Some(n) = self.gpu_layers else {
+            return Ok(None);
+        };
+        if !n.is_finite() || n < 0.0 || n.fract() != 0.0 {
+            return Err(js_err(
+                "bad-request",
+                format!("gpuLayers {n}: give the number of transformer blocks to run on the GPU (the last ones, with the output head), an integer of at least 0, or leave it unset for all of them"),
+            ));
+        }
+        Ok(Some(n as usize))
     }
 
     /// CPU threads to run on (at least one).
