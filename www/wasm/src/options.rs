@@ -110,6 +110,9 @@ impl EngineOptions {
             max_step_tokens: config.max_num_batched_tokens,
             experts: self.expert_offload()?,
             gpu_layers: self.gpu_layers()?,
+            // The CPU's blocks of a split and experts of the cache run on
+            // the page's threads (the core's 0, "all cores", is one here).
+            host_threads: self.threads(),
             ..LoadOptions::new(config.kv_cache_config())
         };
         Ok((config, load))

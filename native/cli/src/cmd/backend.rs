@@ -183,6 +183,12 @@ pub async fn load_on<S: ByteSource>(
         }
         _ => {
             let backend = CpuBackend::with_options(&cpu_options(threads));
+            // Every weight is in host memory already: a split would only
+            // build a second CPU model.
+            let opts = &LoadOptions {
+                gpu_layers: None,
+                ..*opts
+            };
             AnyModel::new(load_model(backend, model, sources, opts, progress).await?)
         }
     })
