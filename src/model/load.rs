@@ -730,16 +730,28 @@ pub async fn load_model<B: Backend, S: ByteSource>(
         plan.on_host(i) || split.host_only(i) || streamed.streams(i)
     })?;
     let cpu = CpuBackend::new(opts.host_threads);
+    // The offloaded layers' routers, on the device and, for the cache's
+    // prefetch, on the host.
+    let router_of = |layer: usize| match checked.weights.layers.get(layer).map(|l| &l.ffn) {
+        Some(FfnWeights::Moe { router, .. }) => Some(router.id),
+        _ => None,
+    };
+    let routers: Vec<usize> = plan
+        .layers
+        .iter()
+        .filter_map(|l| router_of(l.layer))
+        .collect();
     let mut host = HostTensors {
         cpu: &cpu,
         buffers: HashMap::new(),
-        shared: split.shared.clone(),
+        shared: split.shared.iter().chain(&routers).copied().collect(),
         raw: streamed.blocks.iter().flatten().map(|m| m.tensor).collect(),
     };
     let to_host = plan
         .layers
         .iter()
         .flat_map(|l| l.tensors)
+        .chain(routers.iter().copied())
         .chain(split.host.iter().copied());
     for t in to_host {
         let b = cpu.alloc(slot_bytes(&cpu, &slots[t]), BufKind::Weights)?;
@@ -826,6 +838,10 @@ pub async fn load_model<B: Backend, S: ByteSource>(
                 })
             };
             let [g, u, d] = l.tensors;
+            let router = match router_of(l.layer) {
+                Some(r) => Some((take(r)?, slots[r].kind)),
+                None => None,
+            };
             layers.push(HostExperts {
                 layer: l.layer,
                 placement: l.placement,
@@ -833,6 +849,10 @@ pub async fn load_model<B: Backend, S: ByteSource>(
                 weights: [take(g)?, take(u)?, take(d)?],
                 tys: l.tys,
                 n_expert: l.n_expert,
+                router: router.and_then(|(b, kind)| match kind {
+                    SlotKind::Matrix { ty, .. } => Some((b, ty)),
+                    SlotKind::Vector { .. } => None,
+                }),
             });
         }
         let cfg = &checked.config;
@@ -853,6 +873,7 @@ pub async fn load_model<B: Backend, S: ByteSource>(
                 .unwrap_or(cfg.n_ff),
             act: checked.spec.act,
             exact: opts.exact_f32,
+            prefetch: offload.prefetch,
         };
         Some(ExpertCache::new(
             cpu,

@@ -28,6 +28,9 @@ pub struct ExpertOffload {
     /// A missing expert routed to at most this many of a step's tokens is
     /// computed on the host rather than copied.
     pub host_tokens: usize,
+    /// Predict each pooled layer's experts from the layer before and copy
+    /// them ahead ([`crate::moe::CacheOptions::prefetch`]).
+    pub prefetch: bool,
 }
 
 impl ExpertOffload {
@@ -41,6 +44,7 @@ impl ExpertOffload {
             host_layers: 0,
             policy: Policy::default(),
             host_tokens: 1,
+            prefetch: true,
         }
     }
 }

@@ -63,6 +63,10 @@ pub struct HostExperts {
     pub tys: [GgmlType; 3],
     /// Experts of the layer.
     pub n_expert: usize,
+    /// The layer's router `[n_expert, n_embd]` and its type, when the host
+    /// holds it too: the layer before predicts this one's experts with it
+    /// ([`CacheOptions::prefetch`]).
+    pub router: Option<(CpuBuffer, GgmlType)>,
 }
 
 /// The model's shapes and the choices the cache makes by.
@@ -85,6 +89,13 @@ pub struct CacheOptions {
     /// Exact-f32 products (the model's mode), else ggml's quantized
     /// activations.
     pub exact: bool,
+    /// Prefetch: a pooled layer's router applied to the layer before's FFN
+    /// input predicts its experts for a step of few tokens, and the ones
+    /// not resident are copied into slots once the layer before's experts
+    /// are submitted, beside the device's work, instead of at its own
+    /// stop. The residual stream changes little from one layer to the
+    /// next, which is what makes the guess good.
+    pub prefetch: bool,
 }
 
 /// What the cache did so far ([`ExpertCache::stats`]).
@@ -109,6 +120,15 @@ pub struct ExpertStats {
     /// Seconds the device waited on the host: choosing and staging the
     /// copies, computing the host's experts.
     pub host_seconds: f64,
+    /// Routed experts of layer steps that had a prediction
+    /// ([`CacheOptions::prefetch`]).
+    pub predicted: u64,
+    /// Of those, the ones the prediction named.
+    pub predicted_right: u64,
+    /// Experts copied ahead on a prediction.
+    pub prefetched: u64,
+    /// Hits on experts copied ahead (their first use).
+    pub prefetch_hits: u64,
 }
 
 impl ExpertStats {
@@ -124,6 +144,19 @@ impl ExpertStats {
             bytes_copied: self.bytes_copied - earlier.bytes_copied.min(self.bytes_copied),
             host_experts: self.host_experts - earlier.host_experts.min(self.host_experts),
             host_seconds: (self.host_seconds - earlier.host_seconds).max(0.0),
+            predicted: self.predicted - earlier.predicted.min(self.predicted),
+            predicted_right: self.predicted_right
+                - earlier.predicted_right.min(self.predicted_right),
+            prefetched: self.prefetched - earlier.prefetched.min(self.prefetched),
+            prefetch_hits: self.prefetch_hits - earlier.prefetch_hits.min(self.prefetch_hits),
+        }
+    }
+
+    /// The share of routed experts the prediction named (1 without one).
+    pub fn prediction_accuracy(&self) -> f64 {
+        match self.predicted {
+            0 => 1.0,
+            n => self.predicted_right as f64 / n as f64,
         }
     }
 
@@ -160,7 +193,17 @@ impl fmt::Display for ExpertStats {
             self.host_experts_per_token(),
             self.host_seconds,
             self.tokens
-        )
+        )?;
+        if self.predicted > 0 {
+            write!(
+                f,
+                "; prediction {:.1}% right, {} prefetched, {} of them used",
+                100.0 * self.prediction_accuracy(),
+                self.prefetched,
+                self.prefetch_hits
+            )?;
+        }
+        Ok(())
     }
 }
 
@@ -196,6 +239,11 @@ pub struct ExpertCache {
     /// The first layer off the device (where a step is counted).
     first: usize,
     stats: ExpertStats,
+    /// By layer: the experts predicted for its coming step, most wanted
+    /// first.
+    predicted: Vec<Option<Vec<usize>>>,
+    /// Experts copied ahead and not used since.
+    prefetched: std::collections::HashSet<(usize, usize)>,
 }
 
 impl ExpertCache {
@@ -237,6 +285,8 @@ impl ExpertCache {
             opts,
             first,
             stats: ExpertStats::default(),
+            predicted: (0..n_layer).map(|_| None).collect(),
+            prefetched: Default::default(),
         })
     }
 
@@ -268,6 +318,12 @@ impl ExpertCache {
         for &e in &routes.ids {
             counts[e as usize] += 1;
         }
+        if let Some(guess) = self.predicted.get_mut(layer).and_then(Option::take) {
+            let used = (0..n_expert).filter(|&e| counts[e] > 0);
+            let right = used.clone().filter(|e| guess.contains(e)).count();
+            self.stats.predicted += used.count() as u64;
+            self.stats.predicted_right += right as u64;
+        }
         if l.placement == ExpertPlacement::Host {
             self.stats.host_experts += counts.iter().filter(|&&c| c > 0).count() as u64;
             let pending = Pending {
@@ -286,26 +342,22 @@ impl ExpertCache {
         self.stats.hits += step.hits as u64;
         self.stats.misses += step.misses as u64;
         self.stats.copies += step.copied.len() as u64;
-        let mut writes = Vec::new();
-        let (n_ff, n_embd) = (self.opts.n_ff, self.opts.n_embd);
-        let shapes = [(n_ff, n_embd), (n_ff, n_embd), (n_embd, n_ff)];
-        for &(e, s) in &step.copied {
-            for (i, &(rows, cols)) in shapes.iter().enumerate() {
-                let bytes = self.cpu.weight_rows(
-                    &l.weights[i],
-                    l.tys[i],
-                    cols,
-                    e * rows..(e + 1) * rows,
-                )?;
-                self.stats.bytes_copied += bytes.len() as u64;
-                writes.push(HostWrite::WeightRows {
-                    weight: pool.spec.weights[i],
-                    ty: pool.spec.tys[i],
-                    cols,
-                    first_row: s * rows,
-                    bytes: bytes.into(),
-                });
+        for e in (0..n_expert).filter(|&e| counts[e] > 0) {
+            let copied = step.copied.iter().any(|&(c, _)| c == e);
+            if self.prefetched.remove(&(layer, e)) && !copied && step.slot_of[e].is_some() {
+                self.stats.prefetch_hits += 1;
             }
+        }
+        let mut writes = Vec::new();
+        for &(e, s) in &step.copied {
+            writes.extend(slot_fill(
+                &self.cpu,
+                l,
+                &pool.spec,
+                &self.opts,
+                (e, s),
+                &mut self.stats,
+            )?);
         }
         let slot_of = step.slot_of;
         let used = counts.iter().filter(|&&c| c > 0).count();
@@ -340,6 +392,87 @@ impl ExpertCache {
             tokens,
         };
         Ok((writes, pending))
+    }
+
+    /// Predicts the experts of the layer after `layer` for a step of
+    /// `tokens` (the FFN input `input` of `layer`) with its router, when
+    /// it is pooled and the step routes to few experts: the slots could
+    /// not hold a big step's guesses, which route to most experts anyway.
+    async fn predict_next(
+        &mut self,
+        layer: usize,
+        input: &[f32],
+        tokens: usize,
+    ) -> Result<(), BackendError> {
+        let next = layer + 1;
+        let o = self.opts;
+        let Some(nl) = self.layers.get(next).and_then(Option::as_ref) else {
+            return Ok(());
+        };
+        let (Some((router, ty)), ExpertPlacement::Slots) = (&nl.router, nl.placement) else {
+            return Ok(());
+        };
+        if !o.prefetch || tokens * o.k * 2 > self.pools[nl.pool].spec.slots {
+            return Ok(());
+        }
+        let ne = nl.n_expert;
+        let cpu = &mut self.cpu;
+        let x = cpu.alloc((input.len() * 4) as u64, BufKind::Activations)?;
+        cpu.upload(&x, 0, bytemuck::cast_slice(input))?;
+        let len = (tokens * ne * 4) as u64;
+        let out = cpu.alloc(len, BufKind::Activations)?;
+        let op = Op::MatMul {
+            ty: *ty,
+            k: o.n_embd,
+            n: ne,
+            exact: o.exact,
+        };
+        cpu.record(
+            &op,
+            &OpIo {
+                inputs: &[&x, router],
+                outputs: &[&out],
+            },
+        )?;
+        let logits: Vec<f32> = bytemuck::pod_collect_to_vec(&cpu.download(&out, 0..len).await?);
+        let mut votes = vec![0usize; ne];
+        for row in logits.chunks_exact(ne) {
+            for (e, _) in crate::graph::reference::top_k_row(row, o.k) {
+                votes[e as usize] += 1;
+            }
+        }
+        let mut guess: Vec<usize> = (0..ne).filter(|&e| votes[e] > 0).collect();
+        guess.sort_by_key(|&e| std::cmp::Reverse(votes[e]));
+        self.predicted[next] = Some(guess);
+        Ok(())
+    }
+
+    /// The copies of the experts predicted for the layer after `layer`
+    /// that are not resident, into the slots its pool gives up.
+    fn prefetch_writes(&mut self, layer: usize) -> Result<Vec<HostWrite<'static>>, BackendError> {
+        let next = layer + 1;
+        let Some(guess) = self.predicted.get(next).and_then(Option::as_ref) else {
+            return Ok(Vec::new());
+        };
+        let Some(nl) = self.layers.get(next).and_then(Option::as_ref) else {
+            return Ok(Vec::new());
+        };
+        let pool = &mut self.pools[nl.pool];
+        let copies = pool.table.prefetch(next as u32, guess, guess.len());
+        let mut writes = Vec::new();
+        for (e, s) in copies {
+            writes.extend(slot_fill(
+                &self.cpu,
+                nl,
+                &pool.spec,
+                &self.opts,
+                (e, s),
+                &mut self.stats,
+            )?);
+            self.stats.prefetched += 1;
+            self.prefetched.insert((next, e));
+        }
+        Ok(writes)
     }
 
     /// The host's share of `layer`'s output for its pending step.
@@ -396,6 +529,32 @@ impl ExpertCache {
     }
 }
 
+/// The writes that copy expert `e` of the host layer `l` into slot `s`
+/// of `pool` (its gate, up and down rows), counted in `stats`.
+fn slot_fill(
+    cpu: &CpuBackend,
+    l: &HostExperts,
+    pool: &PoolSpec,
+    o: &CacheOptions,
+    (e, s): (usize, usize),
+    stats: &mut ExpertStats,
+) -> Result<Vec<HostWrite<'static>>, BackendError> {
+    let shapes = [(o.n_ff, o.n_embd), (o.n_ff, o.n_embd), (o.n_embd, o.n_ff)];
+    let mut writes = Vec::with_capacity(3);
+    for (i, &(rows, cols)) in shapes.iter().enumerate() {
+        let bytes = cpu.weight_rows(&l.weights[i], l.tys[i], cols, e * rows..(e + 1) * rows)?;
+        stats.bytes_copied += bytes.len() as u64;
+        writes.push(HostWrite::WeightRows {
+            weight: pool.weights[i],
+            ty: pool.tys[i],
+            cols,
+            first_row: s * rows,
+            bytes: bytes.into(),
+        });
+    }
+    Ok(writes)
+}
+
 /// [`ExpertCache::place`]'s result: the writes, and the step's pending
 /// host work.
 type PlaceResult = Result<(Vec<HostWrite<'static>>, Pending), BackendError>;
@@ -413,6 +572,8 @@ impl ExpertStore for ExpertCache {
         let placed = self.place(layer, routes, input);
         Box::pin(async move {
             let (writes, pending) = placed?;
+            self.predict_next(layer, &pending.input, pending.tokens)
+                .await?;
             if let Some(p) = self.pending.get_mut(layer) {
                 *p = Some(pending);
             }
@@ -425,11 +586,15 @@ impl ExpertStore for ExpertCache {
         Box::pin(async move {
             let t = Clock::now();
             let bytes = self.host_output(layer).await?;
-            self.stats.host_seconds += t.seconds();
-            Ok(vec![HostWrite::Act {
+            let mut writes = vec![HostWrite::Act {
                 index: 0,
                 bytes: bytes.into(),
-            }])
+            }];
+            // The device has this layer's experts: the next layer's guesses
+            // copy beside them.
+            writes.extend(self.prefetch_writes(layer)?);
+            self.stats.host_seconds += t.seconds();
+            Ok(writes)
         })
     }
 

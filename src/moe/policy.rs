@@ -219,6 +219,39 @@ impl SlotTable {
         out
     }
 
+    /// Copies experts of `layer` predicted for its coming step into slots
+    /// ahead of it (`experts`: most wanted first; at most `limit` copies):
+    /// each not resident takes the slot the policy gives up, as a miss
+    /// would (under LFU and LRFU not one whose expert ranks at least as
+    /// high), never one this prefetch filled. Records no use: a wrong
+    /// guess leaves the history as it was. Returns the `(expert, slot)`
+    /// copied.
+    pub fn prefetch(&mut self, layer: u32, experts: &[usize], limit: usize) -> Vec<(usize, usize)> {
+        let mut pinned = vec![false; self.len()];
+        let mut out = Vec::new();
+        for &e in experts {
+            if out.len() >= limit {
+                break;
+            }
+            let key = (layer, e as u32);
+            if let Some(s) = self.slot_of(key) {
+                pinned[s] = true;
+                continue;
+            }
+            let Some(s) = self.victim(&pinned) else {
+                break;
+            };
+            let displaces = self.owner[s].map(|old| self.rank(old));
+            if self.policy != Policy::Lru && displaces.is_some_and(|r| self.rank(key) <= r) {
+                continue;
+            }
+            self.assign(s, key);
+            pinned[s] = true;
+            out.push((e, s));
+        }
+        out
+    }
+
     /// How `key` ranks for keeping (smaller: evicted first).
     fn rank(&self, key: ExpertKey) -> (f64, u64) {
         let u = self.uses.get(&key).copied().unwrap_or_default();

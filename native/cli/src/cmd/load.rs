@@ -87,6 +87,10 @@ pub struct PlacementArgs {
     /// (Qwen3-30B-A3B shape, H100: decode 63 against 43 tokens/s).
     #[arg(long, default_value_t = 1)]
     pub moe_host_tokens: usize,
+    /// Do not predict a layer's experts from the layer before and copy
+    /// them ahead (the prefetch is on by default for decode steps).
+    #[arg(long)]
+    pub no_moe_prefetch: bool,
 }
 
 impl PlacementArgs {
@@ -119,6 +123,7 @@ impl PlacementArgs {
             host_layers,
             policy: self.moe_policy,
             host_tokens: self.moe_host_tokens,
+            prefetch: !self.no_moe_prefetch,
         })
     }
 }

@@ -65,10 +65,11 @@ pub struct Metrics {
     /// by the difference.
     last: Mutex<[u64; 6]>,
     /// The expert cache's counts: hits, misses, copies, bytes copied,
-    /// experts computed on the host.
-    experts: [Counter; 5],
+    /// experts computed on the host, routed experts with a prediction, of
+    /// them predicted, experts copied ahead, hits on those.
+    experts: [Counter; 9],
     /// Their totals seen last.
-    experts_last: Mutex<[u64; 5]>,
+    experts_last: Mutex<[u64; 9]>,
     /// Seconds the device waited on the host for experts.
     experts_host_seconds: FloatGauge,
 }
@@ -107,7 +108,7 @@ impl Metrics {
             loaded: Gauge::default(),
             last: Mutex::new([0; 6]),
             experts: Default::default(),
-            experts_last: Mutex::new([0; 5]),
+            experts_last: Mutex::new([0; 9]),
             experts_host_seconds: FloatGauge::default(),
             registry: Registry::default(),
         };
@@ -248,6 +249,22 @@ impl Metrics {
                 "hearth_expert_cache_host_experts",
                 "Routed experts computed on the host",
             ),
+            (
+                "hearth_expert_cache_predicted",
+                "Routed experts of layer steps whose experts the layer before predicted",
+            ),
+            (
+                "hearth_expert_cache_predicted_right",
+                "Routed experts the prediction named",
+            ),
+            (
+                "hearth_expert_cache_prefetched",
+                "Experts copied into a slot ahead, on a prediction",
+            ),
+            (
+                "hearth_expert_cache_prefetch_hits",
+                "Hits on experts copied ahead",
+            ),
         ];
         for ((name, help), c) in expert_help.into_iter().zip(&m.experts) {
             r.register(name, help, c.clone());
@@ -262,7 +279,17 @@ impl Metrics {
 
     /// Brings the expert-cache counters up to `s` (the model's totals).
     pub fn observe_experts(&self, s: &ExpertStats) {
-        let now = [s.hits, s.misses, s.copies, s.bytes_copied, s.host_experts];
+        let now = [
+            s.hits,
+            s.misses,
+            s.copies,
+            s.bytes_copied,
+            s.host_experts,
+            s.predicted,
+            s.predicted_right,
+            s.prefetched,
+            s.prefetch_hits,
+        ];
         let Ok(mut last) = self.experts_last.lock() else {
             return;
         };
@@ -382,15 +409,19 @@ mod tests {
             bytes_copied: 300,
             host_experts: 1,
             host_seconds: 0.25,
+            predicted: 8,
+            predicted_right: 6,
             ..ExpertStats::default()
         };
         m.observe_experts(&s);
         s.hits = 9;
+        s.predicted_right = 7;
         m.observe_experts(&s);
         let text = m.render();
         for line in [
             "hearth_expert_cache_hits_total{model_name=\"m\"} 9",
             "hearth_expert_cache_misses_total{model_name=\"m\"} 2",
+            "hearth_expert_cache_predicted_right_total{model_name=\"m\"} 7",
             "hearth_expert_cache_bytes_copied_total{model_name=\"m\"} 300",
             "hearth_expert_cache_host_seconds{model_name=\"m\"} 0.25",
         ] {
