@@ -326,6 +326,37 @@ mod tests {
     }
 
     #[test]
+    fn a_prefetch_fills_free_slots_admits_as_a_miss_and_keeps_its_own() {
+        // Three slots: expert 1 of layer 0 used three times, one slot free.
+        let mut t = SlotTable::new(3, Policy::Lfu, 1);
+        for _ in 0..3 {
+            t.tick();
+            t.record_use((0, 1));
+        }
+        t.assign(0, (0, 1));
+        t.tick();
+        t.record_use((0, 2));
+        t.assign(1, (0, 2));
+        // Layer 1's guesses 5, 6, 7: 5 takes the free slot; 6 would
+        // displace expert 2 (used once) but ranks lower (never used):
+        // LFU's admission keeps 2; 7 likewise.
+        let copied = t.prefetch(1, &[5, 6, 7], 3);
+        assert_eq!(copied, vec![(5, 2)]);
+        assert_eq!(t.slot_of((1, 5)), Some(2));
+        assert_eq!(t.slot_of((0, 2)), Some(1));
+        // No use is recorded: the guess does not count for the policy.
+        assert_eq!(t.rank((1, 5)), (0.0, 0));
+        // LRU admits every guess, but never gives up a slot the same
+        // prefetch filled, and stops at the limit.
+        let mut t = SlotTable::new(2, Policy::Lru, 1);
+        let copied = t.prefetch(0, &[1, 2, 3, 4], 3);
+        assert_eq!(copied, vec![(1, 0), (2, 1)]);
+        let copied = t.prefetch(0, &[3, 1], 1);
+        assert_eq!(copied, vec![(3, 0)]);
+        assert_eq!(t.slot_of((0, 1)), None);
+    }
+
+    #[test]
     fn free_slots_go_first_and_pinned_ones_never() {
         let mut t = SlotTable::new(3, Policy::Lru, 1);
         t.record_use((0, 5));
