@@ -171,8 +171,9 @@ impl SlotTable {
     /// to expert `e` of `layer`), as the expert cache does: experts most
     /// tokens need first, each a hit, or a miss copied into the slot the
     /// policy gives up (never one this step uses), or left to the host
-    /// when at most `host_tokens` tokens route to it, no slot is free, or
-    /// (LFU, LRFU) the expert in that slot ranks at least as high.
+    /// when at most `host_tokens` tokens route to it and no slot is empty,
+    /// no slot is free, or (LFU, LRFU) the expert in that slot ranks at
+    /// least as high.
     pub fn place_step(
         &mut self,
         layer: u32,
@@ -197,7 +198,10 @@ impl SlotTable {
                 continue;
             }
             out.misses += 1;
-            if counts[e] <= host_tokens {
+            // A miss few tokens need runs on the host, unless a slot is
+            // empty (a copy there evicts nothing: the pool fills up).
+            let empty = self.owner.iter().any(Option::is_none);
+            if counts[e] <= host_tokens && !empty {
                 continue;
             }
             let Some(s) = self.victim(&pinned) else {
