@@ -170,19 +170,42 @@ moe() {
   done
 }
 
-# The cache's slot fills batched or one run at a time, on the 30B-A3B
-# shape cut to 12 layers (written here in about two minutes) with 3 GiB of
-# device memory: prefill and a short decode, Hearth alone.
+# The expert cache on the 30B-A3B shape cut to 12 layers (written here in
+# about two minutes): llama.cpp with the experts of NCMOE (7) layers on the
+# CPU when its build is done (its peak device memory then the budget, else
+# GPU_MEM, 3G), beside Hearth by default (slot fills on the copy stream,
+# prefetch on), with every fill on the compute stream and waited for
+# (HEARTH_CUDA_BATCHED_UPLOADS=0), and without the prefetch; prefill and a
+# short decode. Report in moe-quick.txt.
+moe_quick_synth() {
+  local m=/root/qwen3-30b-a3b-12.gguf
+  [ -s "$m" ] || "$hearth" synth "$m.tmp" --shape qwen3-30b-a3b --layers 12 --type Q4_K_M --seed 1 \
+    --embd-std 1 --router-skew 1 | tail -1
+  [ -s "$m" ] || mv "$m.tmp" "$m"
+}
+
 moe_quick() {
   mkdir -p "$out"
   export HEARTH_CUDA_CACHE=/root/hearth-cuda-cache
-  local m=/root/qwen3-30b-a3b-12.gguf v
-  [ -s "$m" ] || "$hearth" synth "$m" --shape qwen3-30b-a3b --layers 12 --type Q4_K_M --seed 1 \
-    --embd-std 1 --router-skew 1 | tail -1
-  for v in default HEARTH_CUDA_BATCHED_UPLOADS=0 default; do
-    [ "$v" != default ] || v=""
-    echo "== ${v:-default}" | tee -a "$out/moe-quick.txt"
-    env $v "$hearth" bench -m "$m" --backend cuda -p 512 -n 32 -r 1 --gpu-mem "${GPU_MEM:-3G}" 2>&1 \
+  local m=/root/qwen3-30b-a3b-12.gguf v bin=/root/llama.cpp/build/bin mem=${GPU_MEM:-3G}
+  while [ -e /root/moe-quick-synth.running ]; do sleep 3; done
+  moe_quick_synth
+  nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee -a "$out/moe-quick.txt"
+  if [ -e /root/build.done ] && [ -x "$bin/llama-bench" ]; then
+    { peak_mib "$bin/llama-bench" -m "$m" -p 512 -n 32 -ngl 99 -fa 1 -ncmoe "${NCMOE:-7}" -r 2 2>&1 \
+        | grep -E '^\|' | tee -a "$out/moe-quick.txt"; } 3>"$out/llama-mib"
+    mem="$(cat "$out/llama-mib")M"
+    echo "llama.cpp -ncmoe ${NCMOE:-7}: peak device memory $mem" | tee -a "$out/moe-quick.txt"
+  fi
+  for v in default HEARTH_CUDA_BATCHED_UPLOADS=0 --no-moe-prefetch; do
+    echo "== ${v} --gpu-mem $mem" | tee -a "$out/moe-quick.txt"
+    local env=() flags=()
+    case "$v" in
+      default) ;;
+      --*) flags=("$v") ;;
+      *) env=("$v") ;;
+    esac
+    env "${env[@]}" "$hearth" bench -m "$m" --backend cuda -p 512 -n 32 -r 2 --gpu-mem "$mem" "${flags[@]}" 2>&1 \
       | grep -E 'expert cache|(pp|tg)[0-9]' | tee -a "$out/moe-quick.txt"
   done
 }
@@ -311,6 +334,11 @@ case "${1:-}" in
   moe-synth-start) moe_synth_start ;;
   moe) moe ;;
   moe-quick) moe_quick ;;
+  moe-quick-synth-start)
+    touch /root/moe-quick-synth.running
+    setsid bash -c "bash scripts/cuda-bench.sh moe-quick-synth >/root/moe-quick-synth.out 2>&1; rm -f /root/moe-quick-synth.running" \
+      </dev/null >/dev/null 2>&1 & ;;
+  moe-quick-synth) moe_quick_synth ;;
   split) split ;;
   sweep) sweep ;;
   *) echo "usage: $0 prepare|device|build-start|synth-start|moe-synth-start|against|moe|moe-quick|sweep" >&2; exit 2 ;;
