@@ -173,9 +173,9 @@ moe() {
 # The expert cache on the 30B-A3B shape cut to 12 layers (written here in
 # about two minutes): llama.cpp with the experts of NCMOE (7) layers on the
 # CPU when its build is done (its peak device memory then the budget, else
-# GPU_MEM, 3G), beside Hearth by default (slot fills on the copy stream,
-# prefetch on), with every fill on the compute stream and waited for
-# (HEARTH_CUDA_BATCHED_UPLOADS=0), and without the prefetch; prefill and a
+# GPU_MEM, 3G), beside Hearth by default (slot fills on the copy stream),
+# with every fill on the compute stream and waited for
+# (HEARTH_CUDA_BATCHED_UPLOADS=0), and with the prefetch; prefill and a
 # short decode. Report in moe-quick.txt.
 moe_quick_synth() {
   local m=/root/qwen3-30b-a3b-12.gguf
@@ -197,7 +197,7 @@ moe_quick() {
     mem="$(cat "$out/llama-mib")M"
     echo "llama.cpp -ncmoe ${NCMOE:-7}: peak device memory $mem" | tee -a "$out/moe-quick.txt"
   fi
-  for v in default HEARTH_CUDA_BATCHED_UPLOADS=0 --no-moe-prefetch; do
+  for v in default HEARTH_CUDA_BATCHED_UPLOADS=0 --moe-prefetch; do
     echo "== ${v} --gpu-mem $mem" | tee -a "$out/moe-quick.txt"
     local env=() flags=()
     case "$v" in

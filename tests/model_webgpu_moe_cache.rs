@@ -45,19 +45,22 @@ fn the_cache_gives_the_models_tokens_at_any_slot_count() {
         let want = cache_steps(&mut plain);
         let (n_layer, nv) = (plain.config().n_layer, plain.config().n_vocab);
         let all = expert_bytes(name);
-        // (share of the experts' bytes for slots, host_tokens, policy)
+        // (share of the experts' bytes for slots, host_tokens, policy,
+        // prefetch)
         let cases = [
-            (0.05, 0, Policy::Lru),
-            (0.15, 0, Policy::Lru),
-            (0.3, 0, Policy::Lfu),
-            (0.6, 0, Policy::Lrfu),
-            (0.95, 0, Policy::Lru),
-            (0.95, 1, Policy::Lrfu),
+            (0.05, 0, Policy::Lru, false),
+            (0.15, 0, Policy::Lru, false),
+            (0.3, 0, Policy::Lfu, false),
+            (0.6, 0, Policy::Lrfu, false),
+            (0.6, 0, Policy::Lru, true),
+            (0.95, 0, Policy::Lru, true),
+            (0.95, 1, Policy::Lrfu, false),
         ];
-        for (share, host_tokens, policy) in cases {
+        for (share, host_tokens, policy, prefetch) in cases {
             let offload = ExpertOffload {
                 policy,
                 host_tokens,
+                prefetch,
                 ..ExpertOffload::with_slot_bytes((all as f64 * share) as u64)
             };
             let mut m = load_gpu_opts(&path, &options(Some(offload)), &gpu_options())
@@ -75,6 +78,10 @@ fn the_cache_gives_the_models_tokens_at_any_slot_count() {
             let stats = m.expert_stats().expect("the cache keeps count");
             println!("{name:<16} {share:.2} host_tokens {host_tokens} {policy}: {stats}");
             assert_eq!(stats.steps, 5, "{name}");
+            // Layer 1's decode steps are predicted from layer 0 (a step
+            // of few tokens), and right about some of its experts.
+            assert_eq!(stats.predicted > 0, prefetch, "{name}: {stats}");
+            assert!(!prefetch || stats.predicted_right > 0, "{name}: {stats}");
             assert_eq!(stats.hits + stats.misses > 0, pooled > 0, "{name}: {stats}");
             let label = format!("{name} {share}");
             assert_cache_agrees(&label, stats.host_experts, &got, &want, nv);

@@ -29,7 +29,10 @@ pub struct ExpertOffload {
     /// computed on the host rather than copied.
     pub host_tokens: usize,
     /// Predict each pooled layer's experts from the layer before and copy
-    /// them ahead ([`crate::moe::CacheOptions::prefetch`]).
+    /// them ahead ([`crate::moe::CacheOptions::prefetch`]). Off by default:
+    /// on CUDA its copies still stage through pageable memory, which stalls
+    /// the host behind the device (decode 97 against 255 tokens/s without
+    /// it, docs/perf.md).
     pub prefetch: bool,
 }
 
@@ -44,7 +47,7 @@ impl ExpertOffload {
             host_layers: 0,
             policy: Policy::default(),
             host_tokens: 1,
-            prefetch: true,
+            prefetch: false,
         }
     }
 }
