@@ -172,6 +172,9 @@ pub struct CudaBackend {
     /// in flight, with the event after it: the first op reading one waits
     /// for its event on `stream`.
     copies: std::cell::RefCell<Vec<(CUdeviceptr, Arc<CudaEvent>)>>,
+    /// Page-locked memory the sync points' file rows stage through
+    /// ([`Staging`]).
+    staging: std::cell::RefCell<Staging>,
     caps: Caps,
     kernels: Kernels,
     /// Step activations, one allocation per plan index, kept across steps.
@@ -304,7 +307,7 @@ fn packed_rows(
     Ok((first_row as u64 * layout.row_bytes, packed))
 }
 
-/// Page-locked host memory ([`Backend::host_bytes`]).
+/// Page-locked host memory ([`Backend::host_bytes`], [`Staging`]).
 struct PinnedBytes {
     ptr: *mut u8,
     len: usize,
@@ -312,21 +315,72 @@ struct PinnedBytes {
 }
 
 impl PinnedBytes {
-    /// A page-locked copy of `bytes`, or `None` when the driver gives none.
-    fn new(ctx: &Arc<CudaContext>, bytes: &[u8]) -> Option<Self> {
-        if bytes.is_empty() {
+    /// `len` bytes of page-locked memory (contents unspecified), or `None`
+    /// when the driver gives none.
+    fn alloc(ctx: &Arc<CudaContext>, len: usize) -> Option<Self> {
+        if len == 0 {
             return None;
         }
         ctx.bind_to_thread().ok()?;
-        // SAFETY: a plain allocation of `bytes.len()` in the bound context.
-        let ptr = unsafe { result::malloc_host(bytes.len(), 0) }.ok()? as *mut u8;
-        // SAFETY: `ptr` holds `bytes.len()` bytes, apart from `bytes`.
-        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), ptr, bytes.len()) };
+        // SAFETY: a plain allocation of `len` bytes in the bound context.
+        let ptr = unsafe { result::malloc_host(len, 0) }.ok()? as *mut u8;
         Some(Self {
             ptr,
-            len: bytes.len(),
+            len,
             ctx: ctx.clone(),
         })
+    }
+
+    /// A page-locked copy of `bytes`, or `None` when the driver gives none.
+    fn new(ctx: &Arc<CudaContext>, bytes: &[u8]) -> Option<Self> {
+        let mut p = Self::alloc(ctx, bytes.len())?;
+        p.write(0, bytes);
+        Some(p)
+    }
+
+    /// Writes `bytes` at `at` (within the allocation: the caller checks).
+    fn write(&mut self, at: usize, bytes: &[u8]) {
+        assert!(
+            at + bytes.len() <= self.len,
+            "a write past page-locked memory"
+        );
+        // SAFETY: `at + bytes.len()` bytes lie in the allocation (checked),
+        // which `&mut self` holds alone and `bytes` cannot overlap.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.ptr.add(at), bytes.len()) };
+    }
+}
+
+/// Two page-locked buffers the sync points' weight rows stage through when
+/// they are not page-locked already (slot fills): a copy from pageable
+/// memory returns only once the driver staged it, which waits behind the
+/// work queued before it, so the host stalled on every fill. Each buffer is
+/// reused once the copy out of it is done (the one before last: done by
+/// then, as a read-back came between).
+#[derive(Default)]
+struct Staging {
+    bufs: [Option<PinnedBytes>; 2],
+    busy: [Option<Arc<CudaEvent>>; 2],
+    next: usize,
+}
+
+impl Staging {
+    /// The next buffer, of at least `len` bytes and free, with its index;
+    /// `None` where page-locked memory is not to be had.
+    fn take(
+        &mut self,
+        ctx: &Arc<CudaContext>,
+        len: usize,
+    ) -> Result<Option<(usize, &mut PinnedBytes)>, BackendError> {
+        let i = self.next;
+        self.next ^= 1;
+        if let Some(ev) = self.busy[i].take() {
+            ev.synchronize().map_err(driver)?;
+        }
+        if self.bufs[i].as_ref().is_none_or(|b| b.len < len) {
+            self.bufs[i] = None;
+            self.bufs[i] = PinnedBytes::alloc(ctx, len.next_power_of_two().max(8 << 20));
+        }
+        Ok(self.bufs[i].as_mut().map(|b| (i, b)))
     }
 }
 
@@ -439,6 +493,7 @@ impl CudaBackend {
             stream,
             copy,
             copies: Default::default(),
+            staging: Default::default(),
             caps,
             kernels: Kernels {
                 modules,
@@ -1988,28 +2043,55 @@ impl Backend for CudaBackend {
                 None => packed_rows(r.ty, r.cols, r.first_row, r.src).map(|(o, v)| (o, v.into())),
             })
             .collect();
-        self.bind()?;
-        let no_timing = Some(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING);
-        let ready = self.stream.record_event(no_timing).map_err(driver)?;
-        self.copy.wait(&ready).map_err(driver)?;
-        for (r, p) in runs.iter().zip(packed) {
-            let (offset, bytes) = p?;
+        let packed: Vec<(u64, Cow<'_, [u8]>)> = packed.into_iter().collect::<Result<_, _>>()?;
+        for (r, (offset, bytes)) in runs.iter().zip(&packed) {
             let end = offset + bytes.len() as u64;
             if end > r.dst.len {
                 return Err(BackendError::OutOfBounds {
-                    range: offset..end,
+                    range: *offset..end,
                     len: r.dst.len,
                 });
             }
-            // SAFETY: the range lies in the buffer (checked above); from
-            // pageable host memory the call returns once the bytes are
-            // staged, so they may go.
-            unsafe {
-                result::memcpy_htod_async(r.dst.ptr() + offset, &bytes, self.copy.cu_stream())
-            }
-            .map_err(driver)?;
+        }
+        self.bind()?;
+        // Rows packed at load (streamed blocks) are page-locked already;
+        // the others stage through a page-locked buffer.
+        let staged = |r: &RowsUpload<'_, CudaBuffer>| r.packed_at.is_none();
+        let total: usize = runs
+            .iter()
+            .zip(&packed)
+            .filter(|(r, _)| staged(r))
+            .map(|(_, (_, b))| b.len())
+            .sum();
+        let mut staging = self.staging.borrow_mut();
+        let mut stage = match total {
+            0 => None,
+            n => staging.take(&self.dev.ctx, n)?,
+        };
+        let no_timing = Some(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING);
+        let ready = self.stream.record_event(no_timing).map_err(driver)?;
+        self.copy.wait(&ready).map_err(driver)?;
+        let mut at = 0usize;
+        for (r, (offset, bytes)) in runs.iter().zip(&packed) {
+            let src: &[u8] = match stage.as_mut() {
+                Some((_, buf)) if staged(r) => {
+                    buf.write(at, bytes);
+                    at += bytes.len();
+                    &buf.bytes()[at - bytes.len()..at]
+                }
+                _ => bytes,
+            };
+            // SAFETY: the range lies in the buffer (checked above); the
+            // source is page-locked memory kept until the copy is done (a
+            // staging buffer waits for its event before it is written
+            // again), or pageable memory, whose copy returns once staged.
+            unsafe { result::memcpy_htod_async(r.dst.ptr() + offset, src, self.copy.cu_stream()) }
+                .map_err(driver)?;
         }
         let done = Arc::new(self.copy.record_event(no_timing).map_err(driver)?);
+        if let Some((i, _)) = stage {
+            staging.busy[i] = Some(done.clone());
+        }
         let mut copies = self.copies.borrow_mut();
         copies.extend(runs.iter().map(|r| (r.dst.ptr(), done.clone())));
         Ok(())
