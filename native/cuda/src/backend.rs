@@ -2015,7 +2015,7 @@ impl Backend for CudaBackend {
     /// 3 MB expert; streamed blocks come packed), then copied in order on
     /// the copy stream once the work recorded so far (the last reads of
     /// these buffers) is done, while the work recorded next runs up to the
-    /// first op that reads one of them ([`CudaBackend::await_copies`]).
+    /// first op that reads one of them.
     fn upload_weight_rows_many(
         &self,
         runs: &[RowsUpload<'_, CudaBuffer>],
