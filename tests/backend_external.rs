@@ -140,12 +140,6 @@ fn logits(m: &mut impl ForwardModel) -> Vec<Vec<f32>> {
     ]
 }
 
-fn bits(v: &[Vec<f32>]) -> Vec<Vec<u32>> {
-    v.iter()
-        .map(|r| r.iter().map(|x| x.to_bits()).collect())
-        .collect()
-}
-
 #[test]
 fn a_backend_of_another_crate_runs_the_model_as_the_cpu_does() {
     for name in ["llama-Q4_K_M", "qwen3moe-Q4_0", "gemma3-Q8_0"] {

@@ -13,7 +13,7 @@ use hearth::gguf::open_model;
 use hearth::model::{check_model, ForwardModel, LoadOptions, LogitsWanted};
 use model_support::moe_cache::{cache_options, cache_steps};
 use model_support::{
-    argmax, fixtures, ids, load_with, nrmse, overlap, read_f32, read_json, synthetic_model, top_k,
+    agreement, argmax, bits, fixtures, ids, load_with, nrmse, read_f32, read_json, synthetic_model,
 };
 use webgpu_support::*;
 
@@ -32,12 +32,6 @@ fn split(gpu_layers: Option<usize>) -> LoadOptions {
         gpu_layers,
         ..cache_options(None, 12)
     }
-}
-
-fn bits(v: &[Vec<f32>]) -> Vec<Vec<u32>> {
-    v.iter()
-        .map(|r| r.iter().map(|x| x.to_bits()).collect())
-        .collect()
 }
 
 #[test]
@@ -92,16 +86,7 @@ fn split_f16_prompt_logits_on_webgpu_match_llamacpp() {
         assert_eq!(m.host_blocks(), 0..n_layer - n_layer / 2, "{name}");
         let nv = m.config().n_vocab;
         let ours = run_all_gpu(&mut m, &prompt, LogitsWanted::All);
-        assert_eq!(ours.len(), reference.len(), "{name}");
-        let rows = reference.len() / nv;
-        let (mut top1, mut top20) = (0, 0);
-        for r in 0..rows {
-            let (a, b) = (&ours[r * nv..][..nv], &reference[r * nv..][..nv]);
-            top1 += usize::from(argmax(a) == argmax(b));
-            top20 += overlap(&top_k(a, 20), &top_k(b, 20));
-        }
-        let e = nrmse(&ours, &reference);
-        let (t1, t20) = (top1 as f64 / rows as f64, top20 as f64 / rows as f64);
+        let (e, t1, t20) = agreement(&ours, &reference, nv);
         println!(
             "{name:<12} {} of {n_layer} blocks on the host: nrmse {e:.2e} top1 {:.0}% top20 {t20:.2}",
             n_layer - n_layer / 2,

@@ -11,7 +11,7 @@ mod webgpu_support;
 use hearth::gguf::open_model;
 use hearth::model::{check_model, LoadOptions};
 use model_support::moe_cache::{cache_options, cache_steps};
-use model_support::synthetic_model;
+use model_support::{bits, synthetic_model};
 use webgpu_support::*;
 
 fn streamed(on: bool) -> LoadOptions {
@@ -19,12 +19,6 @@ fn streamed(on: bool) -> LoadOptions {
         stream_layers: on,
         ..cache_options(None, 12)
     }
-}
-
-fn bits(v: &[Vec<f32>]) -> Vec<Vec<u32>> {
-    v.iter()
-        .map(|r| r.iter().map(|x| x.to_bits()).collect())
-        .collect()
 }
 
 fn check(path: &std::path::Path, label: &str) {

@@ -10,7 +10,7 @@ use hearth::graph::KvType;
 use hearth::kv::BlockId;
 use hearth::model::{Batch, ForwardModel, LogitsWanted, SeqInput};
 use model_support::{
-    argmax, fixtures, ids, nrmse, overlap, read_f32, read_json, synthetic_model, top_k,
+    agreement, argmax, fixtures, ids, nrmse, read_f32, read_json, synthetic_model,
 };
 use webgpu_support::*;
 
@@ -31,17 +31,7 @@ fn f16_prompt_logits_match_llamacpp() {
         };
         let nv = m.config().n_vocab;
         let ours = run_all_gpu(&mut m, &prompt, LogitsWanted::All);
-        assert_eq!(ours.len(), reference.len(), "{name}");
-        let rows = reference.len() / nv;
-        let mut top1 = 0;
-        let mut top20 = 0;
-        for r in 0..rows {
-            let (a, b) = (&ours[r * nv..][..nv], &reference[r * nv..][..nv]);
-            top1 += usize::from(argmax(a) == argmax(b));
-            top20 += overlap(&top_k(a, 20), &top_k(b, 20));
-        }
-        let e = nrmse(&ours, &reference);
-        let (t1, t20) = (top1 as f64 / rows as f64, top20 as f64 / rows as f64);
+        let (e, t1, t20) = agreement(&ours, &reference, nv);
         println!(
             "{name:<12} nrmse {e:.2e} top1 {:.0}% top20 {t20:.2}",
             t1 * 100.0

@@ -18,7 +18,7 @@ use hearth::backend::webgpu::{GpuCounters, GpuOptions, GpuProfile};
 use hearth::graph::KvType;
 use hearth::model::{Batch, ForwardModel, LogitsWanted, SeqInput};
 use model_support::{
-    argmax, fixtures, ids, nrmse, overlap, read_f32, read_json, synthetic_model, top_k,
+    agreement, argmax, fixtures, ids, nrmse, read_f32, read_json, synthetic_model,
 };
 use webgpu_support::*;
 
@@ -53,16 +53,7 @@ fn quantized_prompt_logits_match_llamacpp() {
         let mut c = model_support::load(&synthetic_model(name), KvType::F32, true, 2, 8);
         let cpu = model_support::run_all(&mut c, &prompt, LogitsWanted::All);
         let vs_cpu = nrmse(&ours, &cpu);
-        assert_eq!(ours.len(), reference.len(), "{name}");
-        let rows = reference.len() / nv;
-        let (mut top1, mut top20) = (0, 0);
-        for r in 0..rows {
-            let (a, b) = (&ours[r * nv..][..nv], &reference[r * nv..][..nv]);
-            top1 += usize::from(argmax(a) == argmax(b));
-            top20 += overlap(&top_k(a, 20), &top_k(b, 20));
-        }
-        let e = nrmse(&ours, &reference);
-        let (t1, t20) = (top1 as f64 / rows as f64, top20 as f64 / rows as f64);
+        let (e, t1, t20) = agreement(&ours, &reference, nv);
         println!(
             "{name:<14} nrmse {e:.2e} top1 {:.0}% top20 {t20:.2}; vs CPU exact-f32 {vs_cpu:.2e}",
             t1 * 100.0

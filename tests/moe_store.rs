@@ -28,12 +28,6 @@ fn run(m: &mut CpuModel) -> Vec<Vec<f32>> {
     out
 }
 
-fn bits(v: &[Vec<f32>]) -> Vec<Vec<u32>> {
-    v.iter()
-        .map(|r| r.iter().map(|x| x.to_bits()).collect())
-        .collect()
-}
-
 fn options(experts: Option<ExpertOffload>) -> LoadOptions {
     model_support::moe_cache::cache_options(experts, 8)
 }

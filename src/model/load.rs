@@ -578,14 +578,7 @@ fn check_layout<B: Backend>(
             n_layer - host_blocks
         );
     }
-    let src = PlanSource {
-        cfg: &cfg,
-        spec: &spec,
-        weights: &weights,
-        kv: &opts.kv,
-        exact: opts.exact_f32,
-    };
-    check_support(&src, backend, &layout.slots)?;
+    check_plans(&cfg, &spec, &weights, opts, backend, &layout.slots)?;
     let mut memory = need!(host_blocks);
     if let Some(p) = &offload {
         memory.weights = memory.weights.saturating_sub(p.offloaded_bytes) + p.pool_bytes;
@@ -626,14 +619,7 @@ fn check_streamed<B: Backend>(
     let plan = plan_stream(&mut weights, &mut layout.slots, backend).ok_or_else(|| {
         place("--stream-layers needs blocks with the same matrices; this model's blocks differ")
     })?;
-    let src = PlanSource {
-        cfg: &cfg,
-        spec: &spec,
-        weights: &weights,
-        kv: &opts.kv,
-        exact: opts.exact_f32,
-    };
-    check_support(&src, backend, &layout.slots)?;
+    check_plans(&cfg, &spec, &weights, opts, backend, &layout.slots)?;
     let mut memory = whole;
     memory.weights = memory.weights.saturating_sub(plan.streamed_bytes) + plan.set_bytes;
     let budget = opts
@@ -664,6 +650,25 @@ fn check_streamed<B: Backend>(
         reason,
     };
     Ok((checked, layout.slots))
+}
+
+/// [`check_support`] of the model `cfg`, `spec`, `weights` loaded with `opts`.
+fn check_plans<B: Backend>(
+    cfg: &ModelConfig,
+    spec: &ArchSpec,
+    weights: &ModelWeights,
+    opts: &LoadOptions,
+    backend: &B,
+    slots: &[Slot],
+) -> Result<(), BackendError> {
+    let src = PlanSource {
+        cfg,
+        spec,
+        weights,
+        kv: &opts.kv,
+        exact: opts.exact_f32,
+    };
+    check_support(&src, backend, slots)
 }
 
 /// Checks that `backend` runs every op of the plans the model will run

@@ -207,12 +207,7 @@ impl SlotTable {
             let Some(s) = self.victim(&pinned) else {
                 continue;
             };
-            // Admission: under LFU and LRFU a miss does not displace an
-            // expert the policy ranks at least as high (it runs where it
-            // lives instead), so one-off experts do not flush the ones in
-            // steady use. LRU admits every miss.
-            let displaces = self.owner[s].map(|old| self.rank(old));
-            if self.policy != Policy::Lru && displaces.is_some_and(|r| self.rank(key) <= r) {
+            if !self.admits(key, s) {
                 continue;
             }
             self.assign(s, key);
@@ -245,8 +240,7 @@ impl SlotTable {
             let Some(s) = self.victim(&pinned) else {
                 break;
             };
-            let displaces = self.owner[s].map(|old| self.rank(old));
-            if self.policy != Policy::Lru && displaces.is_some_and(|r| self.rank(key) <= r) {
+            if !self.admits(key, s) {
                 continue;
             }
             self.assign(s, key);
@@ -254,6 +248,20 @@ impl SlotTable {
             out.push((e, s));
         }
         out
+    }
+
+    /// Admission: under LFU and LRFU `key` does not displace the expert in
+    /// `slot` when the policy ranks that one at least as high (a miss runs
+    /// where it lives instead), so one-off experts do not flush the ones in
+    /// steady use. LRU admits every one.
+    fn admits(&self, key: ExpertKey, slot: usize) -> bool {
+        let displaces = self
+            .owner
+            .get(slot)
+            .copied()
+            .flatten()
+            .map(|old| self.rank(old));
+        self.policy == Policy::Lru || displaces.is_none_or(|r| self.rank(key) > r)
     }
 
     /// How `key` ranks for keeping (smaller: evicted first).

@@ -290,3 +290,27 @@ pub fn top_k(x: &[f32], k: usize) -> Vec<usize> {
 pub fn overlap(a: &[usize], b: &[usize]) -> usize {
     a.iter().filter(|i| b.contains(i)).count()
 }
+
+/// Every value of every row as its bits, for comparisons bit for bit
+/// (NaN included).
+pub fn bits(v: &[Vec<f32>]) -> Vec<Vec<u32>> {
+    v.iter()
+        .map(|r| r.iter().map(|x| x.to_bits()).collect())
+        .collect()
+}
+
+/// How `ours` agrees with `reference`, rows of `nv` logits: the nrmse over
+/// all of them, the share of rows with the same top token, and the mean
+/// overlap of the rows' top 20.
+pub fn agreement(ours: &[f32], reference: &[f32], nv: usize) -> (f64, f64, f64) {
+    assert_eq!(ours.len(), reference.len(), "rows of logits to compare");
+    let rows = reference.len() / nv.max(1);
+    let (mut top1, mut top20) = (0, 0);
+    for r in 0..rows {
+        let (a, b) = (&ours[r * nv..][..nv], &reference[r * nv..][..nv]);
+        top1 += usize::from(argmax(a) == argmax(b));
+        top20 += overlap(&top_k(a, 20), &top_k(b, 20));
+    }
+    let n = rows.max(1) as f64;
+    (nrmse(ours, reference), top1 as f64 / n, top20 as f64 / n)
+}
