@@ -56,6 +56,12 @@ fn a_split_on_the_cpu_gives_the_models_logits_bit_for_bit() {
                 "{name}: blocks 0..{k} on the host, {k}..{n_layer} on the backend, yet other logits"
             );
         }
+        // Unfused on both sides too (set_fusion reaches the host's blocks).
+        whole.set_fusion(false);
+        let mut m = load_with(&path, &split(Some(1)), 2);
+        m.set_fusion(false);
+        let (a, b) = (bits(&cache_steps(&mut whole)), bits(&cache_steps(&mut m)));
+        assert!(a == b, "{name}: unfused, split at 1, other logits");
         println!("{name}: {n_layer} blocks, every split point bit for bit");
     }
 }

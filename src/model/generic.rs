@@ -132,6 +132,9 @@ impl<B: Backend> Model<B> {
     pub fn set_fusion(&mut self, on: bool) {
         self.fuse = on;
         self.plans.clear();
+        if let Some(h) = self.host.as_deref_mut() {
+            h.set_fusion(on);
+        }
     }
 
     /// Gives the model an expert store (`None`: every expert on the
