@@ -362,25 +362,16 @@ async fn stream_weights<B: Backend, S: ByteSource>(
     let mut stream = TensorStream::for_model(model, sources, CHUNK_BYTES)?;
     while let Some(chunk) = stream.next().await? {
         if let Some(&i) = by_name.get(chunk.tensor.name.as_str()) {
-            if let Some(bytes) = raw.get_mut(&i) {
-                bytes.extend_from_slice(chunk.data);
-                progress(&LoadProgress {
-                    bytes_done: chunk.progress.bytes_done,
-                    bytes_total: chunk.progress.bytes_total,
-                    tensors_done: chunk.progress.tensors_done,
-                    tensors_total: chunk.progress.tensors_total,
-                });
-                continue;
-            }
             let on_host = host.and_then(|h| Some((h.buffers.get(&i)?, h.shared.contains(&i))));
-            match (on_host, host_filler.as_mut()) {
-                (Some((buf, shared)), Some(f)) => {
+            match (raw.get_mut(&i), on_host, host_filler.as_mut()) {
+                (Some(bytes), _, _) => bytes.extend_from_slice(chunk.data),
+                (None, Some((buf, shared)), Some(f)) => {
                     f.feed(&slots[i], buf, chunk.data, chunk.last)?;
                     if shared {
                         filler.feed(&slots[i], &buffers[i], chunk.data, chunk.last)?;
                     }
                 }
-                _ => filler.feed(&slots[i], &buffers[i], chunk.data, chunk.last)?,
+                (None, _, _) => filler.feed(&slots[i], &buffers[i], chunk.data, chunk.last)?,
             }
         }
         let p = chunk.progress;
@@ -735,15 +726,17 @@ pub async fn load_model<B: Backend, S: ByteSource>(
         plan.on_host(i) || split.host_only(i) || streamed.streams(i)
     })?;
     let cpu = CpuBackend::new(opts.host_threads);
-    // The offloaded layers' routers, on the device and, for the cache's
-    // prefetch, on the host.
+    // The offloaded layers' routers, on the device and, when the cache
+    // prefetches, on the host.
     let router_of = |layer: usize| match checked.weights.layers.get(layer).map(|l| &l.ffn) {
         Some(FfnWeights::Moe { router, .. }) => Some(router.id),
         _ => None,
     };
+    let prefetch = opts.experts.is_some_and(|o| o.prefetch);
     let routers: Vec<usize> = plan
         .layers
         .iter()
+        .filter(|_| prefetch)
         .filter_map(|l| router_of(l.layer))
         .collect();
     let mut host = HostTensors {
@@ -843,7 +836,7 @@ pub async fn load_model<B: Backend, S: ByteSource>(
                 })
             };
             let [g, u, d] = l.tensors;
-            let router = match router_of(l.layer) {
+            let router = match router_of(l.layer).filter(|_| prefetch) {
                 Some(r) => Some((take(r)?, slots[r].kind)),
                 None => None,
             };

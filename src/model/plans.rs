@@ -68,7 +68,7 @@ pub(crate) fn unchecked_plan_for<B: Backend>(
     // A plan ending before the head reads back the residual stream,
     // whatever the step's readout (the blocks after it read it out).
     match readout {
-        _ if recipe.opts.ends_early() => {}
+        _ if recipe.opts.hidden_out => {}
         Readout::Logits => {}
         Readout::Argmax => plan.argmax_result(width),
         Readout::TopK(k) => plan.top_k_result(width, k),

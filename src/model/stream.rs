@@ -207,15 +207,6 @@ impl BlockStream {
         out
     }
 
-    /// Host bytes of the blocks' matrices.
-    pub fn host_bytes(&self) -> u64 {
-        self.blocks
-            .iter()
-            .flatten()
-            .map(|h| h.bytes.bytes().len() as u64)
-            .sum()
-    }
-
     /// Bytes written to the device so far.
     pub fn bytes_written(&self) -> u64 {
         self.bytes_written

@@ -127,12 +127,6 @@ impl PlanOptions {
         }
     }
 
-    /// Whether the plan ends before the output head (it reads back the
-    /// residual stream).
-    pub fn ends_early(&self) -> bool {
-        self.hidden_out
-    }
-
     /// Where layer `il`'s routed experts are.
     pub fn placement(&self, il: usize) -> ExpertPlacement {
         self.experts
