@@ -20,6 +20,9 @@
 #   SHAPE=... LAYERS=N SWEEP="default A=1 ..." bash scripts/cuda-bench.sh sweep
 #       Hearth's settings side by side on a smaller model, with per-kernel
 #       profiles of decode and prefill and logits against the CPU;
+#   bash scripts/cuda-bench.sh mv
+#       the decode matrix-vector kernels alone (scripts/mv-bench.cu) on
+#       the 8B shapes, every variant beside the backend's, in GB/s;
 #   bash scripts/cuda-bench.sh device
 #       Hearth alone on the 8B model: bench and logits against the CPU.
 #   bash scripts/cuda-bench.sh split
@@ -273,13 +276,28 @@ against() {
   cp /root/llamacpp-build.log "$out/" 2>/dev/null || true
   local bin=/root/llama.cpp/build/bin
   local reps=${REPS:-3}
-  for r in 1 2; do
+  for r in $(seq "${ROUNDS:-2}"); do
     "$bin/llama-bench" -m "$m" -p 512 -n 128 -ngl 99 -fa 1 -r "$reps" 2>&1 | grep -E '^\|' | tee -a "$out/llamacpp.txt"
     "$bin/llama-batched-bench" -m "$m" -c 8192 -b 2048 -ub 512 -npp 128 -ntg 128 -npl 4,16 -ngl 99 -fa on 2>&1 \
       | grep -E '^\|' | tee -a "$out/batched.txt"
     "$hearth" bench -m "$m" --backend cuda -p 512 -n 128 --seqs 1,4,16 -r "$reps" | tee -a "$out/bench.txt"
+    # VARIANTS="A=1 B=2": Hearth's settings beside it in the same rounds (variants.txt).
+    local v
+    for v in ${VARIANTS:-}; do
+      echo "== $v" | tee -a "$out/variants.txt"
+      env "$v" "$hearth" bench -m "$m" --backend cuda -p 512 -n 128 --seqs 1,4,16 -r "$reps" 2>&1 \
+        | grep -E '(pp|tg)[0-9]' | tee -a "$out/variants.txt"
+    done
   done
   python3 scripts/cuda-report.py "$ty" "$out" | tee "$out/report.txt"
+}
+
+# The decode matrix-vector kernels alone (scripts/mv-bench.cu), every
+# variant beside the backend's on the 8B shapes; FILTER picks shapes.
+mv_bench() {
+  mkdir -p "$out"
+  nvcc -O3 -arch=sm_90 -o /root/mv-bench scripts/mv-bench.cu 2>&1 | { grep -v "warning #" || true; } | head -30
+  /root/mv-bench "${FILTER:-}" | tee "$out/mv.txt"
 }
 
 # The backend's settings side by side on a smaller model (SHAPE, default
@@ -341,5 +359,6 @@ case "${1:-}" in
   moe-quick-synth) moe_quick_synth ;;
   split) split ;;
   sweep) sweep ;;
+  mv) mv_bench ;;
   *) echo "usage: $0 prepare|device|build-start|synth-start|moe-synth-start|against|moe|moe-quick|sweep" >&2; exit 2 ;;
 esac

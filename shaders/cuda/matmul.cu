@@ -339,24 +339,63 @@ __device__ __forceinline__ float item_dot(QW32 v, const uint4* __restrict__ xq, 
 #define MV_U(F) 1
 #define MV_Q8(F, NT) MV_Q8_U(mv_q8_##F##_##NT, F, NT, MV_U(F))
 
-// The same without the prefetch (one unit a warp at a time, a warp a row
-// at a time over a grid of every row): for comparison
-// (HEARTH_CUDA_MV_PREFETCH=0), the decode formats of the common files.
-#define MVN_Q8(F)                                                                                     \
-    extern "C" __global__ void __launch_bounds__(MV_WARPS * WARP, 1) mvn_q8_##F##_1(MV_ARGS) {        \
-        constexpr u32 NTOK = 1, U = QN_##F >= 4 ? 1 : 2;                                              \
-        const u32 lane = threadIdx.x % WARP, tok0 = blockIdx.y;                                       \
-        const u32 items = k / (32 * QN_##F), per_tok = k / 16, iters = (items + U * WARP - 1) / (U * WARP); \
-        const u32 at = blockIdx.x * MV_WARPS + threadIdx.x / WARP;                                    \
-        if (at >= e2) return;                                                                         \
-        float acc[1] = {0.0f};                                                                        \
-        for (u32 it = 0; it < iters; it++) {                                                          \
-            QW32 v[U][QN_##F];                                                                        \
-            MV_LOAD(F, U, v, at, it)                                                                  \
-            MV_DOTS(F, U, v, it)                                                                      \
+// R rows a warp (mvr): warp j of a grid of every row takes rows R j ..
+// R j + R - 1 and sweeps them together, lane i the items i, i + 32, ...,
+// U items a step: each activation load serves R rows (the loads of the
+// activations, not of the weights, are what the L1 spends its cycles on
+// with one row a warp), and R U weight items are in flight a lane.
+#define MVR_Q8_U(NAME, F, NT, R, U)                                                                   \
+    extern "C" __global__ void __launch_bounds__(MV_WARPS * WARP, 1) NAME(MV_ARGS) {                     \
+        constexpr u32 QN = QN_##F;                                                                    \
+        const u32 lane = threadIdx.x % WARP, tok0 = blockIdx.y * NT;                                  \
+        const u32 items = k / (32 * QN), per_tok = k / 16;                                            \
+        const u32 first = (blockIdx.x * MV_WARPS + threadIdx.x / WARP) * R;                           \
+        if (first >= e2) return;                                                                      \
+        const u32* __restrict__ wr[R];                                                                \
+        u32 rb[R];                                                                                    \
+        _Pragma("unroll") for (u32 r = 0; r < R; r++) {                                               \
+            /* Rows past the end read the last row again (dropped at the store). */                  \
+            const u32 at = min(first + r, e2 - 1);                                                    \
+            wr[r] = MV_W(at);                                                                         \
+            rb[r] = MV_ROW(at) * row_words;                                                           \
         }                                                                                             \
-        MV_STORE(at)                                                                                  \
+        float acc[R][NT];                                                                             \
+        _Pragma("unroll") for (u32 r = 0; r < R; r++)                                                 \
+            _Pragma("unroll") for (u32 t = 0; t < NT; t++) acc[r][t] = 0.0f;                          \
+        for (u32 c0 = lane; c0 < items; c0 += U * WARP) {                                             \
+            QW32 v[U][R][QN];                                                                         \
+            _Pragma("unroll") for (u32 u = 0; u < U; u++)                                             \
+                _Pragma("unroll") for (u32 r = 0; r < R; r++)                                         \
+                    qn_##F(wr[r], rb[r], nb, min(c0 + u * WARP, items - 1), v[u][r]);                 \
+            _Pragma("unroll") for (u32 u = 0; u < U; u++) {                                           \
+                const u32 c = c0 + u * WARP;                                                          \
+                _Pragma("unroll") for (u32 t = 0; t < NT; t++) {                                      \
+                    if (c >= items || tok0 + t >= m) continue;                                        \
+                    const u32 o = (tok0 + t) * per_tok + 2 * c * QN;                                  \
+                    _Pragma("unroll") for (u32 j = 0; j < QN; j++) {                                  \
+                        const uint4 x0 = xq[o + 2 * j], x1 = xq[o + 2 * j + 1];                       \
+                        const float2 s0 = xs[o + 2 * j], s1 = xs[o + 2 * j + 1];                      \
+                        _Pragma("unroll") for (u32 r = 0; r < R; r++) {                               \
+                            const QW32 q = v[u][r][j];                                                \
+                            acc[r][t] += q.a.x * s0.x * (float)dot16(q.q0, x0) +                      \
+                                         q.a.y * s1.x * (float)dot16(q.q1, x1) + q.b.x * s0.y + q.b.y * s1.y; \
+                        }                                                                             \
+                    }                                                                                 \
+                }                                                                                     \
+            }                                                                                         \
+        }                                                                                             \
+        _Pragma("unroll") for (u32 r = 0; r < R; r++) {                                               \
+            const u32 at = first + r;                                                                 \
+            if (at >= e2) continue;                                                                   \
+            float* __restrict__ yp = at < e0 ? y0 : at < e1 ? y1 : y2;                                \
+            const u32 n = at < e0 ? e0 : at < e1 ? e1 - e0 : e2 - e1;                                 \
+            _Pragma("unroll") for (u32 t = 0; t < NT; t++) {                                          \
+                const float s = warp_sum(acc[r][t]);                                                  \
+                if (lane == 0 && tok0 + t < m) yp[(u64)(tok0 + t) * n + MV_ROW(at)] = s;              \
+            }                                                                                         \
+        }                                                                                             \
     }
+#define MVR_Q8(F, NT, R) MVR_Q8_U(mvr_q8_##F##_##NT##_##R, F, NT, R, 1)
 
 // f32 activations against dequantized weights (float formats, and exact
 // mode): lane i takes the 8-value groups i, i + 32, ...
@@ -438,7 +477,15 @@ __device__ __forceinline__ float item_dot(QW32 v, const uint4* __restrict__ xq, 
 #define MV_F_ALL(F) MV_F(F, 1) MV_F(F, 2) MV_F(F, 4) MV_F(F, 8)
 
 QUANT_FORMATS(MV_Q8_ALL)
-MVN_Q8(q4_0) MVN_Q8(q8_0) MVN_Q8(q4_k) MVN_Q8(q6_k)
+#define MVR_ALL(F)                                                                                    \
+    MVR_Q8(F, 1, 1) MVR_Q8(F, 1, 2) MVR_Q8(F, 1, 4) MVR_Q8(F, 2, 1) MVR_Q8(F, 2, 2) MVR_Q8(F, 4, 1)      \
+    MVR_Q8(F, 4, 2) MVR_Q8(F, 8, 1) MVR_Q8(F, 8, 2)
+QUANT_FORMATS(MVR_ALL)
+#ifdef HEARTH_MV_VARIANTS
+// scripts/mv-bench.cu's: two items a lane a step.
+#define MVR_U2(F) MVR_Q8_U(mvr_q8_##F##_1_1_u2, F, 1, 1, 2) MVR_Q8_U(mvr_q8_##F##_1_2_u2, F, 1, 2, 2)
+MVR_U2(q4_k) MVR_U2(q6_k) MVR_U2(q4_0) MVR_U2(q8_0)
+#endif
 QUANT_FORMATS(MV_F_ALL)
 FLOAT_FORMATS(MV_F_ALL)
 QUANT_FORMATS(GET_ROWS)
@@ -716,6 +763,129 @@ extern "C" __global__ void to_f16(const float* __restrict__ x, uint4* __restrict
 
 QUANT_FORMATS(MF_F16)
 FLOAT_FORMATS(MF_F16)
+
+// ---- Prefill of many tokens: the weight dequantized to f16 once
+//
+// dequant_f16_FMT writes a weight as f16 rows ([rows, k], one thread per
+// 8 values); mm_h16 then multiplies f16 activations [m, k] against them,
+// both operands staged by cp.async through MH_STAGES buffers of shared
+// memory (the loads of MH_STAGES - 1 steps in flight behind the current
+// one's products), with the warps and fragments of mm_f16. Blocks run
+// the token tiles of a weight tile side by side (grid.x the token
+// tiles), so a tile of the weight is read from memory about once.
+
+#define MH_STAGES 4
+#define MH_ROW MF_ROW
+// Dynamic shared memory of mm_h16, in bytes.
+#define MH_SMEM (MH_STAGES * (MF_BM + MF_BN) * MH_ROW * 2)
+
+#define DEQUANT_F16(F)                                                                                 \
+    extern "C" __global__ void dequant_f16_##F(const u32* __restrict__ w, u32 row_words, u32 nb,        \
+                                               uint4* __restrict__ out, u32 rows, u32 k) {              \
+        const u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x;                                      \
+        const u32 groups = k / 8;                                                                      \
+        if (i >= (u64)rows * groups) return;                                                           \
+        const u32 r = (u32)(i / groups), g = (u32)(i % groups);                                        \
+        float v[8];                                                                                    \
+        w8_##F(w, r * row_words, nb, g, v);                                                            \
+        out[i] = make_uint4(f16x2_of(v[0], v[1]), f16x2_of(v[2], v[3]), f16x2_of(v[4], v[5]),          \
+                            f16x2_of(v[6], v[7]));                                                     \
+    }
+
+QUANT_FORMATS(DEQUANT_F16)
+FLOAT_FORMATS(DEQUANT_F16)
+
+extern "C" __global__ void __launch_bounds__(256, 1)
+    mm_h16(const u16* __restrict__ xh, const u16* __restrict__ wh, float* __restrict__ y, u32 n, u32 k, u32 m,
+           u32 y_stride) {
+    extern __shared__ __align__(16) u16 smem[];
+    u16* const sa = smem;
+    u16* const sb = smem + MH_STAGES * MF_BM * MH_ROW;
+    const u32 tid = threadIdx.x, lane = tid % WARP, warp = tid / WARP;
+    const u32 tok0 = blockIdx.x * MF_BM, row0 = blockIdx.y * MF_BN;
+    const u32 wm = (warp >> 2) * 64, wn = (warp & 3u) * 32;
+    float acc[4][4][4];
+#pragma unroll
+    for (u32 i = 0; i < 4; i++)
+#pragma unroll
+        for (u32 j = 0; j < 4; j++)
+#pragma unroll
+            for (u32 e = 0; e < 4; e++) acc[i][j][e] = 0.0f;
+    const u32 steps = k / MF_BK;
+    // Thread tid stages 16-byte pieces tid and tid + 256 of each tile: row
+    // p / 4, values 8 (p % 4) ...; rows past the end read zeros.
+    auto load = [&](u32 ks, u32 buf) {
+#pragma unroll
+        for (u32 h = 0; h < 2; h++) {
+            const u32 p = tid + h * 256, r = p / 4, c = (p % 4) * 8;
+            const bool ta = tok0 + r < m, tb = row0 + r < n;
+            const u16* a = xh + (u64)(ta ? tok0 + r : 0) * k + ks * MF_BK + c;
+            const u16* b = wh + (u64)(tb ? row0 + r : 0) * k + ks * MF_BK + c;
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(
+                             smem_addr(&sa[(buf * MF_BM + r) * MH_ROW + c])),
+                         "l"(a), "r"(ta ? 16 : 0));
+            asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(
+                             smem_addr(&sb[(buf * MF_BN + r) * MH_ROW + c])),
+                         "l"(b), "r"(tb ? 16 : 0));
+        }
+    };
+#pragma unroll
+    for (u32 s = 0; s + 1 < MH_STAGES; s++) {
+        if (s < steps) load(s, s);
+        asm volatile("cp.async.commit_group;");
+    }
+    for (u32 ks = 0; ks < steps; ks++) {
+        // Step ks's group is done (at most MH_STAGES - 2 younger ones
+        // pending), and every warp is past step ks - 1, whose buffer the
+        // next load takes.
+        asm volatile("cp.async.wait_group %0;" ::"n"(MH_STAGES - 2));
+        __syncthreads();
+        if (ks + MH_STAGES - 1 < steps) load(ks + MH_STAGES - 1, (ks + MH_STAGES - 1) % MH_STAGES);
+        asm volatile("cp.async.commit_group;");
+        const u32 cur = ks % MH_STAGES;
+        const u16* ta = sa + cur * MF_BM * MH_ROW;
+        const u16* tb = sb + cur * MF_BN * MH_ROW;
+#pragma unroll
+        for (u32 kk = 0; kk < MF_BK; kk += 16) {
+            u32 a[4][4], b[4][2];
+#pragma unroll
+            for (u32 i = 0; i < 4; i++) {
+                const u32 r = wm + 16 * i + (lane % 16), c = kk + (lane / 16) * 8;
+                asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                             : "=r"(a[i][0]), "=r"(a[i][1]), "=r"(a[i][2]), "=r"(a[i][3])
+                             : "r"(smem_addr(&ta[r * MH_ROW + c])));
+            }
+#pragma unroll
+            for (u32 j = 0; j < 4; j += 2) {
+                const u32 r = wn + 8 * j + (lane % 8) + (lane / 16) * 8, c = kk + ((lane / 8) % 2) * 8;
+                asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                             : "=r"(b[j][0]), "=r"(b[j][1]), "=r"(b[j + 1][0]), "=r"(b[j + 1][1])
+                             : "r"(smem_addr(&tb[r * MH_ROW + c])));
+            }
+#pragma unroll
+            for (u32 i = 0; i < 4; i++)
+#pragma unroll
+                for (u32 j = 0; j < 4; j++)
+                    asm volatile(
+                        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
+                        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+                        : "+f"(acc[i][j][0]), "+f"(acc[i][j][1]), "+f"(acc[i][j][2]), "+f"(acc[i][j][3])
+                        : "r"(a[i][0]), "r"(a[i][1]), "r"(a[i][2]), "r"(a[i][3]), "r"(b[j][0]), "r"(b[j][1]));
+        }
+    }
+    asm volatile("cp.async.wait_all;");
+    const u32 g = lane >> 2, tg = lane & 3u;
+#pragma unroll
+    for (u32 i = 0; i < 4; i++)
+#pragma unroll
+        for (u32 j = 0; j < 4; j++) {
+            const u32 t0 = tok0 + wm + 16 * i + g, r0 = row0 + wn + 8 * j + 2 * tg;
+            if (t0 < m && r0 < n) y[(u64)t0 * y_stride + r0] = acc[i][j][0];
+            if (t0 < m && r0 + 1 < n) y[(u64)t0 * y_stride + r0 + 1] = acc[i][j][1];
+            if (t0 + 8 < m && r0 < n) y[(u64)(t0 + 8) * y_stride + r0] = acc[i][j][2];
+            if (t0 + 8 < m && r0 + 1 < n) y[(u64)(t0 + 8) * y_stride + r0 + 1] = acc[i][j][3];
+        }
+}
 
 #endif
 

@@ -38,6 +38,16 @@ const ELEM_BLOCK: u32 = 256;
 const ROW_BLOCK: u32 = 256;
 /// Warps of the matrix-vector kernels' blocks (`MV_WARPS` of matmul.cu).
 const MV_WARPS: u32 = 4;
+/// Rows a warp of the int8 matrix-vector kernels by default
+/// ([`CudaBackend::set_mv_rows`]).
+pub const DEFAULT_MV_ROWS: u32 = 2;
+/// Tokens from which products run on the tensor-core tiles: fewer run on
+/// the matrix-vector kernels, a pass over the weights per 8 tokens
+/// ([`CudaBackend::set_tile_tokens`]).
+const DEFAULT_TILE_TOKENS: usize = 32;
+/// Tokens from which prefill dequantizes a weight once
+/// ([`CudaBackend::set_dequant_tokens`]).
+const DEFAULT_DEQUANT_TOKENS: usize = 128;
 /// Tokens and weight rows of a prefill tile (`MM_BM`, `MM_BN` of matmul.cu).
 const MM_BM: u32 = 64;
 const MM_BN: u32 = 64;
@@ -47,6 +57,11 @@ const MM_BN: u32 = 64;
 const MF_BM: u32 = 128;
 const MF_BN: u32 = 128;
 const MF_BK: usize = 32;
+/// Dynamic shared memory of `mm_h16` (`MH_SMEM` of matmul.cu).
+const MH_SMEM: u32 = 4 * (MF_BM + MF_BN) * (MF_BK as u32 + 8) * 2;
+/// The largest weight dequantized to f16 for `mm_h16` (bytes of f16):
+/// larger ones (an output head) multiply on `mm_f16_*`.
+const DEQUANT_MAX_BYTES: u64 = 512 << 20;
 
 /// The activations of a product as its kernels take them.
 #[derive(Debug, Clone, Copy)]
@@ -159,6 +174,8 @@ struct Kernels {
     functions: HashMap<String, CudaFunction>,
     /// Blocks of a kernel an SM holds at once (by name, for its block size).
     resident: HashMap<String, u32>,
+    /// Dynamic shared memory a kernel's limit was raised to (by name).
+    smem: HashMap<String, u32>,
 }
 
 /// The CUDA backend.
@@ -193,14 +210,18 @@ pub struct CudaBackend {
     batched_uploads: bool,
     /// Products of at least this many tokens run on the tensor-core tiles.
     tile_tokens: usize,
+    /// Products of at least this many tokens dequantize the weight to f16
+    /// once and multiply on `mm_h16` (fewer dequantize in the tiles).
+    dequant_tokens: usize,
     /// Kernel timings ([`CudaBackend::set_profile`]).
     prof: Option<Profile>,
     /// Scratch replaced during a step, freed once the step is read back.
     retired: Vec<Arc<DeviceMem>>,
     /// Warps of an attention block (4, 8 or 16), 0 for the split kernel.
     att_warps: u32,
-    /// Whether the matrix-vector kernels prefetch (off: the comparison kernels).
-    mv_prefetch: bool,
+    /// Rows a warp of the int8 matrix-vector kernels sweeps together
+    /// (1, 2 or 4), or 0 for the persistent kernels of a row a warp.
+    mv_rows: u32,
     /// Whether prefill multiplies on the f16 tiles (off: the int8 tiles).
     prefill_f16: bool,
     /// Streaming multiprocessors of the device.
@@ -427,6 +448,30 @@ fn per_256(ty: GgmlType) -> bool {
 }
 
 /// Tokens per matrix-vector launch for `m` tokens (the kernels' variants).
+/// Tokens a launch of the int8 matrix-vector kernels of R rows a warp
+/// (`mvr_q8`) multiplies in one pass over the weights: up to 8 (16 a pass
+/// measured slower than two passes of 8: past 4 tokens the kernels are
+/// bound by their loads of the activations, not by the weights).
+fn mvr_tokens(m: usize) -> u32 {
+    match m {
+        0 | 1 => 1,
+        2 => 2,
+        3 | 4 => 4,
+        _ => 8,
+    }
+}
+
+/// Rows a warp of `mvr_q8` for `nt` tokens when `rows` are asked for:
+/// 4 only with one token (the registers of more tokens' sums).
+fn mvr_rows(rows: u32, nt: u32) -> u32 {
+    if nt > 1 {
+        rows.min(2)
+    } else {
+        rows
+    }
+}
+
+/// Tokens a launch of the f32 and the persistent int8 matrix-vector kernels.
 fn tokens_per_launch(m: usize) -> u32 {
     match m {
         0 | 1 => 1,
@@ -499,6 +544,7 @@ impl CudaBackend {
                 modules,
                 functions: HashMap::new(),
                 resident: HashMap::new(),
+                smem: HashMap::new(),
             },
             pool: Vec::new(),
             scratch: HashMap::new(),
@@ -506,11 +552,12 @@ impl CudaBackend {
             graphs: Graphs::default(),
             use_graphs: true,
             batched_uploads: true,
-            tile_tokens: 16,
+            tile_tokens: DEFAULT_TILE_TOKENS,
+            dequant_tokens: DEFAULT_DEQUANT_TOKENS,
             prof: None,
             retired: Vec::new(),
             att_warps: 0,
-            mv_prefetch: true,
+            mv_rows: DEFAULT_MV_ROWS,
             prefill_f16: true,
             sm_count,
         })
@@ -561,11 +608,17 @@ impl CudaBackend {
         };
     }
 
-    /// Whether the matrix-vector kernels load a unit ahead (on by
-    /// default; off runs the Q4_0, Q8_0, Q4_K and Q6_K decode products on
-    /// kernels of a warp per row without it, for comparison).
-    pub fn set_mv_prefetch(&mut self, on: bool) {
-        self.mv_prefetch = on;
+    /// Rows a warp of the int8 matrix-vector kernels (decode) sweeps
+    /// together: 1, 2 or 4 (more share each activation load, fewer keep
+    /// more warps busy on small weights); 0 runs the persistent kernels
+    /// of one row a warp, each warp loading a unit ahead, for comparison.
+    pub fn set_mv_rows(&mut self, rows: u32) {
+        self.mv_rows = match rows {
+            0 => 0,
+            1 => 1,
+            2 | 3 => 2,
+            _ => 4,
+        };
     }
 
     /// Whether prefill products multiply f16 activations against weights
@@ -575,9 +628,17 @@ impl CudaBackend {
     }
 
     /// Products of at least `tokens` tokens run on the tensor-core tiles
-    /// (16 by default; fewer run on the matrix-vector kernels).
+    /// (32 by default; fewer run on the matrix-vector kernels).
     pub fn set_tile_tokens(&mut self, tokens: usize) {
         self.tile_tokens = tokens.max(1);
+    }
+
+    /// Products of at least `tokens` tokens dequantize the weight to f16
+    /// once and multiply it on the pipelined f16 tiles (128 by default;
+    /// fewer tokens dequantize inside the tiles, where the extra pass over
+    /// the weight would cost more than it saves).
+    pub fn set_dequant_tokens(&mut self, tokens: usize) {
+        self.dequant_tokens = tokens.max(1);
     }
 
     /// Plans replayed from a CUDA graph, and plans captured into one, so far.
@@ -786,7 +847,29 @@ impl CudaBackend {
         block: u32,
         args: &[Arg],
     ) -> Result<(), BackendError> {
+        self.launch_smem(name, grid, block, 0, args)
+    }
+
+    /// [`Self::launch`] with `smem` bytes of dynamic shared memory (the
+    /// kernel's limit raised to it on first use).
+    fn launch_smem(
+        &mut self,
+        name: &str,
+        grid: (u32, u32, u32),
+        block: u32,
+        smem: u32,
+        args: &[Arg],
+    ) -> Result<(), BackendError> {
         self.load_function(name)?;
+        if smem > 48 << 10 && self.kernels.smem.get(name).copied() != Some(smem) {
+            self.kernels.functions[name]
+                .set_attribute(
+                    sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    smem as i32,
+                )
+                .map_err(|e| driver(format!("shared memory of {name}: {e:?}")))?;
+            self.kernels.smem.insert(name.to_string(), smem);
+        }
         let mut values: Vec<u64> = args
             .iter()
             .map(|a| match *a {
@@ -820,7 +903,14 @@ impl CudaBackend {
         // little-endian slot), and the buffers they point into are alive
         // and large enough (checked by each op before its launch).
         unsafe {
-            result::launch_kernel(f.cu_function(), grid, (block, 1, 1), 0, stream, &mut params)
+            result::launch_kernel(
+                f.cu_function(),
+                grid,
+                (block, 1, 1),
+                smem,
+                stream,
+                &mut params,
+            )
         }
         .map_err(|e| driver(format!("{name}: {e:?}")))?;
         if let (Some(prof), Some((a, b))) = (self.prof.as_mut(), events) {
@@ -986,22 +1076,23 @@ impl CudaBackend {
                         }
                         ends[i] = end;
                     }
-                    let gy = blocks(m as u64, nt);
-                    let rows_grid = blocks(u64::from(end), MV_WARPS);
-                    let plain = !self.mv_prefetch
-                        && nt == 1
-                        && matches!(
-                            ty,
-                            GgmlType::Q4_0 | GgmlType::Q8_0 | GgmlType::Q4_K | GgmlType::Q6_K
-                        );
-                    let (name, gx) = if plain {
-                        (format!("mvn_q8_{fmt}_1"), rows_grid)
-                    } else {
+                    let (name, gx, gy) = if self.mv_rows == 0 {
                         // As many blocks as the device holds at once: each
                         // warp walks its rows, loading one unit ahead.
+                        let gy = blocks(m as u64, nt);
                         let name = format!("mv_q8_{fmt}_{nt}");
                         let resident = self.resident_blocks(&name, MV_WARPS * 32)?;
-                        (name, rows_grid.min((resident / gy).max(1)))
+                        let rows_grid = blocks(u64::from(end), MV_WARPS);
+                        (name, rows_grid.min((resident / gy).max(1)), gy)
+                    } else {
+                        let nt = mvr_tokens(m);
+                        let r = mvr_rows(self.mv_rows, nt);
+                        let name = format!("mvr_q8_{fmt}_{nt}_{r}");
+                        (
+                            name,
+                            blocks(u64::from(end), MV_WARPS * r),
+                            blocks(m as u64, nt),
+                        )
                     };
                     self.launch(
                         &name,
@@ -1029,6 +1120,14 @@ impl CudaBackend {
                 return Ok(());
             }
         };
+        if let Act::F16(xh) = act {
+            if m >= self.dequant_tokens {
+                for &(w, n, y) in parts {
+                    self.product_h16(ty, fmt, w, n, k, xh, m, y, row_words, nb)?;
+                }
+                return Ok(());
+            }
+        }
         for &(w, n, y) in parts {
             let grid = (blocks(n as u64, bn), blocks(m as u64, bm), 1);
             let mut args = vec![Arg::P(w.ptr()), Arg::U(row_words), Arg::U(nb)];
@@ -1043,6 +1142,78 @@ impl CudaBackend {
             self.launch(&name, grid, threads, &args)?;
         }
         Ok(())
+    }
+
+    /// `y[t, ..n] = x[t, :] · Wᵀ` for `m` tokens of f16 rows at `xh`: the
+    /// weight dequantized to f16 rows once (an f16 weight as it is), then
+    /// the pipelined f16 tiles. A weight of more than `DEQUANT_MAX_BYTES`
+    /// as f16 (an output head) dequantizes inside the tiles instead.
+    #[allow(clippy::too_many_arguments)]
+    fn product_h16(
+        &mut self,
+        ty: GgmlType,
+        fmt: &str,
+        w: &CudaBuffer,
+        n: usize,
+        k: usize,
+        xh: u64,
+        m: usize,
+        y: u64,
+        row_words: u32,
+        nb: u32,
+    ) -> Result<(), BackendError> {
+        let half_bytes = (n * k * 2) as u64;
+        let wh = if ty == GgmlType::F16 && u64::from(row_words) * 4 == (k * 2) as u64 {
+            w.ptr()
+        } else if half_bytes <= DEQUANT_MAX_BYTES {
+            let wh = self.scratch("f16 weights", half_bytes)?;
+            let groups = (n * k / 8) as u64;
+            self.launch(
+                &format!("dequant_f16_{fmt}"),
+                (blocks(groups, 256), 1, 1),
+                256,
+                &[
+                    Arg::P(w.ptr()),
+                    Arg::U(row_words),
+                    Arg::U(nb),
+                    Arg::P(wh),
+                    Arg::U(n as u32),
+                    Arg::U(k as u32),
+                ],
+            )?;
+            wh
+        } else {
+            let args = [
+                Arg::P(w.ptr()),
+                Arg::U(row_words),
+                Arg::U(nb),
+                Arg::P(xh),
+                Arg::P(y),
+                Arg::U(n as u32),
+                Arg::U(k as u32),
+                Arg::U(m as u32),
+                Arg::U(n as u32),
+            ];
+            let grid = (blocks(n as u64, MF_BN), blocks(m as u64, MF_BM), 1);
+            return self.launch(&format!("mm_f16_{fmt}"), grid, 256, &args);
+        };
+        // Token tiles along x: the tiles of one weight tile run side by side.
+        let grid = (blocks(m as u64, MF_BM), blocks(n as u64, MF_BN), 1);
+        self.launch_smem(
+            "mm_h16",
+            grid,
+            256,
+            MH_SMEM,
+            &[
+                Arg::P(xh),
+                Arg::P(wh),
+                Arg::P(y),
+                Arg::U(n as u32),
+                Arg::U(k as u32),
+                Arg::U(m as u32),
+                Arg::U(n as u32),
+            ],
+        )
     }
 
     fn matmul(&mut self, op: &Op, io: &OpIo<'_, CudaBuffer>) -> Result<(), BackendError> {

@@ -363,7 +363,8 @@ fn router_argmax_and_top_k_match_the_reference() {
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Variant {
     Default,
-    NoPrefetch,
+    /// The decode products with this many rows a warp (0: the persistent kernels).
+    MvRows(u32),
     Int8Tiles,
 }
 
@@ -416,14 +417,27 @@ fn products_and_lookups_of_every_format_match_the_reference() {
         .flat_map(|ty| [(ty, 512), (ty, 768)])
     {
         let w = quantized(ty, k, n, &mut r);
-        // 16 and more run on the tensor-core tiles; 70 and 130 leave partial tiles.
-        // One token also without the prefetch, 70 also on the int8 tiles
-        // (the comparison kernels).
-        let runs = [1, 2, 3, 8, 13, 16, 70, 130].map(|t| (t, Variant::Default));
-        let others = [(1, Variant::NoPrefetch), (70, Variant::Int8Tiles)];
+        // 32 and more run on the tensor-core tiles (from 128 on weights
+        // dequantized once); 70 and 130 leave partial tiles; 13 and 16
+        // take two passes of the 8-token matrix-vector kernels.
+        // The decode products also with 1 and 4 rows a warp (72 rows: the
+        // last warps' groups run past the end) and on the persistent
+        // kernels, 70 tokens also on the int8 tiles (the comparison kernels).
+        let runs = [1, 2, 3, 8, 13, 16, 32, 70, 130].map(|t| (t, Variant::Default));
+        let others = [
+            (1, Variant::MvRows(0)),
+            (8, Variant::MvRows(0)),
+            (1, Variant::MvRows(1)),
+            (13, Variant::MvRows(1)),
+            (1, Variant::MvRows(4)),
+            (3, Variant::MvRows(4)),
+            (70, Variant::Int8Tiles),
+        ];
         for (tokens, variant) in others.into_iter().chain(runs) {
             for exact in [false, true] {
-                g.set_mv_prefetch(variant != Variant::NoPrefetch);
+                if let Variant::MvRows(r) = variant {
+                    g.set_mv_rows(r);
+                }
                 g.set_prefill_f16(variant != Variant::Int8Tiles);
                 let x = r.normals(tokens * k, 1.0);
                 let case = Case {
@@ -439,9 +453,9 @@ fn products_and_lookups_of_every_format_match_the_reference() {
                 let want = exact_product(ty, &w, &x, k, n);
                 let err = nrmse(&got, &want);
                 // int8 activations: ~0.4% of each value (ggml's q8 errs alike).
-                // f16 tiles (16 tokens and more): f16 activations and
+                // f16 tiles (32 tokens and more): f16 activations and
                 // weights, ~1e-3 of each value.
-                let tiles = tokens >= 16 && !exact && ty == GgmlType::F16;
+                let tiles = tokens >= 32 && !exact && ty == GgmlType::F16;
                 let tol = if tiles {
                     2e-3
                 } else if exact || !ty.is_quantized() {
@@ -449,7 +463,7 @@ fn products_and_lookups_of_every_format_match_the_reference() {
                 } else {
                     1.5e-2
                 };
-                g.set_mv_prefetch(true);
+                g.set_mv_rows(hearth_cuda::backend::DEFAULT_MV_ROWS);
                 g.set_prefill_f16(true);
                 println!("matmul {ty} k{k} t{tokens} exact {exact} {variant:?}: nrmse {err:.2e}");
                 assert!(

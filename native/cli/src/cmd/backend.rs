@@ -156,14 +156,20 @@ pub async fn load_on<S: ByteSource>(
             if let Some(n) = env("HEARTH_CUDA_TILE_TOKENS").and_then(|v| v.parse().ok()) {
                 backend.set_tile_tokens(n);
             }
+            // HEARTH_CUDA_DEQUANT_TOKENS=N: from how many tokens a product
+            // dequantizes its weight to f16 once (128).
+            if let Some(n) = env("HEARTH_CUDA_DEQUANT_TOKENS").and_then(|v| v.parse().ok()) {
+                backend.set_dequant_tokens(n);
+            }
             // HEARTH_CUDA_ATT_WARPS=4|8|16 runs attention on the kernel of
-            // a block per query head; HEARTH_CUDA_MV_PREFETCH=0 the decode
-            // products without their prefetch (both for comparison).
+            // a block per query head; HEARTH_CUDA_MV_ROWS=1|2|4 sets the
+            // rows a warp of the decode products sweeps together, 0 the
+            // persistent kernels of a row a warp (both for comparison).
             if let Some(n) = env("HEARTH_CUDA_ATT_WARPS").and_then(|v| v.parse().ok()) {
                 backend.set_attention_warps(n);
             }
-            if env("HEARTH_CUDA_MV_PREFETCH").as_deref() == Some("0") {
-                backend.set_mv_prefetch(false);
+            if let Some(n) = env("HEARTH_CUDA_MV_ROWS").and_then(|v| v.parse().ok()) {
+                backend.set_mv_rows(n);
             }
             // HEARTH_CUDA_BATCHED_UPLOADS=0 fills the expert cache's slots
             // one run of rows at a time (for comparison).
