@@ -1120,15 +1120,19 @@ impl CudaBackend {
                 return Ok(());
             }
         };
+        let mut rest = parts.to_vec();
         if let Act::F16(xh) = act {
             if m >= self.dequant_tokens {
-                for &(w, n, y) in parts {
-                    self.product_h16(ty, fmt, w, n, k, xh, m, y, row_words, nb)?;
+                let mut left = Vec::new();
+                for (w, n, y) in rest {
+                    if !self.product_h16(ty, fmt, w, n, k, xh, m, y, row_words, nb)? {
+                        left.push((w, n, y));
+                    }
                 }
-                return Ok(());
+                rest = left;
             }
         }
-        for &(w, n, y) in parts {
+        for (w, n, y) in rest {
             let grid = (blocks(n as u64, bn), blocks(m as u64, bm), 1);
             let mut args = vec![Arg::P(w.ptr()), Arg::U(row_words), Arg::U(nb)];
             args.extend(acts.iter().copied());
@@ -1147,7 +1151,7 @@ impl CudaBackend {
     /// `y[t, ..n] = x[t, :] · Wᵀ` for `m` tokens of f16 rows at `xh`: the
     /// weight dequantized to f16 rows once (an f16 weight as it is), then
     /// the pipelined f16 tiles. A weight of more than `DEQUANT_MAX_BYTES`
-    /// as f16 (an output head) dequantizes inside the tiles instead.
+    /// as f16 (an output head) is left to the caller's tiles: false.
     #[allow(clippy::too_many_arguments)]
     fn product_h16(
         &mut self,
@@ -1161,7 +1165,7 @@ impl CudaBackend {
         y: u64,
         row_words: u32,
         nb: u32,
-    ) -> Result<(), BackendError> {
+    ) -> Result<bool, BackendError> {
         let half_bytes = (n * k * 2) as u64;
         let wh = if ty == GgmlType::F16 && u64::from(row_words) * 4 == (k * 2) as u64 {
             w.ptr()
@@ -1183,19 +1187,7 @@ impl CudaBackend {
             )?;
             wh
         } else {
-            let args = [
-                Arg::P(w.ptr()),
-                Arg::U(row_words),
-                Arg::U(nb),
-                Arg::P(xh),
-                Arg::P(y),
-                Arg::U(n as u32),
-                Arg::U(k as u32),
-                Arg::U(m as u32),
-                Arg::U(n as u32),
-            ];
-            let grid = (blocks(n as u64, MF_BN), blocks(m as u64, MF_BM), 1);
-            return self.launch(&format!("mm_f16_{fmt}"), grid, 256, &args);
+            return Ok(false);
         };
         // Token tiles along x: the tiles of one weight tile run side by side.
         let grid = (blocks(m as u64, MF_BM), blocks(n as u64, MF_BN), 1);
@@ -1213,7 +1205,8 @@ impl CudaBackend {
                 Arg::U(m as u32),
                 Arg::U(n as u32),
             ],
-        )
+        )?;
+        Ok(true)
     }
 
     fn matmul(&mut self, op: &Op, io: &OpIo<'_, CudaBuffer>) -> Result<(), BackendError> {
