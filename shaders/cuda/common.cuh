@@ -104,3 +104,21 @@ __device__ __forceinline__ float2 f16x2(u32 w) { return make_float2(f16_f32(w & 
 
 // The two bf16 of a word (a bf16 is the high half of an f32).
 __device__ __forceinline__ float2 bf16x2(u32 w) { return make_float2(bits_f32(w << 16), bits_f32(w & 0xffff0000u)); }
+
+#ifndef __HIP_PLATFORM_AMD__
+// PTX helpers of the tensor-core kernels (CUDA only).
+
+// A shared-memory pointer as the 32-bit address ldmatrix and cp.async take.
+__device__ __forceinline__ u32 smem_addr(const void* p) {
+    u32 a;
+    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+    return a;
+}
+
+// Two floats as halves (round to nearest), `lo` in the low half.
+__device__ __forceinline__ u32 f16x2_of(float lo, float hi) {
+    u32 r;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+#endif

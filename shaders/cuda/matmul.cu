@@ -631,6 +631,149 @@ __device__ __forceinline__ void mma_s8_16x8x16(i32* c, u32 a0, u32 a1, u32 b0) {
 
 QUANT_FORMATS(MM_Q8)
 
+// ---- Batched decode: a few tokens on the int8 tensor cores.
+//
+// y[t, r] for up to MQ_BM (16) tokens by MQ_BN weight rows a block, the
+// tokens one mma tile (m16n8k16, s8 x s8 -> s32), so every weight is read
+// once for all of them (the matrix-vector kernels take 8 tokens a pass,
+// bound by their activation loads). k in stages of MQ_KC values: each
+// thread decodes two 32-value items of a row (q32_FMT) into shared memory
+// and loads a share of the activations, the next stage's loads in flight
+// (registers) while the warps multiply this one; warp w takes the runs
+// 4w ... 4w + 3 of a stage for all MQ_BN rows, and the four warps' sums
+// meet in shared memory at the end. Split-k (grid.z): each split takes a
+// run of stages and, with more than one, writes its partial sums to
+// `part` [split][token][row] for mq_reduce.
+
+#define MQ_BM 16
+#define MQ_BN 32
+#define MQ_KC 256
+#define MQ_ITEMS (MQ_KC / 32)
+#define MQ_RUNS (MQ_KC / 16)
+// Words of a staged row: MQ_KC / 4 and 4 of padding (conflict-free reads).
+#define MQ_ROW (MQ_KC / 4 + 4)
+
+struct MqStage {
+    u32 w[MQ_BN * MQ_ROW];
+    float2 ab[MQ_BN * MQ_RUNS];
+    u32 x[MQ_BM * MQ_ROW];
+    float2 xs[MQ_BM * MQ_RUNS];
+};
+
+#define MQ_Q8(F)                                                                                       \
+    extern "C" __global__ void __launch_bounds__(128)                                                 \
+        mq_q8_##F(const u32* __restrict__ w, u32 row_words, u32 nb, const u32* __restrict__ xq,        \
+                  const float2* __restrict__ xs, float* __restrict__ y, float* __restrict__ part,      \
+                  u32 n, u32 k, u32 m, u32 y_stride, u32 stages_per_split) {                          \
+        __shared__ __align__(16) MqStage st[2];                                                       \
+        const u32 tid = threadIdx.x, lane = tid % WARP, warp = tid / WARP;                            \
+        const u32 g = lane >> 2, tg = lane & 3u;                                                      \
+        const u32 row0 = blockIdx.x * MQ_BN, tok0 = blockIdx.y * MQ_BM, split = blockIdx.z;          \
+        const u32 stages = (k + MQ_KC - 1) / MQ_KC;                                                   \
+        const u32 s_begin = split * stages_per_split;                                                 \
+        const u32 s_end = min(stages, s_begin + stages_per_split);                                    \
+        const u32 kw = k / 4, runs_per_tok = k / 16;                                                  \
+        /* Thread tid: items tid and tid + 128 (row i / MQ_ITEMS, item i % MQ_ITEMS: a row's  */     \
+        /* items side by side in memory), 16 activation bytes and a pair of run scales twice. */     \
+        QW32 wv[2];                                                                                   \
+        uint4 xv[2];                                                                                  \
+        float4 sv;                                                                                    \
+        auto fetch = [&](u32 s) {                                                                     \
+            _Pragma("unroll") for (u32 h = 0; h < 2; h++) {                                           \
+                const u32 i = tid + 128 * h, r = i / MQ_ITEMS, c = s * MQ_ITEMS + i % MQ_ITEMS;       \
+                if (row0 + r < n && c * 32 < k) {                                                     \
+                    wv[h] = q32_##F(w, (row0 + r) * row_words, nb, c);                                \
+                } else {                                                                              \
+                    wv[h].q0 = make_uint4(0, 0, 0, 0);                                                \
+                    wv[h].q1 = wv[h].q0;                                                              \
+                    wv[h].a = make_float2(0.0f, 0.0f);                                                \
+                    wv[h].b = wv[h].a;                                                                \
+                }                                                                                     \
+                const u32 t = i / (MQ_KC / 16), part16 = i % (MQ_KC / 16);                            \
+                const u32 kk = s * MQ_KC + part16 * 16;                                               \
+                xv[h] = tok0 + t < m && kk < k ? *(const uint4*)(xq + (u64)(tok0 + t) * kw + kk / 4)  \
+                                               : make_uint4(0, 0, 0, 0);                              \
+            }                                                                                         \
+            const u32 t = tid / (MQ_RUNS / 2), run = s * MQ_RUNS + (tid % (MQ_RUNS / 2)) * 2;         \
+            sv = tok0 + t < m && run * 16 < k                                                         \
+                     ? *(const float4*)(xs + (u64)(tok0 + t) * runs_per_tok + run)                    \
+                     : make_float4(0.0f, 0.0f, 0.0f, 0.0f);                                           \
+        };                                                                                            \
+        auto stash = [&](MqStage& b) {                                                                \
+            _Pragma("unroll") for (u32 h = 0; h < 2; h++) {                                           \
+                const u32 i = tid + 128 * h, r = i / MQ_ITEMS, c = i % MQ_ITEMS;                      \
+                *(uint4*)&b.w[r * MQ_ROW + c * 8] = wv[h].q0;                                         \
+                *(uint4*)&b.w[r * MQ_ROW + c * 8 + 4] = wv[h].q1;                                     \
+                b.ab[r * MQ_RUNS + 2 * c] = make_float2(wv[h].a.x, wv[h].b.x);                        \
+                b.ab[r * MQ_RUNS + 2 * c + 1] = make_float2(wv[h].a.y, wv[h].b.y);                    \
+                const u32 t = i / (MQ_KC / 16), part16 = i % (MQ_KC / 16);                            \
+                *(uint4*)&b.x[t * MQ_ROW + part16 * 4] = xv[h];                                       \
+            }                                                                                         \
+            const u32 t = tid / (MQ_RUNS / 2), run = (tid % (MQ_RUNS / 2)) * 2;                       \
+            *(float4*)&b.xs[t * MQ_RUNS + run] = sv;                                                  \
+        };                                                                                            \
+        float acc[4][4];                                                                              \
+        _Pragma("unroll") for (u32 j = 0; j < 4; j++)                                                 \
+            _Pragma("unroll") for (u32 e = 0; e < 4; e++) acc[j][e] = 0.0f;                           \
+        if (s_begin < s_end) fetch(s_begin);                                                          \
+        for (u32 s = s_begin; s < s_end; s++) {                                                       \
+            /* Buffer s % 2 was last read two stages ago; the barrier of the stage between */        \
+            /* has every warp past it. */                                                             \
+            MqStage& b = st[s & 1u];                                                                  \
+            stash(b);                                                                                 \
+            __syncthreads();                                                                          \
+            if (s + 1 < s_end) fetch(s + 1);                                                          \
+            _Pragma("unroll") for (u32 q = 0; q < MQ_RUNS / 4; q++) {                                 \
+                const u32 run = warp * (MQ_RUNS / 4) + q;                                             \
+                const u32 a0 = b.x[g * MQ_ROW + run * 4 + tg];                                        \
+                const u32 a1 = b.x[(g + 8) * MQ_ROW + run * 4 + tg];                                  \
+                const float2 x0 = b.xs[g * MQ_RUNS + run], x1 = b.xs[(g + 8) * MQ_RUNS + run];        \
+                _Pragma("unroll") for (u32 j = 0; j < 4; j++) {                                       \
+                    i32 c[4] = {0, 0, 0, 0};                                                          \
+                    mma_s8_16x8x16(c, a0, a1, b.w[(8 * j + g) * MQ_ROW + run * 4 + tg]);              \
+                    const float2 w0 = b.ab[(8 * j + 2 * tg) * MQ_RUNS + run];                         \
+                    const float2 w1 = b.ab[(8 * j + 2 * tg + 1) * MQ_RUNS + run];                     \
+                    acc[j][0] += w0.x * x0.x * (float)c[0] + w0.y * x0.y;                             \
+                    acc[j][1] += w1.x * x0.x * (float)c[1] + w1.y * x0.y;                             \
+                    acc[j][2] += w0.x * x1.x * (float)c[2] + w0.y * x1.y;                             \
+                    acc[j][3] += w1.x * x1.x * (float)c[3] + w1.y * x1.y;                             \
+                }                                                                                     \
+            }                                                                                         \
+        }                                                                                             \
+        /* The warps' sums through shared memory (the stages are done with). */                      \
+        __syncthreads();                                                                              \
+        float* red = (float*)st;                                                                      \
+        _Pragma("unroll") for (u32 j = 0; j < 4; j++)                                                 \
+            _Pragma("unroll") for (u32 e = 0; e < 4; e++) red[(warp * 16 + j * 4 + e) * WARP + lane] = acc[j][e]; \
+        __syncthreads();                                                                              \
+        if (warp == 0) {                                                                              \
+            const bool direct = gridDim.z == 1;                                                       \
+            _Pragma("unroll") for (u32 j = 0; j < 4; j++)                                             \
+                _Pragma("unroll") for (u32 e = 0; e < 4; e++) {                                       \
+                    float v = 0.0f;                                                                   \
+                    _Pragma("unroll") for (u32 q = 0; q < 4; q++) v += red[(q * 16 + j * 4 + e) * WARP + lane]; \
+                    const u32 t = tok0 + g + 8 * (e >> 1), r = row0 + 8 * j + 2 * tg + (e & 1u);      \
+                    if (t < m && r < n) {                                                             \
+                        if (direct) y[(u64)t * y_stride + r] = v;                                     \
+                        else part[((u64)split * m + t) * n + r] = v;                                  \
+                    }                                                                                 \
+                }                                                                                     \
+        }                                                                                             \
+    }
+
+QUANT_FORMATS(MQ_Q8)
+
+// y[t, r] = sum over the splits of mq_q8's partial sums.
+extern "C" __global__ void mq_reduce(const float* __restrict__ part, float* __restrict__ y, u32 n, u32 m,
+                                     u32 y_stride, u32 splits) {
+    const u32 i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n * m) return;
+    const u32 t = i / n, r = i % n;
+    float v = 0.0f;
+    for (u32 s = 0; s < splits; s++) v += part[((u64)s * m + t) * n + r];
+    y[(u64)t * y_stride + r] = v;
+}
+
 // ---- Prefill on f16 tensor cores.
 //
 // y[t, r] over tiles of MF_BM tokens by MF_BN weight rows, k in steps of
@@ -646,18 +789,6 @@ QUANT_FORMATS(MM_Q8)
 #define MF_BK 32
 // Halves of a staged row: MF_BK and 8 of padding (conflict-free ldmatrix).
 #define MF_ROW (MF_BK + 8)
-
-__device__ __forceinline__ u32 smem_addr(const void* p) {
-    u32 a;
-    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
-    return a;
-}
-
-__device__ __forceinline__ u32 f16x2_of(float lo, float hi) {
-    u32 r;
-    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
-    return r;
-}
 
 // x [n] f32 to f16 (n a multiple of 8): 8 values a thread.
 extern "C" __global__ void to_f16(const float* __restrict__ x, uint4* __restrict__ out, u32 n) {

@@ -48,6 +48,26 @@ const DEFAULT_TILE_TOKENS: usize = 32;
 /// Tokens from which prefill dequantizes a weight once
 /// ([`CudaBackend::set_dequant_tokens`]).
 const DEFAULT_DEQUANT_TOKENS: usize = 128;
+/// Tokens from which batched decode products run on the few-token int8
+/// tensor-core kernel (`mq_q8`) instead of the matrix-vector kernels
+/// ([`CudaBackend::set_mq_tokens`]).
+pub const DEFAULT_MQ_TOKENS: usize = 9;
+/// Tokens and weight rows of an `mq_q8` block, values of its k stages
+/// (`MQ_BM`, `MQ_BN`, `MQ_KC` of matmul.cu).
+const MQ_BM: u32 = 16;
+const MQ_BN: u32 = 32;
+const MQ_KC: usize = 256;
+/// Blocks of `mq_q8` a streaming multiprocessor runs at once (its
+/// registers and shared memory allow four): split-k fills the device to
+/// this many.
+const MQ_BLOCKS_PER_SM: u32 = 4;
+/// Query rows from which attention runs on the flash kernel
+/// ([`CudaBackend::set_flash_rows`]).
+const DEFAULT_FLASH_ROWS: usize = 64;
+/// Query rows of a flash attention block and keys of its tiles
+/// (`FA_ROWS`, `FA_KEYS` of attention.cu).
+const FA_ROWS: usize = 64;
+const FA_KEYS: usize = 64;
 /// Tokens and weight rows of a prefill tile (`MM_BM`, `MM_BN` of matmul.cu).
 const MM_BM: u32 = 64;
 const MM_BN: u32 = 64;
@@ -219,6 +239,12 @@ pub struct CudaBackend {
     retired: Vec<Arc<DeviceMem>>,
     /// Warps of an attention block (4, 8 or 16), 0 for the split kernel.
     att_warps: u32,
+    /// Products of this many tokens (up to `tile_tokens`) run on `mq_q8`
+    /// (0: never).
+    mq_tokens: usize,
+    /// Attention of at least this many query rows runs on the flash
+    /// kernel where it fits (0: never).
+    flash_rows: usize,
     /// Rows a warp of the int8 matrix-vector kernels sweeps together
     /// (1, 2 or 4), or 0 for the persistent kernels of a row a warp.
     mv_rows: u32,
@@ -557,6 +583,8 @@ impl CudaBackend {
             prof: None,
             retired: Vec::new(),
             att_warps: 0,
+            flash_rows: DEFAULT_FLASH_ROWS,
+            mq_tokens: DEFAULT_MQ_TOKENS,
             mv_rows: DEFAULT_MV_ROWS,
             prefill_f16: true,
             sm_count,
@@ -606,6 +634,22 @@ impl CudaBackend {
             6..=11 => 8,
             _ => 16,
         };
+    }
+
+    /// Products of at least `tokens` tokens (and fewer than the tiles'
+    /// [`Self::set_tile_tokens`]) run on the few-token int8 tensor-core
+    /// kernel, which reads each weight once for 16 tokens, instead of the
+    /// matrix-vector kernels' passes of 8. 9 by default; 0 never.
+    pub fn set_mq_tokens(&mut self, tokens: usize) {
+        self.mq_tokens = tokens;
+    }
+
+    /// Attention of at least `rows` query rows (tokens of the step) runs on
+    /// the flash kernel (tensor cores over tiles of queries and keys) where
+    /// it fits: an f16 cache and heads of 64 or 128 values. 64 by default;
+    /// 0 never, so prefill takes the split kernel, a block per row.
+    pub fn set_flash_rows(&mut self, rows: usize) {
+        self.flash_rows = rows;
     }
 
     /// Rows a warp of the int8 matrix-vector kernels (decode) sweeps
@@ -1041,6 +1085,14 @@ impl CudaBackend {
             row_words = layout.row_words() as u32;
             nb = layout.blocks_per_row as u32;
         }
+        if let Act::Int8(xq, xs) = act {
+            if self.mq_tokens > 0 && m >= self.mq_tokens && m < self.tile_tokens {
+                for &(w, n, y) in parts {
+                    self.product_mq(fmt, w.ptr(), n, k, (xq, xs), m, y, (row_words, nb))?;
+                }
+                return Ok(());
+            }
+        }
         let nt = tokens_per_launch(m);
         // One launch per part, the same arguments around the activations:
         // the prefill tiles (f16 rows, or int8 values and scales) and the
@@ -1144,6 +1196,68 @@ impl CudaBackend {
                 Arg::U(n as u32),
             ]);
             self.launch(&name, grid, threads, &args)?;
+        }
+        Ok(())
+    }
+
+    /// `y[t, ..n] = x[t, :] · Wᵀ` for a few tokens (`m` below the tiles')
+    /// of int8 activations on `mq_q8`: blocks of 32 rows by 16 tokens, the
+    /// k stages split across enough blocks to fill the device, the splits'
+    /// partial sums added by `mq_reduce`.
+    #[allow(clippy::too_many_arguments)]
+    fn product_mq(
+        &mut self,
+        fmt: &str,
+        w: u64,
+        n: usize,
+        k: usize,
+        (xq, xs): (u64, u64),
+        m: usize,
+        y: u64,
+        (row_words, nb): (u32, u32),
+    ) -> Result<(), BackendError> {
+        let grid = (blocks(n as u64, MQ_BN), blocks(m as u64, MQ_BM));
+        let stages = k.div_ceil(MQ_KC) as u32;
+        let want = (MQ_BLOCKS_PER_SM * self.sm_count).div_ceil(grid.0 * grid.1);
+        let per = stages.div_ceil(want.clamp(1, stages.max(1)));
+        let splits = stages.div_ceil(per.max(1)).max(1);
+        let part = if splits > 1 {
+            self.scratch("mq partials", u64::from(splits) * (m * n * 4) as u64)?
+        } else {
+            0
+        };
+        self.launch(
+            &format!("mq_q8_{fmt}"),
+            (grid.0, grid.1, splits),
+            128,
+            &[
+                Arg::P(w),
+                Arg::U(row_words),
+                Arg::U(nb),
+                Arg::P(xq),
+                Arg::P(xs),
+                Arg::P(y),
+                Arg::P(part),
+                Arg::U(n as u32),
+                Arg::U(k as u32),
+                Arg::U(m as u32),
+                Arg::U(n as u32),
+                Arg::U(per),
+            ],
+        )?;
+        if splits > 1 {
+            self.elementwise_n(
+                "mq_reduce",
+                (n * m) as u64,
+                &[
+                    Arg::P(part),
+                    Arg::P(y),
+                    Arg::U(n as u32),
+                    Arg::U(m as u32),
+                    Arg::U(n as u32),
+                    Arg::U(splits),
+                ],
+            )?;
         }
         Ok(())
     }
@@ -1580,6 +1694,43 @@ impl CudaBackend {
             return Ok(());
         }
         let group = n_head / n_head_kv.max(1);
+        let n_seq = (seqs.len / 16) as usize;
+        let flash_fits = self.flash_rows > 0
+            && rows >= self.flash_rows
+            && self.att_warps == 0
+            && dtype == KvType::F16
+            && n_head_kv > 0
+            && n_head % n_head_kv == 0
+            && head_dim_k == head_dim_v
+            && matches!(head_dim_k, 64 | 128);
+        if flash_fits {
+            // Blocks are numbered over the sequences, ceil(len * group /
+            // FA_ROWS) each: at most one partial block a sequence past the
+            // full ones.
+            let blocks = (rows * group).div_ceil(FA_ROWS) + n_seq.min(rows);
+            let smem = ((FA_ROWS + 4 * FA_KEYS) * (head_dim_k + 8) * 2) as u32;
+            return self.launch_smem(
+                &format!("flash_attention_{head_dim_k}"),
+                (n_head_kv as u32, blocks as u32, 1),
+                128,
+                smem,
+                &[
+                    Arg::P(q.ptr()),
+                    Arg::P(kc.ptr()),
+                    Arg::P(vc.ptr()),
+                    Arg::P(seqs.ptr()),
+                    Arg::U(n_seq as u32),
+                    Arg::P(tables.ptr()),
+                    Arg::P(out.ptr()),
+                    Arg::U(n_head as u32),
+                    Arg::U(n_head_kv as u32),
+                    Arg::F(scale),
+                    Arg::U(window.unwrap_or(0) as u32),
+                    Arg::F(softcap.unwrap_or(0.0)),
+                    Arg::U(block_size as u32),
+                ],
+            );
+        }
         let split_fits = n_head_kv > 0
             && n_head % n_head_kv == 0
             && group <= ATT_SPLIT_HEADS
@@ -1609,7 +1760,7 @@ impl CudaBackend {
                     Arg::P(kc.ptr()),
                     Arg::P(vc.ptr()),
                     Arg::P(seqs.ptr()),
-                    Arg::U((seqs.len / 16) as u32),
+                    Arg::U(n_seq as u32),
                     Arg::P(tables.ptr()),
                     Arg::P(out.ptr()),
                     Arg::P(part),

@@ -281,6 +281,55 @@ fn kv_write_and_paged_attention_match_cpu() {
     g.set_attention_warps(0);
 }
 
+/// The flash kernel (prefill: tiles of query rows and keys on the tensor
+/// cores, f16 queries and probabilities) against the CPU's attention, on
+/// the query heads a K/V head of 1 to 16, prompts from scratch and after a
+/// history, windows that start inside a tile and tanh caps.
+#[test]
+fn flash_attention_matches_cpu() {
+    let Some(mut g) = cuda() else { return };
+    let s = seed();
+    let mut r = Rng::new(s);
+    let shape = |n_head, n_head_kv, a_cached, a_new| AttnShape {
+        n_head,
+        n_head_kv,
+        a_cached,
+        a_new,
+        b_cached: 90,
+    };
+    let shapes = [
+        shape(8, 2, 0, 150),
+        shape(8, 2, 70, 130),
+        shape(8, 8, 5, 200),
+        shape(6, 2, 33, 77),
+        shape(8, 1, 0, 64),
+        shape(16, 1, 200, 9),
+    ];
+    // Every row on the flash kernel, even the decode row of sequence B.
+    g.set_flash_rows(1);
+    for (hk, window, softcap) in [
+        (64, None, None),
+        (128, None, None),
+        (128, Some(37), None),
+        (64, Some(100), Some(30.0)),
+    ] {
+        for shape in shapes {
+            let case = attention_case_shaped(&mut r, KvType::F16, hk, hk, window, softcap, shape);
+            let name = format!(
+                "flash attention hk{hk} window {window:?} softcap {softcap:?} heads {}/{} \
+                 keys {}+{} and {}+1",
+                shape.n_head, shape.n_head_kv, shape.a_cached, shape.a_new, shape.b_cached
+            );
+            let (cpu, gpu) = both(&mut g, &case);
+            let err = rel_err(&as_f32(&gpu[0]), &as_f32(&cpu[0]));
+            println!("{name}: relative error {err:.2e}");
+            // f16 queries and probabilities: a few units of 2^-11.
+            assert!(err <= 4e-3, "{name}: error {err} (seed {s:#x})");
+        }
+    }
+    g.set_flash_rows(64);
+}
+
 #[test]
 fn router_argmax_and_top_k_match_the_reference() {
     let Some(mut g) = cuda() else { return };
@@ -363,8 +412,11 @@ fn router_argmax_and_top_k_match_the_reference() {
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Variant {
     Default,
-    /// The decode products with this many rows a warp (0: the persistent kernels).
+    /// The decode products with this many rows a warp (0: the persistent
+    /// kernels), the few-token tensor-core kernel off.
     MvRows(u32),
+    /// The few-token tensor-core kernel from this many tokens.
+    MqFrom(usize),
     Int8Tiles,
 }
 
@@ -423,6 +475,9 @@ fn products_and_lookups_of_every_format_match_the_reference() {
         // The decode products also with 1 and 4 rows a warp (72 rows: the
         // last warps' groups run past the end) and on the persistent
         // kernels, 70 tokens also on the int8 tiles (the comparison kernels).
+        // 13 and 16 take the few-token tensor-core kernel by default (its
+        // k split over several blocks here), 1, 4 and 20 (two token tiles)
+        // when it is asked for.
         let runs = [1, 2, 3, 8, 13, 16, 32, 70, 130].map(|t| (t, Variant::Default));
         let others = [
             (1, Variant::MvRows(0)),
@@ -431,12 +486,21 @@ fn products_and_lookups_of_every_format_match_the_reference() {
             (13, Variant::MvRows(1)),
             (1, Variant::MvRows(4)),
             (3, Variant::MvRows(4)),
+            (16, Variant::MvRows(2)),
+            (1, Variant::MqFrom(1)),
+            (4, Variant::MqFrom(1)),
+            (20, Variant::MqFrom(1)),
             (70, Variant::Int8Tiles),
         ];
         for (tokens, variant) in others.into_iter().chain(runs) {
             for exact in [false, true] {
-                if let Variant::MvRows(r) = variant {
-                    g.set_mv_rows(r);
+                match variant {
+                    Variant::MvRows(r) => {
+                        g.set_mv_rows(r);
+                        g.set_mq_tokens(0);
+                    }
+                    Variant::MqFrom(t) => g.set_mq_tokens(t),
+                    _ => {}
                 }
                 g.set_prefill_f16(variant != Variant::Int8Tiles);
                 let x = r.normals(tokens * k, 1.0);
@@ -464,6 +528,7 @@ fn products_and_lookups_of_every_format_match_the_reference() {
                     1.5e-2
                 };
                 g.set_mv_rows(hearth_cuda::backend::DEFAULT_MV_ROWS);
+                g.set_mq_tokens(hearth_cuda::backend::DEFAULT_MQ_TOKENS);
                 g.set_prefill_f16(true);
                 println!("matmul {ty} k{k} t{tokens} exact {exact} {variant:?}: nrmse {err:.2e}");
                 assert!(

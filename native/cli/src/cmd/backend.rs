@@ -168,6 +168,16 @@ pub async fn load_on<S: ByteSource>(
             if let Some(n) = env("HEARTH_CUDA_ATT_WARPS").and_then(|v| v.parse().ok()) {
                 backend.set_attention_warps(n);
             }
+            // HEARTH_CUDA_MQ_TOKENS=N: from how many tokens batched decode
+            // multiplies on the int8 tensor cores (9; 0 never).
+            if let Some(n) = env("HEARTH_CUDA_MQ_TOKENS").and_then(|v| v.parse().ok()) {
+                backend.set_mq_tokens(n);
+            }
+            // HEARTH_CUDA_FLASH_ROWS=N: from how many query rows attention
+            // runs on the flash kernel (64; 0 never).
+            if let Some(n) = env("HEARTH_CUDA_FLASH_ROWS").and_then(|v| v.parse().ok()) {
+                backend.set_flash_rows(n);
+            }
             if let Some(n) = env("HEARTH_CUDA_MV_ROWS").and_then(|v| v.parse().ok()) {
                 backend.set_mv_rows(n);
             }
