@@ -26,7 +26,8 @@
 //! - [`kv`]: paged KV cache bookkeeping (block pool, block tables, prefix cache);
 //! - [`sched`]: the continuous-batching scheduler;
 //! - [`sample`]: the token sampler;
-//! - [`engine`]: requests in, token events out: the step loop every front end drives.
+//! - [`engine`]: requests in, token events out: the step loop every front end drives;
+//! - [`platform`]: what the machine is (CPU tiers, memory, GPUs) and the defaults chosen from it.
 
 #![deny(missing_docs)]
 
@@ -38,6 +39,7 @@ pub mod graph;
 pub mod kv;
 pub mod model;
 pub mod moe;
+pub mod platform;
 pub mod quant;
 pub mod sample;
 pub mod sched;

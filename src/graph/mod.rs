@@ -23,8 +23,11 @@ pub enum Activation {
     GeluTanh,
 }
 
-/// Element type of the K/V cache.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+/// Element type of the K/V cache (serialized as `"f16"`, `"f32"`).
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
 pub enum KvType {
     /// Half precision (the default: half the memory, llama.cpp's default too).
     #[default]
