@@ -32,29 +32,17 @@ pub fn check_backend(name: &str) -> anyhow::Result<()> {
     )
 }
 
-/// `--backend`'s value with `auto` resolved: CUDA where the build has it
-/// and a device is present, else the CPU. Other names pass as they are
-/// ([`check_backend`] refuses one this build lacks, in one line).
+/// `--backend`'s value with `auto` resolved from this machine's platform
+/// ([`hearth::platform::Defaults::pick_backend`]: a CUDA device where the
+/// build has CUDA, else a hardware WebGPU adapter, else the CPU). Other
+/// names pass as they are ([`check_backend`] refuses one this build lacks,
+/// in one line).
 pub fn parse_backend(name: &str) -> Result<String, String> {
     Ok(if name == "auto" {
-        auto_backend().to_string()
+        super::platform::auto_backend().to_string()
     } else {
         name.to_string()
     })
-}
-
-#[cfg(feature = "cuda")]
-fn auto_backend() -> &'static str {
-    if hearth_cuda::device::device_count() > 0 {
-        "cuda"
-    } else {
-        "cpu"
-    }
-}
-
-#[cfg(not(feature = "cuda"))]
-fn auto_backend() -> &'static str {
-    "cpu"
 }
 
 /// The value of environment variable `name`, if set.

@@ -23,7 +23,7 @@
 //! thread count. `--membw` measures the machine's memory read bandwidth, the
 //! ceiling of decode's effective GB/s.
 
-mod membw;
+pub mod membw;
 mod report;
 
 use hearth::graph::{KvCacheConfig, KvType};

@@ -33,16 +33,17 @@ pub struct Args {
     n_predict: i64,
     #[command(flatten)]
     sampling: SamplingArgs,
-    /// Element type of the K/V cache.
-    #[arg(long, value_enum, default_value = "f16")]
-    kv: KvArg,
+    /// Element type of the K/V cache (default: the platform's, f16 unless
+    /// a WebGPU adapter lacks shader-f16; `hearth info --platform`).
+    #[arg(long, value_enum)]
+    kv: Option<KvArg>,
 }
 
 /// Runs `hearth chat`: one line of stdin is one user turn; `/exit` or end
 /// of input quits.
 pub fn run(args: Args) -> Result<()> {
     let wish = EngineWish {
-        kv: args.kv.into(),
+        kv: args.kv.map(Into::into),
         chat_template: args.chat_template.as_deref(),
         need_chat_template: true,
         ..EngineWish::default()

@@ -21,7 +21,14 @@ use super::human_bytes;
 #[derive(clap::Args)]
 pub struct Args {
     /// The GGUF model (the first file of a split model).
-    model: PathBuf,
+    #[arg(required_unless_present = "platform")]
+    model: Option<PathBuf>,
+    /// Describe this machine instead of a model: the CPU's instruction-set
+    /// tiers, cores, memory and read bandwidth, each GPU adapter or CUDA
+    /// device with its limits and features, and the defaults chosen from
+    /// them with the reason for each (with `--json`, one JSON object).
+    #[arg(long, conflicts_with_all = ["plan", "metadata", "ctx"])]
+    platform: bool,
     /// Context length for the memory estimate (default: the model's trained length, at most 4096).
     #[arg(long)]
     ctx: Option<usize>,
@@ -53,7 +60,10 @@ struct TypeStats {
 
 /// Runs `hearth info`.
 pub fn run(args: Args) -> Result<()> {
-    let (file, _sources) = super::open_model(&args.model)?;
+    let Some(path) = args.model.clone().filter(|_| !args.platform) else {
+        return super::platform::print(args.json);
+    };
+    let (file, _sources) = super::open_model(&path)?;
     let file_bytes: u64 = file.splits.iter().map(|s| s.file_size).sum();
     let version = file.splits.first().map_or(0, |s| s.version);
     let cfg = ModelConfig::from_metadata(file.metadata())?;
@@ -83,7 +93,7 @@ pub fn run(args: Args) -> Result<()> {
             })
             .collect();
         let out = json!({
-            "file": args.model.display().to_string(),
+            "file": path.display().to_string(),
             "gguf_version": version, "splits": file.splits.len(),
             "file_bytes": file_bytes,
             "architecture": cfg.arch,
@@ -103,7 +113,7 @@ pub fn run(args: Args) -> Result<()> {
 
     println!(
         "file          {} ({}, GGUF v{})",
-        args.model.display(),
+        path.display(),
         human_bytes(file_bytes),
         version
     );

@@ -30,13 +30,14 @@ pub struct ModelArgs {
     /// trained length, at most 4096; `logits`: the number of tokens).
     #[arg(long, default_value_t = 0)]
     pub ctx: usize,
-    /// Worker threads (0: all cores).
+    /// Worker threads (0: the platform's default, one per logical core;
+    /// `hearth info --platform` shows it).
     #[arg(short = 't', long, default_value_t = 0)]
     pub threads: usize,
     /// Where to run the model: `cpu`, `webgpu` (the GPU through Vulkan,
     /// Metal or DX12; `HEARTH_GPU_ADAPTER` picks an adapter by name), `cuda`
-    /// (NVIDIA GPUs, in builds with `--features cuda`), or `auto`: CUDA
-    /// where the build has it and a device is present, else the CPU.
+    /// (NVIDIA GPUs, in builds with `--features cuda`), or `auto`: chosen from
+    /// the machine (`hearth info --platform` says what and why).
     #[arg(long, default_value = "auto", value_parser = backend::parse_backend)]
     pub backend: String,
     /// Where the weights live: device, host, or both.
@@ -231,8 +232,8 @@ impl SamplingArgs {
 
 /// How a command wants its engine.
 pub struct EngineWish<'a> {
-    /// K/V element type.
-    pub kv: KvType,
+    /// K/V element type (`None`: the platform's default for the backend).
+    pub kv: Option<KvType>,
     /// A built-in chat template to use instead of the model's.
     pub chat_template: Option<&'a str>,
     /// Fail when no chat template can be had (else run without one).
@@ -258,11 +259,11 @@ pub struct EngineWish<'a> {
 }
 
 impl Default for EngineWish<'_> {
-    /// One interactive user: f16 K/V, the model's template if it has one,
+    /// One interactive user: the platform's K/V type, the model's template if it has one,
     /// a progress bar, four requests at most, a pool of one context.
     fn default() -> Self {
         EngineWish {
-            kv: KvType::F16,
+            kv: None,
             chat_template: None,
             need_chat_template: false,
             progress: true,
@@ -287,6 +288,13 @@ pub struct Loaded {
 /// Opens the model, checks it, loads its weights and builds the engine.
 pub fn load_engine(args: &ModelArgs, wish: &EngineWish<'_>) -> Result<Loaded> {
     backend::check_backend(&args.backend)?;
+    // What no option says comes from the platform (threads, K/V type,
+    // the step's token budget).
+    let defaults = super::platform::defaults_for(&args.backend);
+    let threads = match args.threads {
+        0 => defaults.threads.value,
+        n => n,
+    };
     let t0 = Instant::now();
     let (model, sources) = super::open_model(&args.model)?;
     let md = model.metadata();
@@ -312,8 +320,9 @@ pub fn load_engine(args: &ModelArgs, wish: &EngineWish<'_>) -> Result<Loaded> {
             0 => n_ctx * wish.kv_contexts.max(1),
             n => n,
         },
+        max_num_batched_tokens: defaults.batch_tokens.value,
         prefill_tokens_per_4_decodes: wish.prefill_tokens_per_4_decodes,
-        kv_type: wish.kv,
+        kv_type: wish.kv.unwrap_or(defaults.kv_type.value),
         ..EngineConfig::default()
     };
     let opts = args.place.apply(LoadOptions {
@@ -328,7 +337,7 @@ pub fn load_engine(args: &ModelArgs, wish: &EngineWish<'_>) -> Result<Loaded> {
     };
     let loaded = pollster::block_on(backend::load_on(
         &args.backend,
-        args.threads,
+        threads,
         &model,
         &sources,
         &opts,

@@ -35,7 +35,7 @@ pub fn run(args: Args) -> Result<()> {
         bail!("--exact is the CPU backend's exact-f32 mode: drop it, or run with --backend cpu");
     }
     let wish = EngineWish {
-        kv: args.kv.into(),
+        kv: Some(args.kv.into()),
         default_ctx: Some(args.tokens.len()),
         exact_f32: args.exact,
         ..EngineWish::default()

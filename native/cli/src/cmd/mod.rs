@@ -7,6 +7,7 @@ pub mod info;
 pub mod load;
 pub mod logits;
 pub mod output;
+pub mod platform;
 pub mod quantize;
 pub mod run;
 pub mod serve;

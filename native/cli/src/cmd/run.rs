@@ -32,9 +32,10 @@ pub struct Args {
     n_predict: i64,
     #[command(flatten)]
     sampling: SamplingArgs,
-    /// Element type of the K/V cache.
-    #[arg(long, value_enum, default_value = "f16")]
-    kv: KvArg,
+    /// Element type of the K/V cache (default: the platform's, f16 unless
+    /// a WebGPU adapter lacks shader-f16; `hearth info --platform`).
+    #[arg(long, value_enum)]
+    kv: Option<KvArg>,
     /// Stop when the output contains this text (repeatable); it is not printed.
     #[arg(long)]
     stop: Vec<String>,
@@ -61,13 +62,16 @@ pub fn run(args: Args) -> Result<()> {
         anyhow::bail!("-n 0 asks for no tokens; give -n N with N >= 1, or -1 to fill the context");
     }
     let wish = EngineWish {
-        kv: args.kv.into(),
+        kv: args.kv.map(Into::into),
         chat_template: args.chat_template.as_deref(),
         need_chat_template: args.chat,
         progress: !args.json,
         ..EngineWish::default()
     };
     let mut loaded = load_engine(&args.model, &wish)?;
+    if !args.json {
+        eprintln!("{}", super::platform::platform_line(&args.model.backend));
+    }
     let req = request(&args);
     let seed = req.sampling.seed;
     loaded.engine.add_request(req)?;

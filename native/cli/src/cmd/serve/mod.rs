@@ -49,12 +49,14 @@ pub struct Args {
     kv_tokens: usize,
     /// Most prompt tokens one step computes beside each four requests that
     /// are decoding (0: the whole step): a long prompt then arrives in
-    /// chunks instead of stalling everyone's next token.
-    #[arg(long, default_value_t = 16)]
-    prefill_chunk: usize,
-    /// Element type of the K/V cache.
-    #[arg(long, value_enum, default_value = "f16")]
-    kv: KvArg,
+    /// chunks instead of stalling everyone's next token (default: the
+    /// platform's, 16; `hearth info --platform`).
+    #[arg(long)]
+    prefill_chunk: Option<usize>,
+    /// Element type of the K/V cache (default: the platform's, f16 unless
+    /// a WebGPU adapter lacks shader-f16).
+    #[arg(long, value_enum)]
+    kv: Option<KvArg>,
     /// A built-in chat template instead of the model's (chatml, llama3, gemma).
     #[arg(long)]
     chat_template: Option<String>,
@@ -191,8 +193,13 @@ fn spawn_engine(
     std::thread::Builder::new()
         .name("engine".to_string())
         .spawn(move || {
+            let prefill_chunk = prefill_chunk.unwrap_or_else(|| {
+                crate::cmd::platform::defaults_for(&model.backend)
+                    .prefill_chunk
+                    .value
+            });
             let wish = EngineWish {
-                kv: kv.into(),
+                kv: kv.map(Into::into),
                 chat_template: chat_template.as_deref(),
                 max_num_seqs: parallel,
                 kv_tokens,
