@@ -210,6 +210,13 @@ test('webgpu page: greedy tokens equal llama.cpp on SwiftShader, weights never i
     const caps = await page.evaluate(() => window.Hearth.capabilities());
     assert.ok(caps.webgpu && caps.webgpuBackend, `capabilities ${JSON.stringify(caps)}`);
     assert.equal(caps.webgpuFallback, true, 'SwiftShader is a fallback adapter');
+    // The platform, in the shape of `hearth info --platform --json`.
+    assert.equal(caps.cpu.arch, 'wasm32', JSON.stringify(caps.cpu));
+    assert.ok(caps.cpu.isa_tiers.includes('simd128'), JSON.stringify(caps.cpu));
+    assert.equal(caps.gpus.length, 1, JSON.stringify(caps.gpus));
+    assert.equal(caps.gpus[0].device_type, 'cpu', 'SwiftShader is a software adapter');
+    assert.ok(caps.gpus[0].limits.max_storage_binding_bytes > 0, JSON.stringify(caps.gpus[0]));
+    assert.equal(caps.defaults.backend.value, 'cpu', JSON.stringify(caps.defaults));
     // A K/V cache layer beyond the adapter's 1 GiB binding limit: refused from
     // the header by the memory plan, before the tensors are downloaded.
     const tooLarge = await page.evaluate(async (url) => {
@@ -570,6 +577,9 @@ test('backend webgpu in a browser without WebGPU fails clearly, before any downl
       return { caps, forced };
     }, `${server.url}/models/${MODEL}?nogpu`);
     assert.equal(r.caps.webgpu, false, `capabilities ${JSON.stringify(r.caps)}`);
+    assert.ok(r.caps.cpu && typeof r.caps.cpu.logical_cores === 'number', JSON.stringify(r.caps));
+    assert.deepEqual(r.caps.gpus, [], JSON.stringify(r.caps));
+    assert.equal(r.caps.defaults.backend.why, 'no WebGPU adapter');
     assert.equal(r.forced?.code, 'unsupported-backend', JSON.stringify(r.forced));
     assert.match(r.forced.message, /no WebGPU adapter.*backend 'cpu'/);
     assert.ok(!requests.some((u) => u.includes('?nogpu')), `the model was requested: ${requests}`);

@@ -11,6 +11,7 @@
 //   for await (const chunk of stream) console.log(chunk.choices[0]?.delta.content ?? '');
 
 import { HearthError } from './errors.js';
+import { capabilities, MAX_THREADS } from './platform.js';
 import { cacheApi, type CacheApi } from './cache.js';
 import { ChatApi, CompletionsApi, Generator } from './generate.js';
 import type { FromWorker, SourceSpec, ToWorker, WorkerLoadOptions } from './protocol.js';
@@ -19,37 +20,6 @@ import type { Backend, Capabilities, EngineStats, LoadOptions, ModelInfo, ModelS
 export * from './types.js';
 export { HearthError } from './errors.js';
 export type { CacheApi } from './cache.js';
-
-/** The parts of a GPUAdapter read here (`info` from Chrome 114 on). */
-interface AdapterLike {
-  info?: { vendor?: string; architecture?: string; description?: string; isFallbackAdapter?: boolean };
-  isFallbackAdapter?: boolean;
-}
-
-/** What the browser offers (threads, WebGPU, storage). */
-async function capabilities(): Promise<Capabilities> {
-  const nav = globalThis.navigator as Navigator & { gpu?: { requestAdapter(): Promise<AdapterLike | null> } };
-  let adapter: AdapterLike | null = null;
-  try {
-    adapter = nav.gpu ? await nav.gpu.requestAdapter() : null;
-  } catch {
-    adapter = null;
-  }
-  const info = adapter?.info;
-  const name = adapter
-    ? (info?.description || [info?.vendor, info?.architecture].filter(Boolean).join(' ') || 'unnamed adapter')
-    : null;
-  return {
-    threads: globalThis.crossOriginIsolated === true && typeof SharedArrayBuffer !== 'undefined',
-    hardwareConcurrency: nav.hardwareConcurrency ?? 1,
-    webgpu: adapter !== null,
-    webgpuAdapter: name,
-    webgpuFallback: !!(info?.isFallbackAdapter ?? adapter?.isFallbackAdapter),
-    webgpuBackend: true,
-    opfs: typeof nav.storage?.getDirectory === 'function',
-    cacheStorage: typeof globalThis.caches !== 'undefined',
-  };
-}
 
 /** What the worker is asked to use for `backend`: `webgpu` (an error
  * without an adapter), `auto` (WebGPU when the model fits, else the CPU) for
@@ -169,7 +139,9 @@ export class HearthEngine {
 
 /** The package's entry points. */
 export const Hearth = {
-  /** What the browser offers. */
+  /** What the browser offers: the platform (`cpu`, `memory`, `gpus`) in the
+   * shape of the native `hearth info --platform --json`, the defaults chosen
+   * from it with why, and the package's flags. */
   capabilities,
 
   /** The browser cache of models: list, delete, usage against quota. */
@@ -198,7 +170,7 @@ export const Hearth = {
     const resolved = resolveBackend(backend, caps);
     const gpu = caps.webgpu && !caps.webgpuFallback;
     const threads = Math.max(1, Math.floor(
-      caps.threads ? options.threads ?? Math.min(caps.hardwareConcurrency, 8) : 1,
+      caps.threads ? options.threads ?? Math.min(caps.hardwareConcurrency, MAX_THREADS) : 1,
     ));
     if (options.requireAcceleration && !caps.threads && !gpu && resolved !== 'webgpu') {
       throw new HearthError(

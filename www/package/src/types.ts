@@ -227,8 +227,93 @@ export interface ExpertCacheStats {
   summary: string;
 }
 
-/** What the browser offers, from {@link Hearth.capabilities}. */
+/** The CPU as the native `hearth info --platform --json` describes it. */
+export interface CpuInfo {
+  /** `wasm32` in a browser. */
+  arch: string;
+  /** Kernel tiers this engine runs, slowest first (`scalar`, `simd128`). */
+  isa_tiers: string[];
+  /** The fastest of them. */
+  best_isa: string;
+  /** `navigator.hardwareConcurrency`. */
+  logical_cores: number;
+  /** Worker threads can run (a cross-origin isolated page). */
+  threads: boolean;
+}
+
+/** The host's memory, where the browser tells. */
+export interface MemoryInfo {
+  /** `navigator.deviceMemory` in bytes (rounded by the browser; Chromium only). */
+  total_bytes: number | null;
+  /** Not known in a browser. */
+  available_bytes: number | null;
+  /** Not measured in a browser. */
+  read_gbps: number | null;
+}
+
+/** One GPU adapter, as the native `GpuInfo`. */
+export interface GpuInfo {
+  backend: 'webgpu' | 'cuda';
+  index: number;
+  /** For people: nothing is chosen from it. */
+  name: string;
+  api: string;
+  /** `cpu` for a software adapter (`isFallbackAdapter`); browsers tell no more. */
+  device_type: 'discrete' | 'integrated' | 'virtual' | 'cpu' | 'other';
+  driver: string | null;
+  compute_capability: string | null;
+  memory_bytes: number | null;
+  free_memory_bytes: number | null;
+  limits: {
+    max_buffer_bytes: number;
+    max_storage_binding_bytes: number;
+    max_workgroup_storage_bytes: number;
+    max_workgroup_invocations: number;
+  };
+  features: {
+    f16: boolean;
+    subgroups: boolean;
+    subgroup_min_size: number;
+    subgroup_max_size: number;
+    /** WGSL `dot4I8Packed` (`packed_4x8_integer_dot_product`). */
+    int8_dot: boolean;
+    matrix_units: boolean;
+    timestamp_queries: boolean;
+  };
+}
+
+/** One default and why it was chosen. */
+export interface Choice<T> {
+  value: T;
+  why: string;
+}
+
+/** The backend `backend: 'auto'` asks for, and why. */
+export type BackendChoice = Choice<'cpu' | 'webgpu'>;
+
+/** What the package uses where no load option says otherwise. */
+export interface PlatformDefaults {
+  backend: BackendChoice;
+  /** `threads` (the CPU path's workers). */
+  threads: Choice<number>;
+  /** `kvType`. */
+  kv_type: Choice<'f16' | 'f32'>;
+  /** The CPU path's kernels. */
+  kernels: Choice<string>;
+}
+
+/** What the browser offers, from {@link Hearth.capabilities}: the platform
+ * in the shape of the native `hearth info --platform --json` (`cpu`,
+ * `memory`, `gpus`, `defaults`) and the package's flags. */
 export interface Capabilities {
+  /** The CPU: wasm SIMD128, cores, threads. */
+  cpu: CpuInfo;
+  /** The host's memory where the browser tells. */
+  memory: MemoryInfo;
+  /** The WebGPU adapter, if the browser gives one. */
+  gpus: GpuInfo[];
+  /** The choices made from them, with why. */
+  defaults: PlatformDefaults;
   /** `crossOriginIsolated`: threads (SharedArrayBuffer) are available. */
   threads: boolean;
   /** `navigator.hardwareConcurrency`. */
