@@ -69,12 +69,13 @@ pub fn run(args: Args) -> Result<()> {
         ..EngineWish::default()
     };
     let mut loaded = load_engine(&args.model, &wish)?;
-    if !args.json {
-        eprintln!("{}", super::platform::platform_line(&args.model.backend));
-    }
     let req = request(&args);
     let seed = req.sampling.seed;
     loaded.engine.add_request(req)?;
+    // Once the request is accepted, so that a refusal stays one line.
+    if !args.json {
+        eprintln!("{}", super::platform::platform_line(&args.model.backend));
+    }
     let mut out = std::io::stdout().lock();
     let (reason, usage) = stream(&mut loaded.engine, args.json, &mut out)?;
     let stats = loaded.engine.stats();
