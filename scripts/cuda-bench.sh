@@ -25,6 +25,9 @@
 #       the 8B shapes, every variant beside the backend's, in GB/s;
 #   bash scripts/cuda-bench.sh device
 #       Hearth alone on the 8B model: bench and logits against the CPU.
+#   SEQS="1 16" VARIANTS="A=1 ..." bash scripts/cuda-bench.sh profiles
+#       Hearth alone on the 8B model: per-kernel device time of decode at
+#       each SEQS and of prefill, then decode with each variant.
 #   bash scripts/cuda-bench.sh split
 #       the 8B model split with the CPU (llama.cpp -ngl N+1 beside Hearth's
 #       --gpu-layers N), then Hearth's --stream-layers, copies beside the
@@ -300,6 +303,33 @@ mv_bench() {
   /root/mv-bench "${FILTER:-}" | tee "$out/mv.txt"
 }
 
+# Hearth alone on the 8B model (TYPE), without llama.cpp: device time per
+# kernel (HEARTH_PROFILE=cuda) of decode at each of SEQS (1,16) and of a
+# 512-token prefill, then `hearth bench` of decode at SEQS for the default
+# and each of VARIANTS, one after the other (profiles.txt, variants.txt).
+profiles() {
+  mkdir -p "$out"
+  export HEARTH_CUDA_CACHE=/root/hearth-cuda-cache
+  local ty=${TYPE:-Q4_K_M} s v
+  local m=/root/llama-3.1-8b-${ty,,}.gguf
+  while [ -e "$m.writing" ]; do sleep 5; done
+  [ -s "$m" ] || "$hearth" synth "$m" --shape llama-3.1-8b --type "$ty" --seed 1
+  for s in ${SEQS:-1 16}; do
+    echo "== decode, $s sequences" | tee -a "$out/profiles.txt"
+    HEARTH_PROFILE=cuda "$hearth" bench -m "$m" --backend cuda -p 0 -n 32 --seqs "$s" -r 1 2>&1 >/dev/null \
+      | head -16 | tee -a "$out/profiles.txt"
+  done
+  echo "== prefill 512" | tee -a "$out/profiles.txt"
+  HEARTH_PROFILE=cuda "$hearth" bench -m "$m" --backend cuda -p 512 -n 0 -r 1 2>&1 >/dev/null \
+    | head -12 | tee -a "$out/profiles.txt"
+  for v in default ${VARIANTS:-}; do
+    echo "== $v" | tee -a "$out/variants.txt"
+    [ "$v" != default ] || v=""
+    env $v "$hearth" bench -m "$m" --backend cuda -p 0 -n 128 --seqs "$(echo ${SEQS:-1 16} | tr ' ' ,)" -r 2 2>&1 \
+      | grep -E 'tg[0-9]' | tee -a "$out/variants.txt"
+  done
+}
+
 # The backend's settings side by side on a smaller model (SHAPE, default
 # llama-3.2-1b, Q4_K_M, written here in seconds; LAYERS cuts it): the default, graphs off,
 # prefill on the matrix-vector kernels instead of the tiles; then where decode and prefill spend their
@@ -360,5 +390,6 @@ case "${1:-}" in
   split) split ;;
   sweep) sweep ;;
   mv) mv_bench ;;
+  profiles) profiles ;;
   *) echo "usage: $0 prepare|device|build-start|synth-start|moe-synth-start|against|moe|moe-quick|sweep" >&2; exit 2 ;;
 esac

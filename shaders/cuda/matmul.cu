@@ -653,11 +653,13 @@ QUANT_FORMATS(MM_Q8)
 // Words of a staged row: MQ_KC / 4 and 4 of padding (conflict-free reads).
 #define MQ_ROW (MQ_KC / 4 + 4)
 
+// A stage in shared memory; the scales run-major ([run][row], [run][token]),
+// so the lanes of a warp read them from distinct banks.
 struct MqStage {
     u32 w[MQ_BN * MQ_ROW];
-    float2 ab[MQ_BN * MQ_RUNS];
+    float2 ab[MQ_RUNS * MQ_BN];
     u32 x[MQ_BM * MQ_ROW];
-    float2 xs[MQ_BM * MQ_RUNS];
+    float2 xs[MQ_RUNS * MQ_BM];
 };
 
 #define MQ_Q8(F)                                                                                       \
@@ -704,13 +706,14 @@ struct MqStage {
                 const u32 i = tid + 128 * h, r = i / MQ_ITEMS, c = i % MQ_ITEMS;                      \
                 *(uint4*)&b.w[r * MQ_ROW + c * 8] = wv[h].q0;                                         \
                 *(uint4*)&b.w[r * MQ_ROW + c * 8 + 4] = wv[h].q1;                                     \
-                b.ab[r * MQ_RUNS + 2 * c] = make_float2(wv[h].a.x, wv[h].b.x);                        \
-                b.ab[r * MQ_RUNS + 2 * c + 1] = make_float2(wv[h].a.y, wv[h].b.y);                    \
+                b.ab[(2 * c) * MQ_BN + r] = make_float2(wv[h].a.x, wv[h].b.x);                        \
+                b.ab[(2 * c + 1) * MQ_BN + r] = make_float2(wv[h].a.y, wv[h].b.y);                    \
                 const u32 t = i / (MQ_KC / 16), part16 = i % (MQ_KC / 16);                            \
                 *(uint4*)&b.x[t * MQ_ROW + part16 * 4] = xv[h];                                       \
             }                                                                                         \
             const u32 t = tid / (MQ_RUNS / 2), run = (tid % (MQ_RUNS / 2)) * 2;                       \
-            *(float4*)&b.xs[t * MQ_RUNS + run] = sv;                                                  \
+            b.xs[run * MQ_BM + t] = make_float2(sv.x, sv.y);                                          \
+            b.xs[(run + 1) * MQ_BM + t] = make_float2(sv.z, sv.w);                                    \
         };                                                                                            \
         float acc[4][4];                                                                              \
         _Pragma("unroll") for (u32 j = 0; j < 4; j++)                                                 \
@@ -727,12 +730,12 @@ struct MqStage {
                 const u32 run = warp * (MQ_RUNS / 4) + q;                                             \
                 const u32 a0 = b.x[g * MQ_ROW + run * 4 + tg];                                        \
                 const u32 a1 = b.x[(g + 8) * MQ_ROW + run * 4 + tg];                                  \
-                const float2 x0 = b.xs[g * MQ_RUNS + run], x1 = b.xs[(g + 8) * MQ_RUNS + run];        \
+                const float2 x0 = b.xs[run * MQ_BM + g], x1 = b.xs[run * MQ_BM + g + 8];              \
                 _Pragma("unroll") for (u32 j = 0; j < 4; j++) {                                       \
                     i32 c[4] = {0, 0, 0, 0};                                                          \
                     mma_s8_16x8x16(c, a0, a1, b.w[(8 * j + g) * MQ_ROW + run * 4 + tg]);              \
-                    const float2 w0 = b.ab[(8 * j + 2 * tg) * MQ_RUNS + run];                         \
-                    const float2 w1 = b.ab[(8 * j + 2 * tg + 1) * MQ_RUNS + run];                     \
+                    const float2 w0 = b.ab[run * MQ_BN + 8 * j + 2 * tg];                             \
+                    const float2 w1 = b.ab[run * MQ_BN + 8 * j + 2 * tg + 1];                         \
                     acc[j][0] += w0.x * x0.x * (float)c[0] + w0.y * x0.y;                             \
                     acc[j][1] += w1.x * x0.x * (float)c[1] + w1.y * x0.y;                             \
                     acc[j][2] += w0.x * x1.x * (float)c[2] + w0.y * x1.y;                             \

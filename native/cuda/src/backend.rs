@@ -242,6 +242,8 @@ pub struct CudaBackend {
     /// Products of this many tokens (up to `tile_tokens`) run on `mq_q8`
     /// (0: never).
     mq_tokens: usize,
+    /// Splits of `mq_q8`'s k (0: enough to fill the device).
+    mq_splits: u32,
     /// Attention of at least this many query rows runs on the flash
     /// kernel where it fits (0: never).
     flash_rows: usize,
@@ -585,6 +587,7 @@ impl CudaBackend {
             att_warps: 0,
             flash_rows: DEFAULT_FLASH_ROWS,
             mq_tokens: DEFAULT_MQ_TOKENS,
+            mq_splits: 0,
             mv_rows: DEFAULT_MV_ROWS,
             prefill_f16: true,
             sm_count,
@@ -642,6 +645,12 @@ impl CudaBackend {
     /// matrix-vector kernels' passes of 8. 9 by default; 0 never.
     pub fn set_mq_tokens(&mut self, tokens: usize) {
         self.mq_tokens = tokens;
+    }
+
+    /// Splits of the k of `mq_q8`'s products: 0 (the default) as many as
+    /// fill the device with blocks, else this many (for comparison).
+    pub fn set_mq_splits(&mut self, splits: u32) {
+        self.mq_splits = splits;
     }
 
     /// Attention of at least `rows` query rows (tokens of the step) runs on
@@ -1218,7 +1227,10 @@ impl CudaBackend {
     ) -> Result<(), BackendError> {
         let grid = (blocks(n as u64, MQ_BN), blocks(m as u64, MQ_BM));
         let stages = k.div_ceil(MQ_KC) as u32;
-        let want = (MQ_BLOCKS_PER_SM * self.sm_count).div_ceil(grid.0 * grid.1);
+        let want = match self.mq_splits {
+            0 => (MQ_BLOCKS_PER_SM * self.sm_count).div_ceil(grid.0 * grid.1),
+            n => n,
+        };
         let per = stages.div_ceil(want.clamp(1, stages.max(1)));
         let splits = stages.div_ceil(per.max(1)).max(1);
         let part = if splits > 1 {

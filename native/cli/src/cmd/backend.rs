@@ -161,6 +161,11 @@ pub async fn load_on<S: ByteSource>(
             if let Some(n) = env("HEARTH_CUDA_MQ_TOKENS").and_then(|v| v.parse().ok()) {
                 backend.set_mq_tokens(n);
             }
+            // HEARTH_CUDA_MQ_SPLITS=N: splits of its k (0: enough to fill
+            // the device).
+            if let Some(n) = env("HEARTH_CUDA_MQ_SPLITS").and_then(|v| v.parse().ok()) {
+                backend.set_mq_splits(n);
+            }
             // HEARTH_CUDA_FLASH_ROWS=N: from how many query rows attention
             // runs on the flash kernel (64; 0 never).
             if let Some(n) = env("HEARTH_CUDA_FLASH_ROWS").and_then(|v| v.parse().ok()) {
