@@ -130,8 +130,6 @@ PAGED_ATTENTION(16)
 // most splits (a warp's lanes in attention_combine).
 #define ATT_MIN_SPLIT 32
 #define ATT_MAX_SPLITS 32
-// Pairs of a K (and of a V) tile a thread stages.
-#define ATT_STAGE (ATT_TILE * ATT_MAX_DIM / 2 / (ATT_SPLIT_WARPS * WARP))
 
 __device__ __forceinline__ void kv_pair(const void* c, u64 i, u32 f16, float* a, float* b) {
     if (f16) {
@@ -208,36 +206,19 @@ extern "C" __global__ void __launch_bounds__(ATT_SPLIT_WARPS * WARP) paged_atten
             sslot[tid] = p < ke ? (u64)tables[toff + p / block_size] * block_size + p % block_size : 0;
         }
         __syncthreads();
-        // Every load of the tile before any store: the K and V rows are
-        // in flight together (a loop of load, store, load ... would wait
-        // for memory once per pair).
-        float2 kr[ATT_STAGE], vr[ATT_STAGE];
-#pragma unroll
-        for (u32 n = 0; n < ATT_STAGE; n++) {
-            const u32 i = tid + n * ATT_SPLIT_WARPS * WARP;
-            kr[n] = vr[n] = make_float2(0.0f, 0.0f);
-            if (i < ATT_TILE * (hk / 2)) {
-                const u32 key = i / (hk / 2), c = 2 * (i % (hk / 2));
-                if (t0 + key < ke) kv_pair(kc, sslot[key] * k_width + kvh * hk + c, f16, &kr[n].x, &kr[n].y);
-            }
-            if (i < ATT_TILE * (hv / 2)) {
-                const u32 key = i / (hv / 2), c = 2 * (i % (hv / 2));
-                if (t0 + key < ke) kv_pair(vc, sslot[key] * v_width + kvh * hv + c, f16, &vr[n].x, &vr[n].y);
-            }
+        for (u32 i = tid; i < ATT_TILE * (hk / 2); i += ATT_SPLIT_WARPS * WARP) {
+            const u32 key = i / (hk / 2), c = 2 * (i % (hk / 2));
+            float a = 0.0f, b = 0.0f;
+            if (t0 + key < ke) kv_pair(kc, sslot[key] * k_width + kvh * hk + c, f16, &a, &b);
+            sk[key][c] = a;
+            sk[key][c + 1] = b;
         }
-#pragma unroll
-        for (u32 n = 0; n < ATT_STAGE; n++) {
-            const u32 i = tid + n * ATT_SPLIT_WARPS * WARP;
-            if (i < ATT_TILE * (hk / 2)) {
-                const u32 key = i / (hk / 2), c = 2 * (i % (hk / 2));
-                sk[key][c] = kr[n].x;
-                sk[key][c + 1] = kr[n].y;
-            }
-            if (i < ATT_TILE * (hv / 2)) {
-                const u32 key = i / (hv / 2), c = 2 * (i % (hv / 2));
-                sv[key][c] = vr[n].x;
-                sv[key][c + 1] = vr[n].y;
-            }
+        for (u32 i = tid; i < ATT_TILE * (hv / 2); i += ATT_SPLIT_WARPS * WARP) {
+            const u32 key = i / (hv / 2), c = 2 * (i % (hv / 2));
+            float a = 0.0f, b = 0.0f;
+            if (t0 + key < ke) kv_pair(vc, sslot[key] * v_width + kvh * hv + c, f16, &a, &b);
+            sv[key][c] = a;
+            sv[key][c + 1] = b;
         }
         __syncthreads();
         const bool live = t0 + j < ke;
