@@ -27,7 +27,8 @@
 //! - [`sched`]: the continuous-batching scheduler;
 //! - [`sample`]: the token sampler;
 //! - [`engine`]: requests in, token events out: the step loop every front end drives;
-//! - [`platform`]: what the machine is (CPU tiers, memory, GPUs) and the defaults chosen from it.
+//! - [`platform`]: what the machine is (CPU tiers, memory, GPUs) and the defaults chosen from it;
+//! - [`tune`]: per-device choices measured once and stored, keyed by the device and kernel build.
 
 #![deny(missing_docs)]
 
@@ -43,5 +44,6 @@ pub mod platform;
 pub mod quant;
 pub mod sample;
 pub mod sched;
+pub mod tune;
 
 pub use error::{Error, Result};
