@@ -35,6 +35,8 @@ enum Command {
     Synth(Box<cmd::synth::Args>),
     /// Measure prefill and decode tokens/s (like llama-bench) and memory bandwidth.
     Bench(Box<cmd::bench::Args>),
+    /// Measure this machine's per-device kernel choices for a model and store them.
+    Tune(cmd::tune::Args),
 }
 
 fn main() -> ExitCode {
@@ -50,6 +52,7 @@ fn main() -> ExitCode {
         Command::Quantize(args) => cmd::quantize::run(args),
         Command::Synth(args) => cmd::synth::run(*args),
         Command::Bench(args) => cmd::bench::run(*args),
+        Command::Tune(args) => cmd::tune::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

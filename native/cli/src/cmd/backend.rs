@@ -3,6 +3,7 @@
 //! (the library reads no environment), and the model loaded onto it comes
 //! back as the core's [`AnyModel`].
 
+use hearth::backend::cpu::kernels::Isa;
 use hearth::backend::cpu::{CpuBackend, CpuOptions};
 use hearth::backend::webgpu::{GpuContext, GpuOptions, WebGpuBackend};
 use hearth::backend::Backend;
@@ -111,10 +112,12 @@ pub async fn check_on(
 }
 
 /// Loads `model` on the backend named `name` (one of [`BACKENDS`]), the
-/// CPU on `threads` threads.
+/// CPU on `threads` threads with the kernel tier `cpu_isa` where
+/// `HEARTH_CPU_ISA` names none (`None`: the widest tier).
 pub async fn load_on<S: ByteSource>(
     name: &str,
     threads: usize,
+    cpu_isa: Option<Isa>,
     model: &GgufModel,
     sources: &[S],
     opts: &LoadOptions,
@@ -191,7 +194,10 @@ pub async fn load_on<S: ByteSource>(
             AnyModel::new(load_model(backend, model, sources, opts, progress).await?)
         }
         _ => {
-            let backend = CpuBackend::with_options(&cpu_options(threads));
+            let mut cpu = cpu_options(threads);
+            // An explicit HEARTH_CPU_ISA wins over the measured tier.
+            cpu.isa = cpu.isa.or(cpu_isa);
+            let backend = CpuBackend::with_options(&cpu);
             // Every weight is in host memory already: a split would only
             // build a second CPU model.
             let opts = &LoadOptions {

@@ -324,7 +324,15 @@ fn load(
         block_size: DEFAULT_BLOCK_SIZE,
         dtype: KvType::F16,
     }));
-    pollster::block_on(load_on(backend, threads, gguf, sources, &opts, &mut |_| {}))
+    pollster::block_on(load_on(
+        backend,
+        threads,
+        None,
+        gguf,
+        sources,
+        &opts,
+        &mut |_| {},
+    ))
 }
 
 /// Runs `test` once untimed (unless `--no-warmup`) and `args.reps` times

@@ -21,7 +21,7 @@ use super::human_bytes;
 #[derive(clap::Args)]
 pub struct Args {
     /// The GGUF model (the first file of a split model).
-    #[arg(required_unless_present = "platform")]
+    #[arg(required_unless_present_any = ["platform", "tune"])]
     model: Option<PathBuf>,
     /// Describe this machine instead of a model: the CPU's instruction-set
     /// tiers, cores, memory and read bandwidth, each GPU adapter or CUDA
@@ -29,6 +29,14 @@ pub struct Args {
     /// them with the reason for each (with `--json`, one JSON object).
     #[arg(long, conflicts_with_all = ["plan", "metadata", "ctx"])]
     platform: bool,
+    /// List the per-device kernel choices stored for this machine and
+    /// build (`hearth tune` measures them), and how many records of other
+    /// devices or builds the store ignores.
+    #[arg(long, conflicts_with_all = ["platform", "plan", "metadata", "ctx", "json"])]
+    tune: bool,
+    /// Where the tune store is (as `hearth run --tune-dir`).
+    #[command(flatten)]
+    tune_dir: super::tune::TuneArgs,
     /// Context length for the memory estimate (default: the model's trained length, at most 4096).
     #[arg(long)]
     ctx: Option<usize>,
@@ -60,6 +68,9 @@ struct TypeStats {
 
 /// Runs `hearth info`.
 pub fn run(args: Args) -> Result<()> {
+    if args.tune {
+        return super::tune::print_stored(&args.tune_dir);
+    }
     let Some(path) = args.model.clone().filter(|_| !args.platform) else {
         return super::platform::print(args.json);
     };

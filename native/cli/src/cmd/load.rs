@@ -43,6 +43,9 @@ pub struct ModelArgs {
     /// Where the weights live: device, host, or both.
     #[command(flatten)]
     pub place: PlacementArgs,
+    /// Where per-device kernel choices are stored.
+    #[command(flatten)]
+    pub tune: super::tune::TuneArgs,
 }
 
 /// Where the weights live when the model is larger than the device
@@ -335,9 +338,15 @@ pub fn load_engine(args: &ModelArgs, wish: &EngineWish<'_>) -> Result<Loaded> {
         bar.set_length(p.bytes_total);
         bar.set_position(p.bytes_done);
     };
+    // The CPU kernel tier measured on this machine (stored, or probed now).
+    let cpu_isa = match args.backend.as_str() {
+        "cpu" => super::tune::cpu_isa(&args.tune, &model, threads),
+        _ => None,
+    };
     let loaded = pollster::block_on(backend::load_on(
         &args.backend,
         threads,
+        cpu_isa,
         &model,
         &sources,
         &opts,
