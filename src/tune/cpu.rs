@@ -12,7 +12,8 @@
 //!
 //! Work is bounded: at most [`MAX_SHAPES`] shapes, each weight cut to
 //! [`MAX_WEIGHT_BYTES`] (repeating [`DISTINCT_ROWS`] quantized rows), so a
-//! release build probes in tens of milliseconds.
+//! release build probes a model of four shapes in about 0.1 s (measured
+//! on two shared cores: 107 ms for SmolLM2-135M, 142 ms for Gemma 3 270M).
 
 use super::{build_id, Candidate, Clock, Probe, Record, Stored, TuneError, TuneKey, TuneStore};
 use crate::backend::cpu::kernels::{Isa, KernelTable};
@@ -27,11 +28,13 @@ pub const PROBE: &str = "cpu.isa";
 pub const MAX_SHAPES: usize = 4;
 /// Bytes of one synthetic weight at most: larger than most cores' L2, so
 /// reads come from the last-level cache or memory as in decode.
-pub const MAX_WEIGHT_BYTES: usize = 8 << 20;
+pub const MAX_WEIGHT_BYTES: usize = 4 << 20;
 /// Distinct rows of a synthetic weight (the others repeat them).
 pub const DISTINCT_ROWS: usize = 16;
 /// Tokens of the prompt-chunk product.
 pub const PROMPT_TOKENS: usize = 16;
+/// Timed rounds (each tier runs every shape once a round).
+pub const ROUNDS: usize = 5;
 /// Bumped when the CPU kernels change between releases in a way that can
 /// change the winner, so stores of the old kernels are ignored.
 const KERNELS_REVISION: &str = "cpu-kernels-1";
@@ -220,7 +223,10 @@ pub fn probe_isa(
             })
         })
         .collect();
-    let probe = Probe::new(PROBE, shape_key(shapes), Isa::best().name());
+    let probe = Probe {
+        rounds: ROUNDS,
+        ..Probe::new(PROBE, shape_key(shapes), Isa::best().name())
+    };
     probe.run(key, &mut cands, &reference, clock)
 }
 
@@ -264,15 +270,19 @@ impl Synthetic {
         let xp: Vec<f32> = (0..PROMPT_TOKENS * s.cols).map(|_| rng.signed()).collect();
         let mut reference = Vec::with_capacity((1 + PROMPT_TOKENS) * rows);
         for x in x1.chunks_exact(s.cols).chain(xp.chunks_exact(s.cols)) {
-            for r in 0..rows {
-                let w = &dense[(r % DISTINCT_ROWS) * s.cols..][..s.cols];
-                let dot: f64 = w
-                    .iter()
-                    .zip(x)
-                    .map(|(&a, &b)| f64::from(a) * f64::from(b))
-                    .sum();
-                reference.push(dot as f32);
-            }
+            // Rows repeat every DISTINCT_ROWS: compute those, then tile them.
+            let dots: Vec<f32> = dense
+                .chunks_exact(s.cols)
+                .map(|w| {
+                    let dot: f64 = w
+                        .iter()
+                        .zip(x)
+                        .map(|(&a, &b)| f64::from(a) * f64::from(b))
+                        .sum();
+                    dot as f32
+                })
+                .collect();
+            reference.extend((0..rows).map(|r| dots[r % DISTINCT_ROWS]));
         }
         Ok(Self {
             shape: s,

@@ -201,7 +201,7 @@ impl Probe {
             );
         };
         if fastest == self.default {
-            return (fastest.to_string(), "fastest (the default)".into());
+            return (fastest.to_string(), "fastest, and the default".into());
         }
         let lead = (default_ns as f64 - best as f64) / (default_ns.max(1) as f64);
         if lead < self.tie {

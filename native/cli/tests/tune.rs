@@ -1,0 +1,160 @@
+//! The tune store: `hearth tune` writes it, a load reads it back and runs
+//! no probe, a store of another device is ignored, and
+//! `HEARTH_TUNE_DIR=off` writes nothing.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn model() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures/llamacpp/synthetic/models/llama-Q4_K_M.gguf")
+}
+
+/// A fresh empty directory for one test.
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("hearth-tune-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir
+}
+
+fn hearth(args: &[&str], tune_dir: Option<&str>) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_hearth"));
+    cmd.args(args)
+        .env_remove("HEARTH_CPU_ISA")
+        .env_remove("HEARTH_TUNE_DIR");
+    if let Some(d) = tune_dir {
+        cmd.env("HEARTH_TUNE_DIR", d);
+    }
+    let out = cmd.output().expect("run hearth");
+    assert!(
+        out.status.success(),
+        "hearth {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+fn run_once(dir: &str) -> String {
+    let m = model();
+    let args = [
+        "run",
+        "-m",
+        m.to_str().expect("utf-8 path"),
+        "--backend",
+        "cpu",
+        "-n",
+        "2",
+        "--temp",
+        "0",
+        "-p",
+        "hi",
+    ];
+    String::from_utf8_lossy(&hearth(&args, Some(dir)).stderr).into_owned()
+}
+
+/// Whether this CPU has two kernel tiers to choose between (else nothing
+/// is probed or stored, and the tests say so).
+fn has_choice() -> bool {
+    let out = hearth(&["info", "--platform", "--json"], None);
+    let v: Value = serde_json::from_slice(&out.stdout).expect("json");
+    let tiers = v["cpu"]["isa_tiers"].as_array().map_or(0, |t| t.len());
+    if tiers < 3 {
+        eprintln!("skipped: this CPU has one SIMD tier, so no probe runs");
+    }
+    tiers >= 3
+}
+
+#[test]
+fn tune_writes_the_store_and_a_load_reads_it_without_probing() {
+    if !has_choice() {
+        return;
+    }
+    let dir = temp_dir("store");
+    let d = dir.to_str().expect("utf-8 path");
+    let m = model();
+    let out = hearth(
+        &["tune", "-m", m.to_str().expect("utf-8"), "--backend", "cpu"],
+        Some(d),
+    );
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        table.contains("cpu.isa") && table.contains("winner"),
+        "{table}"
+    );
+    let file = dir.join("tune.json");
+    let store: Value =
+        serde_json::from_slice(&std::fs::read(&file).expect("tune.json written")).expect("json");
+    assert_eq!(
+        store["records"].as_array().map(Vec::len),
+        Some(1),
+        "{store}"
+    );
+
+    let err = run_once(d);
+    assert!(err.contains("tune: from store"), "{err}");
+    assert!(!err.contains("tune: probed"), "{err}");
+
+    let listed = String::from_utf8_lossy(&hearth(&["info", "--tune"], Some(d)).stdout).into_owned();
+    assert!(listed.contains("cpu.isa"), "{listed}");
+    assert!(listed.contains("0 record(s) for other devices"), "{listed}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_first_load_probes_once_and_a_store_of_another_device_is_ignored() {
+    if !has_choice() {
+        return;
+    }
+    let dir = temp_dir("edited");
+    let d = dir.to_str().expect("utf-8 path");
+    let first = run_once(d);
+    assert_eq!(first.matches("tune: probed").count(), 1, "{first}");
+    let file = dir.join("tune.json");
+    let mut store: Value =
+        serde_json::from_slice(&std::fs::read(&file).expect("tune.json")).expect("json");
+    store["records"][0]["key"]["device"] = Value::String("Another CPU".into());
+    std::fs::write(&file, serde_json::to_vec(&store).expect("json")).expect("write");
+
+    let again = run_once(d);
+    assert!(
+        again.contains("tune: probed"),
+        "edited key believed: {again}"
+    );
+    let listed = String::from_utf8_lossy(&hearth(&["info", "--tune"], Some(d)).stdout).into_owned();
+    assert!(listed.contains("1 record(s) for other devices"), "{listed}");
+
+    // A build id of other kernels is ignored too.
+    let mut store: Value =
+        serde_json::from_slice(&std::fs::read(&file).expect("tune.json")).expect("json");
+    for r in store["records"].as_array_mut().expect("records") {
+        r["key"]["build"] = Value::String("0000000000000000".into());
+    }
+    std::fs::write(&file, serde_json::to_vec(&store).expect("json")).expect("write");
+    assert!(run_once(d).contains("tune: probed"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn tune_dir_off_writes_nothing() {
+    let dir = temp_dir("off");
+    // HOME and XDG_CACHE_HOME point into the directory: nothing may appear there.
+    let m = model();
+    let out = Command::new(env!("CARGO_BIN_EXE_hearth"))
+        .args(["run", "-m", m.to_str().expect("utf-8"), "--backend", "cpu"])
+        .args(["-n", "2", "--temp", "0", "-p", "hi"])
+        .env_remove("HEARTH_CPU_ISA")
+        .env("HEARTH_TUNE_DIR", "off")
+        .env("HOME", &dir)
+        .env("XDG_CACHE_HOME", dir.join("cache"))
+        .output()
+        .expect("run hearth");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(!err.contains("tune:"), "{err}");
+    let entries: Vec<_> = std::fs::read_dir(&dir).expect("read dir").collect();
+    assert!(entries.is_empty(), "{entries:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
