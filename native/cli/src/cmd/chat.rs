@@ -49,6 +49,9 @@ pub fn run(args: Args) -> Result<()> {
         ..EngineWish::default()
     };
     let mut loaded = load_engine(&args.model, &wish)?;
+    if let Some(line) = &loaded.tune {
+        eprintln!("{line}");
+    }
     let interactive = std::io::stdin().is_terminal();
     if interactive {
         eprintln!(

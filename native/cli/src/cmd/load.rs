@@ -286,6 +286,9 @@ pub struct Loaded {
     pub engine: Engine<AnyModel>,
     /// Seconds from opening the file to a ready engine.
     pub load_s: f64,
+    /// What the tune store gave or a probe measured, for stderr once the
+    /// model runs (`tune: from store (cpu.isa avx512)`), if anything.
+    pub tune: Option<String>,
 }
 
 /// Opens the model, checks it, loads its weights and builds the engine.
@@ -339,9 +342,9 @@ pub fn load_engine(args: &ModelArgs, wish: &EngineWish<'_>) -> Result<Loaded> {
         bar.set_position(p.bytes_done);
     };
     // The CPU kernel tier measured on this machine (stored, or probed now).
-    let cpu_isa = match args.backend.as_str() {
+    let (cpu_isa, tune) = match args.backend.as_str() {
         "cpu" => super::tune::cpu_isa(&args.tune, &model, threads),
-        _ => None,
+        _ => (None, None),
     };
     let loaded = pollster::block_on(backend::load_on(
         &args.backend,
@@ -358,6 +361,7 @@ pub fn load_engine(args: &ModelArgs, wish: &EngineWish<'_>) -> Result<Loaded> {
     Ok(Loaded {
         engine,
         load_s: t0.elapsed().as_secs_f64(),
+        tune,
     })
 }
 

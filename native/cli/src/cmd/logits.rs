@@ -42,6 +42,10 @@ pub fn run(args: Args) -> Result<()> {
     };
     let mut loaded = load_engine(&args.model, &wish)?;
     let logits = pollster::block_on(loaded.engine.all_logits(&args.tokens))?;
+    // Once the tokens are accepted, so that a refusal stays one line.
+    if let Some(line) = &loaded.tune {
+        eprintln!("{line}");
+    }
     let n_vocab = logits.len() / args.tokens.len().max(1);
     let mut bytes = Vec::with_capacity(logits.len() * 4);
     for v in &logits {

@@ -75,6 +75,9 @@ pub fn run(args: Args) -> Result<()> {
     // Once the request is accepted, so that a refusal stays one line.
     if !args.json {
         eprintln!("{}", super::platform::platform_line(&args.model.backend));
+        if let Some(line) = &loaded.tune {
+            eprintln!("{line}");
+        }
     }
     let mut out = std::io::stdout().lock();
     let (reason, usage) = stream(&mut loaded.engine, args.json, &mut out)?;

@@ -121,18 +121,22 @@ fn isa_forced() -> bool {
 }
 
 /// The CPU kernel tier for `model` on `threads` threads: the stored winner,
-/// else the winner of a probe now (stored for the next load). `None`
-/// leaves the backend's own choice: tuning off, `HEARTH_CPU_ISA` set, or
-/// nothing to choose between. Prints one line on stderr when it probes
-/// or reads the store; problems are warnings, never errors.
-pub fn cpu_isa(args: &TuneArgs, model: &GgufModel, threads: usize) -> Option<Isa> {
-    let path = args.path()?;
-    if isa_forced() {
-        return None;
-    }
+/// else the winner of a probe now (stored for the next load), and the line
+/// to show once the model runs (`tune: probed ...`, `tune: from store ...`).
+/// `None` leaves the backend's own choice: tuning off, `HEARTH_CPU_ISA`
+/// set, or nothing to choose between. Problems are warnings on stderr,
+/// never errors.
+pub fn cpu_isa(
+    args: &TuneArgs,
+    model: &GgufModel,
+    threads: usize,
+) -> (Option<Isa>, Option<String>) {
+    let Some(path) = args.path() else {
+        return (None, None);
+    };
     let shapes = cpu::model_shapes(&model.tensors);
-    if cpu::candidates().len() < 2 || shapes.is_empty() {
-        return None;
+    if isa_forced() || cpu::candidates().len() < 2 || shapes.is_empty() {
+        return (None, None);
     }
     let file = FileStore::new(path);
     let (mut store, problem) = TuneStore::load(&file);
@@ -145,37 +149,39 @@ pub fn cpu_isa(args: &TuneArgs, model: &GgufModel, threads: usize) -> Option<Isa
         Ok(c) => c,
         Err(e) => {
             eprintln!("hearth: {e}");
-            return None;
+            return (None, None);
         }
     };
-    report(&choice, &clock);
+    if let Some(m) = &choice.message {
+        eprintln!("hearth: {m}");
+    }
+    let line = report(&choice, &clock);
     if let Some(record) = choice.probed {
         store.insert(record);
         if let Err(e) = store.save(&file) {
             eprintln!("hearth: {e}");
         }
     }
-    Some(choice.isa)
+    (Some(choice.isa), line)
 }
 
-/// The one line of [`cpu_isa`].
-fn report(choice: &IsaChoice, clock: &InstantClock) {
-    if let Some(m) = &choice.message {
-        eprintln!("hearth: {m}");
-    }
+/// The line [`cpu_isa`] has to show, if any.
+fn report(choice: &IsaChoice, clock: &InstantClock) -> Option<String> {
     match &choice.probed {
-        Some(r) => eprintln!(
+        Some(r) => Some(format!(
             "tune: probed {} on {} in {:.0} ms: {} ({})",
             r.probe,
             r.shape,
             clock.now_ns() as f64 / 1e6,
             r.winner,
             r.why
-        ),
-        None if choice.from_store => {
-            eprintln!("tune: from store ({} {})", cpu::PROBE, choice.isa.name())
-        }
-        None => {}
+        )),
+        None if choice.from_store => Some(format!(
+            "tune: from store ({} {})",
+            cpu::PROBE,
+            choice.isa.name()
+        )),
+        None => None,
     }
 }
 
@@ -274,4 +280,41 @@ pub fn print_stored(args: &TuneArgs) -> Result<()> {
     }
     println!("{ignored} record(s) for other devices or builds, ignored");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hearth::tune::MemoryStore;
+
+    fn args(dir: Option<&str>) -> TuneArgs {
+        TuneArgs {
+            tune_dir: dir.map(str::to_string),
+        }
+    }
+
+    #[test]
+    fn the_store_is_off_in_a_dir_or_under_the_cache() {
+        assert_eq!(args(Some("off")).path(), None);
+        assert_eq!(
+            args(Some("/x/y")).path(),
+            Some(PathBuf::from("/x/y/tune.json"))
+        );
+        if let Some(p) = args(None).path() {
+            assert!(p.ends_with("hearth/tune.json"), "{}", p.display());
+        }
+    }
+
+    #[test]
+    fn a_file_store_round_trips_and_a_missing_file_is_empty() {
+        let dir = std::env::temp_dir().join(format!("hearth-filestore-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let file = FileStore::new(dir.join("sub").join(FILE));
+        assert_eq!(file.load().ok(), Some(None));
+        file.save(b"{}").expect("save");
+        assert_eq!(file.load().ok(), Some(Some(b"{}".to_vec())));
+        let mem = MemoryStore::with_bytes(b"{}".to_vec());
+        assert_eq!(mem.load().ok(), file.load().ok());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

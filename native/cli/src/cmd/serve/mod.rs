@@ -214,6 +214,9 @@ fn spawn_engine(
                     return;
                 }
             };
+            if let Some(line) = &loaded.tune {
+                eprintln!("{line}");
+            }
             let engine = loaded.engine;
             let cfg = engine.config().clone();
             shared.metrics.set_loaded(cfg.block_size, cfg.num_blocks() - 1);
