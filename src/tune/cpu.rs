@@ -20,6 +20,7 @@ use crate::backend::cpu::kernels::{Isa, KernelTable};
 use crate::backend::cpu::matmul::{matmul, Weight};
 use crate::backend::cpu::threads::Threads;
 use crate::gguf::TensorInfo;
+use crate::model::synth::rng::splitmix64;
 use crate::quant::{reference, GgmlType};
 
 /// The probe's name in the store.
@@ -314,17 +315,14 @@ impl Synthetic {
     }
 }
 
-/// A small seeded generator (splitmix64): the same weights every run.
+/// A small seeded generator (SplitMix64): the same weights every run.
 struct SplitMix(u64);
 
 impl SplitMix {
     /// Uniform in [-1, 1).
     fn signed(&mut self) -> f32 {
+        let z = splitmix64(self.0);
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^= z >> 31;
         (z >> 40) as f32 / (1u64 << 23) as f32 - 1.0
     }
 }

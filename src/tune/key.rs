@@ -8,6 +8,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::model::synth::rng::fnv1a;
 use crate::platform::{CpuInfo, GpuInfo};
 
 /// The device and kernel build a [`super::Record`] was measured on.
@@ -94,14 +95,9 @@ impl TuneKey {
 /// targets and runs (no random seed), so a store written by one build is
 /// recognised by the same build elsewhere.
 pub fn build_id(parts: &[&str]) -> String {
-    const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
-    const PRIME: u64 = 0x0000_0100_0000_01b3;
-    let mut h = OFFSET;
-    for part in parts {
-        for &b in part.as_bytes().iter().chain(&[0u8]) {
-            h ^= u64::from(b);
-            h = h.wrapping_mul(PRIME);
-        }
-    }
-    format!("{h:016x}")
+    let bytes: Vec<u8> = parts
+        .iter()
+        .flat_map(|p| p.bytes().chain(std::iter::once(0)))
+        .collect();
+    format!("{:016x}", fnv1a(&bytes))
 }
