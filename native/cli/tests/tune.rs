@@ -158,3 +158,25 @@ fn tune_dir_off_writes_nothing() {
     assert!(entries.is_empty(), "{entries:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_stored_tier_this_build_lacks_falls_back_with_a_message() {
+    if !has_choice() {
+        return;
+    }
+    let dir = temp_dir("gone");
+    let d = dir.to_str().expect("utf-8 path");
+    run_once(d);
+    let file = dir.join("tune.json");
+    let mut store: Value =
+        serde_json::from_slice(&std::fs::read(&file).expect("tune.json")).expect("json");
+    store["records"][0]["winner"] = Value::String("avx1024".into());
+    std::fs::write(&file, serde_json::to_vec(&store).expect("json")).expect("write");
+    let err = run_once(d);
+    assert!(
+        err.contains("avx1024") && err.contains("hearth tune"),
+        "no fallback message: {err}"
+    );
+    assert!(!err.contains("tune: probed"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
