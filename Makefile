@@ -35,7 +35,10 @@ run: setup
 
 test: setup lint check-wasm test-wasm-kernels test-wasm-relaxed test-neon
 	python3 scripts/test_bench.py
-	HEARTH_REQUIRE_GPU=1 HEARTH_REQUIRE_NVRTC=1 LD_LIBRARY_PATH=$(NVRTC_LIB)$${LD_LIBRARY_PATH:+:$$LD_LIBRARY_PATH} \
+	# The tune store stays off (the tune tests give their own directory):
+	# tests neither read a store left by an earlier build nor write one.
+	HEARTH_TUNE_DIR=off HEARTH_REQUIRE_GPU=1 HEARTH_REQUIRE_NVRTC=1 \
+	  LD_LIBRARY_PATH=$(NVRTC_LIB)$${LD_LIBRARY_PATH:+:$$LD_LIBRARY_PATH} \
 	  $(CARGO) test --workspace --all-targets
 	$(CARGO) test --workspace --doc
 	$(MAKE) --no-print-directory test-browser
