@@ -57,9 +57,9 @@ pub const DEFAULT_MQ_TOKENS: usize = 9;
 const MQ_BM: u32 = 16;
 const MQ_BN: u32 = 32;
 const MQ_KC: usize = 256;
-/// Blocks of `mq_q8` a streaming multiprocessor runs at once (its
-/// registers and shared memory allow four): split-k fills the device to
-/// this many.
+/// Blocks of `mq_q8` a streaming multiprocessor is given: split-k fills
+/// the device to this many (its 96 registers a thread and 38 KB of
+/// shared memory would allow five; four is what was measured).
 const MQ_BLOCKS_PER_SM: u32 = 4;
 /// Query rows from which attention runs on the flash kernel
 /// ([`CudaBackend::set_flash_rows`]).
