@@ -241,7 +241,7 @@ extern "C" __global__ void __launch_bounds__(ATT_SPLIT_WARPS * WARP) paged_atten
             for (u32 e = 0; e < ATT_PER_LANE; e++) acc[a][e] *= corr;
 #pragma unroll
             for (u32 key = 0; key < ATT_TILE; key++) {
-                const float pk = __shfl_sync(0xffffffffu, p, 2 * key, WARP);
+                const float pk = SHFL(p, 2 * key);
 #pragma unroll
                 for (u32 e = 0; e < ATT_PER_LANE; e++) {
                     const u32 d = lane + e * WARP;

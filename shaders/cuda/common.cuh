@@ -12,9 +12,11 @@ typedef unsigned long long u64;
 #define WARP 32
 
 #ifdef __HIP_PLATFORM_AMD__
+#define SHFL(v, l) __shfl((v), (l), WARP)
 #define SHFL_XOR(v, m) __shfl_xor((v), (m), WARP)
 #define DP4A(a, b, c) __builtin_amdgcn_sdot4((i32)(a), (i32)(b), (c), false)
 #else
+#define SHFL(v, l) __shfl_sync(0xffffffffu, (v), (l), WARP)
 #define SHFL_XOR(v, m) __shfl_xor_sync(0xffffffffu, (v), (m), WARP)
 #define DP4A(a, b, c) __dp4a((i32)(a), (i32)(b), (c))
 #endif
