@@ -52,9 +52,10 @@ if [ ! -e .cache/nvrtc/lib/libnvrtc.so.13 ]; then
   rm -rf .cache/nvrtc/x
 fi
 # The server tests (native/cli/tests/serve) drive `hearth serve` with PyPI's
-# official openai client and puts replicas behind SGLang's router, from a
-# virtual environment inside the build tree.
-PYENV_PKGS="openai==3.63.0 sglang-router==0.3.2"
+# official openai client and puts replicas behind SGLang's router, and the
+# trace tests read `--trace` files with Perfetto's own protobuf definitions
+# (PyPI's perfetto), from a virtual environment inside the build tree.
+PYENV_PKGS="openai==3.63.0 sglang-router==0.3.2 perfetto==0.59.1 protobuf==7.36.2"
 if [ "$(cat .cache/pyenv/.pkgs 2>/dev/null)" != "$PYENV_PKGS" ]; then
   step "installing the server tests' Python packages ($PYENV_PKGS) into .cache/pyenv"
   rm -rf .cache/pyenv

@@ -28,6 +28,7 @@
 //! - [`sample`]: the token sampler;
 //! - [`engine`]: requests in, token events out: the step loop every front end drives;
 //! - [`platform`]: what the machine is (CPU tiers, memory, GPUs) and the defaults chosen from it;
+//! - [`trace`]: Perfetto traces of loading, scheduler steps, requests, ops and kernels;
 //! - [`tune`]: per-device choices measured once and stored, keyed by the device and kernel build.
 
 #![deny(missing_docs)]
@@ -44,6 +45,7 @@ pub mod platform;
 pub mod quant;
 pub mod sample;
 pub mod sched;
+pub mod trace;
 pub mod tune;
 
 pub use error::{Error, Result};

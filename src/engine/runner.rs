@@ -15,6 +15,7 @@ use crate::model::tokenizer::Tokenizer;
 use crate::model::ForwardModel;
 use crate::sample::{Sampled, Sampler};
 use crate::sched::{Request, RequestId, Scheduler};
+use crate::trace::{self, Track};
 
 /// The engine: a model, its tokenizer and chat template, the scheduler and
 /// one sampler per live request. See the [module docs](super) for the loop.
@@ -215,6 +216,7 @@ impl<M: ForwardModel> Engine<M> {
         let now = self.clock.now();
         let scheduled = live.t_scheduled.unwrap_or(now);
         let first = live.t_first_token.unwrap_or(now);
+        trace_request(id, reason, live, [live.t_added, scheduled, first, now]);
         EngineEvent::Finished {
             request: id,
             reason,
@@ -273,4 +275,42 @@ impl<M: ForwardModel> Engine<M> {
     pub fn scheduler(&self) -> &Scheduler {
         &self.sched
     }
+}
+
+/// Puts a finished request's phases on its own trace track: queued,
+/// prefill (to its first token), decode, then its finish. `times` are on
+/// the engine's clock; the trace's may differ by an offset.
+fn trace_request(id: RequestId, reason: FinishReason, live: &Live, times: [f64; 4]) {
+    let Some(trace_now) = trace::now() else {
+        return;
+    };
+    let shift = trace_now - times[3];
+    let track = Track::Request(id.0);
+    let usage = live.usage;
+    let phases = [
+        ("queued", times[0], times[1], Vec::new()),
+        (
+            "prefill",
+            times[1],
+            times[2],
+            vec![
+                ("prompt_tokens", usage.prompt_tokens.into()),
+                ("cached_tokens", usage.cached_prompt_tokens.into()),
+            ],
+        ),
+        (
+            "decode",
+            times[2],
+            times[3],
+            vec![("generated_tokens", usage.generated_tokens.into())],
+        ),
+    ];
+    for (name, start, end, args) in phases {
+        trace::complete(track, name, start + shift, end + shift, args);
+    }
+    trace::instant(
+        track,
+        "finish",
+        vec![("reason", format!("{reason:?}").into())],
+    );
 }

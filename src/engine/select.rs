@@ -14,6 +14,7 @@ use super::EngineError;
 use crate::graph::NON_FINITE_ROW;
 use crate::model::{Batch, ForwardModel};
 use crate::sched::{RequestId, SchedulerOutput};
+use crate::trace::{self, Track};
 
 /// How the rows of one step get their tokens.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,7 +72,10 @@ impl<M: ForwardModel> Engine<M> {
         batch: &Batch<'_>,
     ) -> crate::Result<Picks> {
         let rows = batch.logits_rows();
+        let model = trace::span(Track::Engine, "model");
         let picks = self.model.forward_argmax(batch).await?;
+        drop(model);
+        let _sample = trace::span(Track::Engine, "sample");
         self.check_rows(picks.len(), rows)?;
         let mut sampled = Vec::with_capacity(rows);
         let mut failed = Vec::new();
@@ -94,7 +98,10 @@ impl<M: ForwardModel> Engine<M> {
         k: usize,
     ) -> crate::Result<Picks> {
         let rows = batch.logits_rows();
+        let model = trace::span(Track::Engine, "model");
         let tops = self.model.forward_top_k(batch, k).await?;
+        drop(model);
+        let _sample = trace::span(Track::Engine, "sample");
         self.check_rows(tops.len(), rows)?;
         let mut sampled = Vec::with_capacity(rows);
         let mut failed = Vec::new();

@@ -10,6 +10,7 @@ use crate::model::tokenizer::Tokenizer;
 use crate::model::{Batch, ForwardModel, LogitsWanted, SeqInput};
 use crate::sample::Sampled;
 use crate::sched::{self, RequestId, SchedEvent, ScheduleKind, SchedulerOutput};
+use crate::trace::{self, Track};
 
 impl<M: ForwardModel> Engine<M> {
     /// Runs one step and returns what happened: token events in batch
@@ -21,7 +22,10 @@ impl<M: ForwardModel> Engine<M> {
     /// returned. A request whose row cannot be sampled (non-finite logits)
     /// ends alone, with [`FinishReason::Error`]; the others go on.
     pub async fn step(&mut self) -> crate::Result<Vec<EngineEvent>> {
+        let mut step = trace::span(Track::Engine, "step");
+        let schedule = trace::span(Track::Engine, "schedule");
         let out = self.sched.schedule()?;
+        drop(schedule);
         if out.is_empty() {
             self.sched.update_from_output(&[])?;
             return Ok(Vec::new());
@@ -36,6 +40,12 @@ impl<M: ForwardModel> Engine<M> {
             }
         };
         let (prefill, decode) = self.count_tokens(&out);
+        if step.is_recording() {
+            step.set("requests", out.requests.len());
+            step.set("prefill_tokens", prefill);
+            step.set("decode_tokens", decode);
+        }
+        let _update = trace::span(Track::Engine, "update");
         self.counters
             .add_step(prefill, decode, self.clock.now() - t0);
         self.counters.sampled_tokens += sampled.len() as u64;
@@ -55,6 +65,15 @@ impl<M: ForwardModel> Engine<M> {
             })?;
         let mut events = self.events_from(events)?;
         events.extend(failed_events);
+        if trace::on() {
+            let stats = self.sched.stats();
+            trace::counter("running requests", stats.num_running as f64);
+            trace::counter("waiting requests", stats.num_waiting as f64);
+            let used = stats
+                .num_usable_blocks
+                .saturating_sub(stats.num_free_blocks);
+            trace::counter("kv blocks used", used as f64);
+        }
         Ok(events)
     }
 
@@ -128,7 +147,10 @@ impl<M: ForwardModel> Engine<M> {
             Selection::Logits => {}
         }
         let rows = batch.logits_rows();
+        let model = trace::span(Track::Engine, "model");
         let logits = self.model.forward(&batch).await?;
+        drop(model);
+        let _sample = trace::span(Track::Engine, "sample");
         let n_vocab = self.model.config().n_vocab;
         if logits.len() != rows * n_vocab {
             let got = logits.len();

@@ -446,12 +446,14 @@ pub async fn execute<B: Backend>(
     let mut syncs = plan.syncs.iter().peekable();
     for (i, s) in plan.steps.iter().enumerate() {
         while let Some(point) = syncs.next_if(|p| p.before == i) {
+            let _span = crate::trace::span(crate::trace::Track::Host, "host sync");
             let data = read_back(backend, point, &acts, &sizes).await?;
             let writes = host.at_sync(point, data).await?;
             apply_writes(&*backend, point, &writes, &acts, held.weights)?;
         }
         let inputs: Vec<&B::Buffer> = s.inputs.iter().map(get).collect();
         let outputs: Vec<&B::Buffer> = s.outputs.iter().map(get).collect();
+        let _span = crate::trace::span(crate::trace::Track::Host, s.op.name());
         backend.record(
             &s.op,
             &OpIo {
@@ -465,6 +467,7 @@ pub async fn execute<B: Backend>(
             "sync point {point:?} is past the plan's steps"
         )));
     }
+    let _span = crate::trace::span(crate::trace::Track::Host, "submit + read back");
     match plan.result {
         Some((i, n)) => backend.submit_read(&acts[i], 0..n).await,
         None => {

@@ -208,6 +208,9 @@ impl<B: Backend> Model<B> {
         if batch.num_tokens() == 0 {
             return Ok(Vec::new());
         }
+        let _span = crate::trace::span(crate::trace::Track::Host, "forward")
+            .arg("tokens", batch.num_tokens())
+            .arg("seqs", batch.seqs.len());
         // A split model's first blocks run on the host; their residual
         // stream is this backend's input (the one crossing of the step).
         let hidden = match self.host.as_deref_mut() {

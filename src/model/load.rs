@@ -34,6 +34,7 @@ use crate::model::weights::{FfnWeights, ModelWeights};
 use crate::model::ModelConfig;
 use crate::moe::{CacheOptions, ExpertCache, HostExperts};
 use crate::quant::GgmlType;
+use crate::trace::{self, Track};
 
 /// Bytes per streamed chunk.
 const CHUNK_BYTES: usize = 8 << 20;
@@ -360,7 +361,15 @@ async fn stream_weights<B: Backend, S: ByteSource>(
         .map(|&i| (i, Vec::with_capacity(slots[i].file_bytes as usize)))
         .collect();
     let mut stream = TensorStream::for_model(model, sources, CHUNK_BYTES)?;
-    while let Some(chunk) = stream.next().await? {
+    loop {
+        let read = trace::span(Track::Load, "read");
+        let Some(chunk) = stream.next().await? else {
+            break;
+        };
+        drop(read.arg("bytes", chunk.data.len()));
+        let _upload = trace::span(Track::Load, "repack + upload")
+            .arg("tensor", chunk.tensor.name.as_str())
+            .arg("bytes", chunk.data.len());
         if let Some(&i) = by_name.get(chunk.tensor.name.as_str()) {
             let on_host = host.and_then(|h| Some((h.buffers.get(&i)?, h.shared.contains(&i))));
             match (raw.get_mut(&i), on_host, host_filler.as_mut()) {
@@ -717,7 +726,10 @@ pub async fn load_model<B: Backend, S: ByteSource>(
     opts: &LoadOptions,
     progress: &mut dyn FnMut(&LoadProgress),
 ) -> crate::Result<Model<B>> {
+    let _span = trace::span(Track::Load, "load model").arg("tensors", model.tensors.len());
+    let check = trace::span(Track::Load, "check layout");
     let (checked, slots) = check_layout(model, &backend, opts)?;
+    drop(check);
     let plan = checked.offload.clone().unwrap_or_default();
     let (n_layer, host_blocks) = (checked.weights.layers.len(), checked.host_blocks);
     let split = SplitTensors::new(&checked.weights, host_blocks);
@@ -756,6 +768,7 @@ pub async fn load_model<B: Backend, S: ByteSource>(
         host.buffers.insert(t, b);
     }
     let on_host = (!host.buffers.is_empty() || !host.raw.is_empty()).then_some(&host);
+    let _stream = trace::span(Track::Load, "stream weights");
     let mut raw = stream_weights(
         &backend, model, sources, &slots, &buffers, on_host, progress,
     )
@@ -784,6 +797,7 @@ pub async fn load_model<B: Backend, S: ByteSource>(
         }
         None => None,
     };
+    drop(_stream);
     let kv = alloc_kv(&backend, &checked.config, &opts.kv, n_layer - host_blocks)?;
     // A split model's first blocks: a model of their own on the host's CPU,
     // over the same layout (the device's tensors empty there).

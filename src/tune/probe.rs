@@ -89,6 +89,9 @@ impl Probe {
         reference: &[f32],
         clock: &dyn Clock,
     ) -> Result<Record, TuneError> {
+        let _span = crate::trace::span(crate::trace::Track::Load, format!("probe {}", self.name))
+            .arg("shape", self.shape.as_str())
+            .arg("candidates", candidates.len());
         // The validation run is also each candidate's warm-up.
         let rejected: Vec<Option<String>> = candidates
             .iter_mut()

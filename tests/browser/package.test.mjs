@@ -8,14 +8,16 @@
 // maxGpuMemory runs through the expert cache on WebGPU and gives the CPU
 // path's greedy tokens; a dense model split with gpuLayers (its first block
 // on the CPU, the last on WebGPU) gives the CPU path's greedy tokens; a second
-// load comes from the cache with the server stopped.
+// load comes from the cache with the server stopped; a trace started with the
+// load (`trace: true`) comes back from `stopTrace()` readable by Perfetto.
 //
 // Run with `make test-browser` (builds the package first).
 // Env: CHROMIUM (default /usr/bin/chromium), HEARTH_MODELS.
 
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, readFileSync, rmSync, existsSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, existsSync, writeFileSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -98,8 +100,9 @@ async function greedyRun(page, modelUrl, options = {}) {
     });
     for await (const c of stream) chunks.push(c);
     const info = engine.info;
+    const trace = options.trace ? Array.from(new Uint8Array(await (await engine.stopTrace()).arrayBuffer())) : null;
     await engine.unload();
-    return { info, phases: [...phases], text, chunks };
+    return { info, phases: [...phases], text, chunks, trace };
   }, { modelUrl, options, chat: reference('prompt-02-chat.json').ref.chat_messages.map(([role, content]) => ({ role, content })) });
 }
 
@@ -152,10 +155,23 @@ test('single-thread page: greedy tokens equal llama.cpp', { timeout: 300_000 }, 
   try {
     assert.equal(await page.evaluate(() => crossOriginIsolated), false);
     // A different URL path, so this load downloads too (and the cache keeps two entries).
-    const run = await greedyRun(page, `${server.url}/st/models/${MODEL}`);
+    const run = await greedyRun(page, `${server.url}/st/models/${MODEL}`, { trace: true });
     assert.equal(run.info.build, 'single');
     assert.equal(run.info.threads, 1);
     checkGreedy(run, 'single-thread');
+    // The trace the page got, read with Perfetto's own protobuf definitions.
+    const file = path.join(profile, 'single-thread.pftrace');
+    writeFileSync(file, Buffer.from(run.trace));
+    const expect = ['load=load model', 'load=repack + upload', 'engine=step', 'engine=sample',
+      'requests/=prefill', 'requests/=decode', 'host=forward', 'host=MatMul'];
+    const summary = JSON.parse(execFileSync(path.join(repo, '.cache/pyenv/bin/python'), [
+      path.join(repo, 'scripts/trace_summary.py'), file, '--json', '--top', '50',
+      ...expect.flatMap((e) => ['--expect', e]),
+    ], { encoding: 'utf8' }));
+    const steps = summary.tracks.engine.by_name.find((r) => r.name === 'step');
+    // Two requests of at least 16 tokens each, one step per token or more.
+    assert.ok(steps.count >= 16, `engine steps in the trace: ${steps.count}`);
+    console.log(`single-thread trace: ${run.trace.length} bytes, ${summary.tracks.host.spans} host spans, ${steps.count} steps`);
   } finally {
     await page.close();
   }

@@ -13,6 +13,11 @@ use clap::{Parser, Subcommand};
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Write a Perfetto trace of the run to FILE (open it at
+    /// https://ui.perfetto.dev): loading, scheduler steps, requests, each
+    /// op on the host and each kernel on the GPU.
+    #[arg(long, global = true, env = "HEARTH_TRACE", value_name = "FILE")]
+    trace: Option<std::path::PathBuf>,
 }
 
 #[derive(Subcommand)]
@@ -42,6 +47,9 @@ enum Command {
 fn main() -> ExitCode {
     restore_sigpipe();
     let cli = Cli::parse();
+    if cli.trace.is_some() {
+        cmd::trace::start();
+    }
     let result = match cli.command {
         Command::Run(args) => cmd::run::run(args),
         Command::Chat(args) => cmd::chat::run(args),
@@ -53,6 +61,10 @@ fn main() -> ExitCode {
         Command::Synth(args) => cmd::synth::run(*args),
         Command::Bench(args) => cmd::bench::run(*args),
         Command::Tune(args) => cmd::tune::run(args),
+    };
+    let result = match (&cli.trace, result) {
+        (Some(path), result) => cmd::trace::finish(path).and(result),
+        (None, result) => result,
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

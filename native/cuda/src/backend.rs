@@ -263,9 +263,36 @@ struct Profile {
     pending: Vec<(String, sys::CUevent, sys::CUevent)>,
     /// Per kernel: milliseconds and launches.
     totals: HashMap<String, (f64, u64)>,
+    /// For the trace alone: no table printed at drop.
+    quiet: bool,
 }
 
 impl Profile {
+    /// Puts the pending launches on the trace's device track, the last
+    /// one ending at `end` (seconds on the trace's clock, read just after
+    /// the stream finished) and each placed by its events' distance from
+    /// that last one. Call before [`Profile::collect`].
+    fn trace(&self, end: f64) {
+        let Some(&(_, _, last)) = self.pending.last() else {
+            return;
+        };
+        // Seconds from `e` to the last launch's end.
+        let before = |e: sys::CUevent| {
+            // SAFETY: both events were recorded on a stream that is done.
+            let ms = unsafe { result::event::elapsed(e, last) }.unwrap_or(0.0);
+            f64::from(ms.max(0.0)) * 1e-3
+        };
+        for (name, a, b) in &self.pending {
+            hearth::trace::complete(
+                hearth::trace::Track::Device,
+                name.clone(),
+                end - before(*a),
+                end - before(*b),
+                Vec::new(),
+            );
+        }
+    }
+
     /// Reads the events of finished launches (the stream was synchronized).
     fn collect(&mut self) {
         for (name, a, b) in self.pending.drain(..) {
@@ -616,6 +643,22 @@ impl CudaBackend {
         if on {
             self.set_graphs(false);
         }
+    }
+
+    /// Times every kernel as [`CudaBackend::set_profile`] does, for the
+    /// [`hearth::trace`] recording alone: after each plan its kernels go
+    /// on the trace's device track, and nothing is printed. Steps run op
+    /// by op (no graphs), so the trace shows the ungraphed step.
+    pub fn set_trace_profile(&mut self) {
+        self.prof = Some(Profile {
+            quiet: true,
+            ..Profile::default()
+        });
+        self.set_graphs(false);
+        hearth::trace::name_track(
+            hearth::trace::Track::Device,
+            format!("device: {}", self.caps.name),
+        );
     }
 
     /// Device time per kernel so far, where profiling is on.
@@ -2549,7 +2592,15 @@ impl Backend for CudaBackend {
             if self.use_graphs && plan.syncs.is_empty() {
                 self.run_graph(plan, inputs, held).await
             } else {
-                hearth::graph::plan::execute(self, plan, inputs, held, host).await
+                let out = hearth::graph::plan::execute(self, plan, inputs, held, host).await;
+                if let (Some(prof), Some(end)) = (self.prof.as_mut(), hearth::trace::now()) {
+                    // The plan's result was read back: the stream is done.
+                    if self.stream.synchronize().is_ok() {
+                        prof.trace(end);
+                        prof.collect();
+                    }
+                }
+                out
             }
         }
     }
@@ -2566,7 +2617,7 @@ impl Backend for CudaBackend {
 impl Drop for CudaBackend {
     /// With profiling on, prints the table of kernel times.
     fn drop(&mut self) {
-        if self.prof.is_some() {
+        if self.prof.as_ref().is_some_and(|p| !p.quiet) {
             if let Some(report) = self.profile_report() {
                 eprint!("{report}");
             }

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::sync::Mutex;
 
 use super::buffer::{copy_span, read_back, staging_buffer, usages, GpuBuffer, PendingMap};
-use super::context::GpuContext;
+use super::context::{GpuContext, GpuProfile};
 use super::counters::{Counters, Event, GpuCounters};
 use super::pool::ActPool;
 use super::profile::Profiler;
@@ -151,9 +151,14 @@ impl WebGpuBackend {
         let quant = Arc::new(QuantKernels::new(&ctx.caps, ctx.options.kernels));
         let submit_every = ctx.options.submit_every.unwrap_or(DEFAULT_SUBMIT_EVERY);
         let attn_split_keys = ctx.options.attention_split.unwrap_or(DEFAULT_SPLIT_KEYS);
-        let prof = ctx
-            .profile
-            .then(|| Arc::new(Mutex::new(Profiler::new(&ctx.queue, ctx.timestamps))));
+        let prof = ctx.profile.then(|| {
+            let quiet = ctx.options.profile == GpuProfile::Trace;
+            if ctx.timestamps {
+                let name = format!("device: {} ({})", ctx.caps.adapter_name, ctx.caps.api);
+                crate::trace::name_track(crate::trace::Track::Device, name);
+            }
+            Arc::new(Mutex::new(Profiler::new(&ctx.queue, ctx.timestamps, quiet)))
+        });
         Self {
             ctx,
             caps,
@@ -566,9 +571,15 @@ impl Backend for WebGpuBackend {
 }
 
 impl Drop for WebGpuBackend {
-    /// With `HEARTH_PROFILE=gpu`, prints the profile table.
+    /// With `HEARTH_PROFILE=gpu`, prints the profile table; tracing, puts
+    /// the kernels not yet in the trace there.
     fn drop(&mut self) {
-        if let Some(report) = self.profile_report() {
+        let quiet = self.prof.as_ref().is_some_and(|p| lock(p).quiet());
+        if quiet {
+            if let Some(prof) = &self.prof {
+                lock(prof).flush(&self.ctx.device);
+            }
+        } else if let Some(report) = self.profile_report() {
             eprint!("{report}");
         }
     }

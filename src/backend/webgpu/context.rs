@@ -19,6 +19,9 @@ pub enum GpuProfile {
     /// The host and the wait alone, with the steps' command buffers
     /// exactly as unprofiled (`HEARTH_PROFILE=gpu-host`).
     HostOnly,
+    /// Every kernel's timestamps, for the [`trace`](crate::trace) alone:
+    /// nothing printed (the CLI's `--trace`).
+    Trace,
 }
 
 /// How to pick and set up the adapter, and how the backend runs on it.
@@ -182,8 +185,9 @@ impl GpuContext {
         }
         let ts = super::profile::timestamp_features();
         let profile = opts.profile != GpuProfile::Off && !cfg!(target_arch = "wasm32");
-        let timestamps =
-            opts.profile == GpuProfile::Full && profile && adapter.features().contains(ts);
+        let timestamps = matches!(opts.profile, GpuProfile::Full | GpuProfile::Trace)
+            && profile
+            && adapter.features().contains(ts);
         let mut features = caps.features();
         if timestamps {
             features |= ts;

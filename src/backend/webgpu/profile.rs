@@ -71,6 +71,8 @@ struct Pending {
     kinds: Vec<Arc<str>>,
     rows: u64,
     mapped: Arc<AtomicBool>,
+    /// When it was submitted, on the trace's clock (tracing only).
+    submitted: Option<f64>,
 }
 
 /// Timestamps written into one submission (see [`Profiler::begin`]).
@@ -109,12 +111,17 @@ pub struct Profiler {
     to_map: bool,
     /// Rows and dispatches of the last ended step, host time, submit time.
     ended: Option<(u64, u64, Duration, Duration, Instant)>,
+    /// Print nothing (timestamps for the trace alone).
+    quiet: bool,
+    /// Where the last kernel put in the trace ended (trace seconds).
+    traced_to: f64,
 }
 
 impl Profiler {
     /// A profiler; `timestamps` when the device was created with
-    /// [`timestamp_features`].
-    pub fn new(queue: &wgpu::Queue, timestamps: bool) -> Self {
+    /// [`timestamp_features`]; `quiet` prints nothing (the timestamps go
+    /// to the trace alone).
+    pub fn new(queue: &wgpu::Queue, timestamps: bool, quiet: bool) -> Self {
         Self {
             sets: Vec::new(),
             timestamps,
@@ -127,7 +134,21 @@ impl Profiler {
             groups: BTreeMap::new(),
             to_map: false,
             ended: None,
+            quiet,
+            traced_to: 0.0,
         }
+    }
+
+    /// Whether it prints nothing.
+    pub fn quiet(&self) -> bool {
+        self.quiet
+    }
+
+    /// Waits for the device and takes in every timestamp (into the trace
+    /// when tracing).
+    pub fn flush(&mut self, device: &wgpu::Device) {
+        let _ = device.poll(wgpu::PollType::wait_indefinitely());
+        self.collect(true);
     }
 
     /// Notes activity of the step being recorded (its start, if first).
@@ -234,6 +255,7 @@ impl Profiler {
             kinds,
             rows: self.step.rows,
             mapped: Arc::new(AtomicBool::new(false)),
+            submitted: None,
         });
         self.to_map = true;
     }
@@ -246,7 +268,8 @@ impl Profiler {
         if !std::mem::take(&mut self.to_map) {
             return;
         }
-        if let Some(p) = self.pending.last() {
+        if let Some(p) = self.pending.last_mut() {
+            p.submitted = crate::trace::now();
             let flag = p.mapped.clone();
             let size = (p.kinds.len() as u64 + 1) * 8;
             p.buf.map_async(wgpu::MapMode::Read, 0..size, move |r| {
@@ -275,6 +298,9 @@ impl Profiler {
         let Some((rows, dispatches, host, encode, at)) = self.ended.take() else {
             return;
         };
+        if self.quiet {
+            return;
+        }
         let wait = at.elapsed();
         let g = self.groups.entry(rows).or_default();
         if waited {
@@ -307,6 +333,10 @@ impl Profiler {
             if p.mapped.load(Ordering::Acquire) {
                 if let Ok(view) = p.buf.get_mapped_range(0..n as u64 * 8) {
                     let ticks: &[u64] = bytemuck::cast_slice(&view);
+                    if let Some(at) = p.submitted {
+                        self.traced_to =
+                            trace_kernels(&p.kinds, ticks, self.period_ns, at.max(self.traced_to));
+                    }
                     let g = self.groups.entry(p.rows).or_default();
                     for (i, kind) in p.kinds.iter().enumerate() {
                         let dt = ticks[i + 1].saturating_sub(ticks[i]) as f64 * self.period_ns;
@@ -382,4 +412,30 @@ fn write_group(s: &mut String, rows: u64, g: &Group) {
             100.0 * ns / gpu_ns.max(1.0),
         );
     }
+}
+
+/// Puts one submission's kernels on the trace's device track, the first
+/// starting at `from` (trace seconds: the submission, or the end of the
+/// one before if that ran later) and each lasting what its timestamps
+/// say. Returns where the last one ended.
+fn trace_kernels(kinds: &[Arc<str>], ticks: &[u64], period_ns: f64, from: f64) -> f64 {
+    let Some(&first) = ticks.first() else {
+        return from;
+    };
+    let at = |t: u64| from + t.saturating_sub(first) as f64 * period_ns * 1e-9;
+    let mut end = from;
+    for (i, kind) in kinds.iter().enumerate() {
+        let (Some(&t0), Some(&t1)) = (ticks.get(i), ticks.get(i + 1)) else {
+            break;
+        };
+        end = at(t1.max(t0));
+        crate::trace::complete(
+            crate::trace::Track::Device,
+            kind.to_string(),
+            at(t0),
+            end,
+            Vec::new(),
+        );
+    }
+    end
 }

@@ -125,6 +125,23 @@ export class HearthEngine {
     return this.#gen.call({ type: 'stats', rid: 0 }) as Promise<EngineStats>;
   }
 
+  /** Starts recording a Perfetto trace in the engine (a recording in
+   * progress is dropped): every engine step (schedule, model, sample),
+   * each request's phases, each op and, on WebGPU where the adapter has
+   * timestamp queries inside passes, each kernel. `LoadOptions.trace`
+   * starts one before the load, to hold the load's phases too. */
+  startTrace(): Promise<void> {
+    return this.#gen.call({ type: 'trace-start', rid: 0 }) as Promise<void>;
+  }
+
+  /** Stops the recording and returns the trace as a file for
+   * https://ui.perfetto.dev (empty when nothing was recording):
+   * `URL.createObjectURL(await engine.stopTrace())` makes a download link. */
+  async stopTrace(): Promise<Blob> {
+    const bytes = (await this.#gen.call({ type: 'trace-stop', rid: 0 })) as Uint8Array<ArrayBuffer>;
+    return new Blob([bytes], { type: 'application/octet-stream' });
+  }
+
   /** Generations live now. */
   get activeRequests(): number {
     return this.#gen.active;
@@ -198,6 +215,7 @@ export const Hearth = {
       wasmUrl,
       backend: resolved,
       adapterName: caps.webgpuAdapter,
+      trace: options.trace ?? false,
     };
     const worker = new Worker(new URL('worker.js', base), { type: 'module', name: 'hearth-engine' });
     const info = await new Promise<Omit<ModelInfo, 'loadSeconds'>>((resolve, reject) => {

@@ -25,6 +25,8 @@ export interface WorkerLoadOptions {
   backend: 'cpu' | 'webgpu' | 'auto';
   /** The page's name of its WebGPU adapter (wgpu may report none). */
   adapterName: string | null;
+  /** Start a trace before the load (`LoadOptions.trace`). */
+  trace: boolean;
 }
 
 /** The engine's request (see www/wasm/src/request.rs). */
@@ -51,7 +53,9 @@ export type ToWorker =
   | { type: 'abort'; rid: number }
   | { type: 'tokenize'; rid: number; text: string; addSpecial: boolean; parseSpecial: boolean }
   | { type: 'detokenize'; rid: number; ids: number[] }
-  | { type: 'stats'; rid: number };
+  | { type: 'stats'; rid: number }
+  | { type: 'trace-start'; rid: number }
+  | { type: 'trace-stop'; rid: number };
 
 /** A token event (see request.rs). */
 export interface TokenEvent {

@@ -38,6 +38,9 @@ export interface LoadOptions {
   /** Aborts the download or the load (rejects with code `aborted`). A partial
    * download stays in the cache and resumes on the next load. */
   signal?: AbortSignal;
+  /** Record a Perfetto trace from the start of the load (default false);
+   * `engine.stopTrace()` returns it. */
+  trace?: boolean;
   /** CPU threads (default: `navigator.hardwareConcurrency`, capped at 8, when
    * the page is cross-origin isolated; else 1). Needs COOP/COEP headers for
    * more than one. */

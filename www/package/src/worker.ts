@@ -18,6 +18,8 @@ interface WasmModule {
   initThreadPool?(n: number): Promise<unknown>;
   inspect(readers: Reader[], options: string): Promise<string>;
   load(readers: Reader[], options: string, onProgress: (d: number, t: number, td: number, tt: number) => void): Promise<WasmEngine>;
+  traceStart(): void;
+  traceStop(): Uint8Array | undefined;
 }
 
 interface WasmEngine {
@@ -77,6 +79,16 @@ function handle(m: ToWorker): void {
       post({ type: 'result', rid: m.rid, value: [...engine.tokenize(m.text, m.addSpecial, m.parseSpecial)] });
     } else if (m.type === 'detokenize') {
       post({ type: 'result', rid: m.rid, value: engine.detokenize(Uint32Array.from(m.ids)) });
+    } else if (m.type === 'trace-start') {
+      wasmPromise?.then((mod) => {
+        mod.traceStart();
+        post({ type: 'result', rid: m.rid, value: null });
+      }, (e: unknown) => fail(m.rid, e));
+    } else if (m.type === 'trace-stop') {
+      wasmPromise?.then((mod) => {
+        const bytes = mod.traceStop() ?? new Uint8Array(0);
+        scope.postMessage({ type: 'result', rid: m.rid, value: bytes } satisfies FromWorker, [bytes.buffer]);
+      }, (e: unknown) => fail(m.rid, e));
     } else if (m.type === 'stats') {
       post({ type: 'result', rid: m.rid, value: engineStats(JSON.parse(engine.stats()) as RawStats) });
     }
@@ -212,6 +224,7 @@ async function load(sources: SourceSpec[], o: WorkerLoadOptions): Promise<void> 
   const progress = (p: LoadProgress) => post({ type: 'progress', progress: p });
   try {
     const mod = await wasm(o);
+    if (o.trace) mod.traceStart();
     const threaded = mod.buildKind() === 'threaded';
     const options = (backend: string) => JSON.stringify({
       threads: threaded ? o.threads : 1,

@@ -51,6 +51,21 @@ extern "C" {
     fn date_now() -> f64;
 }
 
+/// Starts recording a Perfetto trace (see `hearth::trace`) on
+/// `performance.now()`: loads, engine steps, requests, ops and, on WebGPU,
+/// kernels. A recording in progress is dropped.
+#[wasm_bindgen(js_name = traceStart)]
+pub fn trace_start() {
+    hearth::trace::start(Clock::from_fn(|| performance_now() / 1000.0));
+}
+
+/// Stops the recording and returns the trace in Perfetto's format
+/// (`undefined`: nothing was recording).
+#[wasm_bindgen(js_name = traceStop)]
+pub fn trace_stop() -> Option<Vec<u8>> {
+    hearth::trace::stop().map(|t| t.to_perfetto())
+}
+
 /// `threaded` for the build with atomics and a thread pool, else `single`.
 #[wasm_bindgen(js_name = buildKind)]
 pub fn build_kind() -> String {

@@ -5,7 +5,7 @@
 
 use hearth::backend::cpu::kernels::Isa;
 use hearth::backend::cpu::{CpuBackend, CpuOptions};
-use hearth::backend::webgpu::{GpuContext, GpuOptions, WebGpuBackend};
+use hearth::backend::webgpu::{GpuContext, GpuOptions, GpuProfile, WebGpuBackend};
 use hearth::backend::Backend;
 use hearth::gguf::{ByteSource, GgufModel};
 use hearth::model::{check_model, load_model, AnyModel, Checked, LoadOptions, LoadProgress};
@@ -70,8 +70,11 @@ pub fn cpu_options(threads: usize) -> CpuOptions {
 /// The WebGPU backend's options, with `HEARTH_GPU_*`, `HEARTH_WEBGPU_KERNELS`
 /// and `HEARTH_PROFILE` from the environment.
 pub fn gpu_options() -> GpuOptions {
-    let (opts, warnings) = GpuOptions::from_settings(env);
+    let (mut opts, warnings) = GpuOptions::from_settings(env);
     warn(warnings);
+    if super::trace::on() && opts.profile == GpuProfile::Off {
+        opts.profile = GpuProfile::Trace;
+    }
     opts
 }
 
@@ -143,6 +146,10 @@ pub async fn load_on<S: ByteSource>(
             // where products switch to the tensor-core tiles.
             if env("HEARTH_PROFILE").as_deref() == Some("cuda") {
                 backend.set_profile(true);
+            } else if super::trace::on() {
+                // --trace: the same events, for the trace's device track
+                // alone (nothing printed).
+                backend.set_trace_profile();
             }
             if let Some(n) = env("HEARTH_CUDA_TILE_TOKENS").and_then(|v| v.parse().ok()) {
                 backend.set_tile_tokens(n);

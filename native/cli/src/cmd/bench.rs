@@ -37,6 +37,7 @@ use hearth::backend::cpu::kernels::KernelTable;
 use hearth::gguf::{GgufModel, MmapSource};
 use hearth::kv::{BlockId, Slot, DEFAULT_BLOCK_SIZE};
 use hearth::model::{Batch, ForwardModel, LoadOptions, LogitsWanted, SeqInput};
+use hearth::trace::{self, Track};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use hearth::model::AnyModel;
@@ -256,8 +257,10 @@ fn bench_models(
         let (gguf, sources) = super::open_model(path)?;
         let info = ModelInfo::new(model_name(path), &gguf);
         for &t in threads {
+            let loading = trace::span(Track::Bench, "load").arg("model", info.name.as_str());
             let mut model = load(args, &gguf, &sources, ctx, t)
                 .with_context(|| format!("cannot load {}", path.display()))?;
+            drop(loading);
             let device = model.device_name();
             for &test in tests {
                 let before = model.expert_stats();
@@ -348,7 +351,12 @@ fn measure<M: ForwardModel>(
     let n_vocab = model.config().n_vocab.max(1);
     let mut rng = Rng(args.seed ^ 0x9e37_79b9_7f4a_7c15);
     let bar = progress(args.reps, &format!("{name} {} t={threads}", test.name()));
+    let _test = trace::span(Track::Bench, test.name())
+        .arg("model", name)
+        .arg("threads", threads)
+        .arg("reps", args.reps);
     if !args.no_warmup {
+        let _warm = trace::span(Track::Bench, "warm-up");
         bar.set_message(format!("{name} {} t={threads} warm-up", test.name()));
         run_test(model, test.warm_up(), args.batch, ctx, &mut || {
             rng.token(n_vocab)
@@ -356,10 +364,13 @@ fn measure<M: ForwardModel>(
         bar.set_message(format!("{name} {} t={threads}", test.name()));
     }
     let mut samples = Vec::with_capacity(args.reps);
-    for _ in 0..args.reps {
+    for rep in 0..args.reps {
+        let mut span = trace::span(Track::Bench, "rep").arg("rep", rep);
         let start = Instant::now();
         run_test(model, test, args.batch, ctx, &mut || rng.token(n_vocab))?;
         let secs = start.elapsed().as_secs_f64().max(1e-9);
+        span.set("tokens_per_s", test.tokens() as f64 / secs);
+        drop(span);
         samples.push(test.tokens() as f64 / secs);
         bar.inc(1);
     }

@@ -13,6 +13,7 @@ pub mod run;
 pub mod serve;
 pub mod synth;
 pub mod tokenize;
+pub mod trace;
 pub mod tune;
 
 use std::path::Path;
