@@ -180,3 +180,82 @@ fn a_stored_tier_this_build_lacks_falls_back_with_a_message() {
     assert!(!err.contains("tune: probed"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `hearth run` of the synthetic model on WebGPU, with `envs`; `None`
+/// when there is no adapter (said, and a failure with HEARTH_REQUIRE_GPU=1).
+fn run_webgpu(dir: &str, envs: &[(&str, &str)]) -> Option<String> {
+    let m = model();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_hearth"));
+    cmd.args([
+        "run",
+        "-m",
+        m.to_str().expect("utf-8 path"),
+        "--backend",
+        "webgpu",
+        "-n",
+        "2",
+        "--temp",
+        "0",
+        "-p",
+        "hi",
+    ])
+    .env_remove("HEARTH_GPU_SUBMIT_EVERY")
+    .env("HEARTH_TUNE_DIR", dir);
+    for (k, v) in envs {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("run hearth");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    if !out.status.success() && stderr.contains("no WebGPU adapter") {
+        assert!(
+            std::env::var("HEARTH_REQUIRE_GPU").as_deref() != Ok("1"),
+            "HEARTH_REQUIRE_GPU=1 and no WebGPU adapter: {stderr}"
+        );
+        eprintln!("skipped: no WebGPU adapter ({stderr})");
+        return None;
+    }
+    assert!(out.status.success(), "{stderr}");
+    Some(stderr)
+}
+
+#[test]
+fn webgpu_submit_interval_is_probed_once_then_read_from_the_store() {
+    let dir = temp_dir("webgpu");
+    let d = dir.to_str().expect("utf-8 path");
+    let Some(first) = run_webgpu(d, &[]) else {
+        return;
+    };
+    assert!(
+        first.contains("tune: probed webgpu.submit_every on llama"),
+        "{first}"
+    );
+    let store: Value =
+        serde_json::from_slice(&std::fs::read(dir.join("tune.json")).expect("store"))
+            .expect("json");
+    let record = store["records"]
+        .as_array()
+        .and_then(|r| r.iter().find(|r| r["probe"] == "webgpu.submit_every"))
+        .unwrap_or_else(|| panic!("no webgpu record: {store}"));
+    assert_eq!(record["key"]["backend"], "webgpu");
+    // Every candidate ran and matched the default's logits.
+    let cands = record["candidates"].as_array().expect("candidates");
+    assert_eq!(cands.len(), 5, "{record}");
+    assert!(
+        cands
+            .iter()
+            .all(|c| c["rejected"].is_null() && c["median_ns"].as_u64().is_some()),
+        "{record}"
+    );
+    let winner = record["winner"].as_str().expect("winner").to_string();
+
+    let second = run_webgpu(d, &[]).expect("the adapter is still there");
+    assert!(
+        second.contains(&format!("tune: from store (webgpu.submit_every {winner})")),
+        "{second}"
+    );
+    assert!(!second.contains("tune: probed"), "{second}");
+
+    // An interval set by hand wins: nothing probed, nothing said.
+    let forced = run_webgpu(d, &[("HEARTH_GPU_SUBMIT_EVERY", "8")]).expect("adapter");
+    assert!(!forced.contains("tune:"), "{forced}");
+}

@@ -356,7 +356,9 @@ pub fn load_engine(args: &ModelArgs, wish: &EngineWish<'_>) -> Result<Loaded> {
         &mut report,
     ));
     bar.finish_and_clear();
-    let m = loaded.with_context(|| format!("cannot load {}", args.model.display()))?;
+    let mut m = loaded.with_context(|| format!("cannot load {}", args.model.display()))?;
+    // On WebGPU, the step's submit interval measured on this adapter.
+    let tune = tune.or_else(|| super::tune_gpu::submit_every(&args.tune, &mut m));
     let engine = Engine::new(m, tokenizer, template, config)?;
     Ok(Loaded {
         engine,

@@ -15,6 +15,7 @@ pub mod synth;
 pub mod tokenize;
 pub mod trace;
 pub mod tune;
+pub mod tune_gpu;
 
 use std::path::Path;
 

@@ -89,7 +89,15 @@ impl Store for FileStore {
 }
 
 /// The process's monotonic clock.
-struct InstantClock(Instant);
+/// [`Clock`] on `std::time::Instant`, from when it was made.
+pub struct InstantClock(pub Instant);
+
+impl InstantClock {
+    /// Milliseconds since it was made.
+    pub fn elapsed_ms(&self) -> f64 {
+        self.0.elapsed().as_secs_f64() * 1e3
+    }
+}
 
 impl Clock for InstantClock {
     fn now_ns(&self) -> u64 {
@@ -206,25 +214,54 @@ pub struct Args {
 /// results stored and printed as a table.
 pub fn run(args: Args) -> Result<()> {
     super::backend::check_backend(&args.backend)?;
-    if args.backend != "cpu" {
-        anyhow::bail!("hearth tune has probes for the CPU backend only so far; pass --backend cpu");
-    }
-    let (model, _sources) = super::open_model(&args.model)?;
-    let shapes = cpu::model_shapes(&model.tensors);
-    if shapes.is_empty() {
-        anyhow::bail!(
-            "{} has no weight matrices the CPU kernels run; pass a model with quantized or float weights",
-            args.model.display()
-        );
-    }
-    let threads = match args.threads {
-        0 => super::platform::defaults_for("cpu").threads.value,
-        n => n,
+    let backend = match args.backend.as_str() {
+        "auto" => super::platform::defaults_for("auto")
+            .backend
+            .value
+            .name()
+            .to_string(),
+        b => b.to_string(),
     };
-    let clock = InstantClock(Instant::now());
-    let record = cpu::probe_isa(&cpu_key(), &shapes, threads, &clock)?;
+    match backend.as_str() {
+        "cpu" => run_cpu(&args),
+        "webgpu" => run_webgpu(&args),
+        other => anyhow::bail!(
+            "hearth tune has probes for the CPU and WebGPU backends so far, not {other}; pass --backend cpu or webgpu"
+        ),
+    }
+}
+
+/// `hearth tune --backend webgpu`: the model loaded on the adapter with a
+/// K/V cache of two blocks, and its submit-interval probe.
+fn run_webgpu(args: &Args) -> Result<()> {
+    use hearth::graph::{KvCacheConfig, KvType};
+    use hearth::kv::DEFAULT_BLOCK_SIZE;
+    let (gguf, sources) = super::open_model(&args.model)?;
+    let opts = hearth::model::LoadOptions::new(KvCacheConfig {
+        num_blocks: 2,
+        block_size: DEFAULT_BLOCK_SIZE,
+        dtype: KvType::F16,
+    });
+    let mut model = pollster::block_on(super::backend::load_on(
+        "webgpu",
+        1,
+        None,
+        &gguf,
+        &sources,
+        &opts,
+        &mut |_| {},
+    ))
+    .with_context(|| format!("cannot load {}", args.model.display()))?;
+    let Some(record) = super::tune_gpu::probe_for_tune(&mut model)? else {
+        anyhow::bail!("the model did not load on WebGPU");
+    };
+    store_and_print(&args.tune, record)
+}
+
+/// Prints `record` and stores it where the store is on.
+fn store_and_print(tune: &TuneArgs, record: Record) -> Result<()> {
     print_record(&record);
-    let Some(path) = args.tune.path() else {
+    let Some(path) = tune.path() else {
         println!("not stored (HEARTH_TUNE_DIR=off)");
         return Ok(());
     };
@@ -239,6 +276,25 @@ pub fn run(args: Args) -> Result<()> {
         .with_context(|| "cannot store the results".to_string())?;
     println!("stored in {}", path.display());
     Ok(())
+}
+
+/// `hearth tune --backend cpu`: the kernel-tier probe.
+fn run_cpu(args: &Args) -> Result<()> {
+    let (model, _sources) = super::open_model(&args.model)?;
+    let shapes = cpu::model_shapes(&model.tensors);
+    if shapes.is_empty() {
+        anyhow::bail!(
+            "{} has no weight matrices the CPU kernels run; pass a model with quantized or float weights",
+            args.model.display()
+        );
+    }
+    let threads = match args.threads {
+        0 => super::platform::defaults_for("cpu").threads.value,
+        n => n,
+    };
+    let clock = InstantClock(Instant::now());
+    let record = cpu::probe_isa(&cpu_key(), &shapes, threads, &clock)?;
+    store_and_print(&args.tune, record)
 }
 
 /// One record as a table: candidate, median, and the winner marked.
