@@ -43,6 +43,9 @@ pub enum Error {
     /// The engine refused a request or the model broke its contract.
     #[error(transparent)]
     Engine(#[from] crate::engine::EngineError),
+    /// A model that does not split into the tensor-parallel shards asked for.
+    #[error(transparent)]
+    Shard(#[from] crate::model::shard::ShardError),
 }
 
 /// `Result` with the crate's [`Error`](enum@Error).

@@ -139,6 +139,16 @@ pub enum SyncKind {
         /// The block after the last.
         end: usize,
     },
+    /// Block `layer`'s partial attention output (`ffn` false) or FFN
+    /// output (`ffn` true) of a tensor-parallel shard is read back, and
+    /// the sum over every shard written in its place
+    /// ([`crate::model::shard`]).
+    AllReduce {
+        /// The block.
+        layer: usize,
+        /// The FFN's output (else the attention's).
+        ffn: bool,
+    },
 }
 
 /// A point where a plan stops for the host: the steps before `before` are

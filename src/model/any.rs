@@ -9,6 +9,7 @@ use std::pin::Pin;
 
 use crate::backend::Backend;
 use crate::model::generic::Model;
+use crate::model::shard::TensorParallel;
 use crate::model::{Batch, ForwardModel, ModelConfig};
 
 /// A future of the type-erased model's methods (not `Send`: browser GPU
@@ -70,7 +71,45 @@ impl<B: Backend + 'static> ErasedModel for Model<B> {
     }
 }
 
-/// A [`Model`] on any backend, behind one type: what a front end holds
+impl<B: Backend + 'static> ErasedModel for TensorParallel<B> {
+    fn config(&self) -> &ModelConfig {
+        ForwardModel::config(self)
+    }
+
+    fn device_name(&self) -> String {
+        TensorParallel::device_name(self)
+    }
+
+    fn forward<'a>(&'a mut self, batch: &'a Batch<'a>) -> Fut<'a, Vec<f32>> {
+        Box::pin(ForwardModel::forward(self, batch))
+    }
+
+    fn forward_argmax<'a>(&'a mut self, batch: &'a Batch<'a>) -> Fut<'a, Vec<u32>> {
+        Box::pin(ForwardModel::forward_argmax(self, batch))
+    }
+
+    fn forward_top_k<'a>(
+        &'a mut self,
+        batch: &'a Batch<'a>,
+        k: usize,
+    ) -> Fut<'a, Vec<Vec<(u32, f32)>>> {
+        Box::pin(ForwardModel::forward_top_k(self, batch, k))
+    }
+
+    fn expert_stats(&self) -> Option<crate::moe::ExpertStats> {
+        None
+    }
+
+    fn as_any_mut(&mut self) -> &mut dyn Any {
+        self
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+/// A [`Model`] (or a [`TensorParallel`] one) on any backend, behind one type: what a front end holds
 /// when the backend is chosen at run time. Boxing the futures costs one
 /// allocation per forward pass.
 pub struct AnyModel {
@@ -114,6 +153,14 @@ impl fmt::Debug for AnyModel {
             .field("arch", &self.inner.config().arch)
             .field("device", &self.inner.device_name())
             .finish()
+    }
+}
+
+impl<B: Backend + 'static> From<TensorParallel<B>> for AnyModel {
+    fn from(model: TensorParallel<B>) -> Self {
+        Self {
+            inner: Box::new(model),
+        }
     }
 }
 

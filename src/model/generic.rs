@@ -47,6 +47,9 @@ pub struct Model<B: Backend> {
     /// The blocks' matrices in host memory, when they stream through the
     /// device ([`crate::model::load::LoadOptions::stream_layers`]).
     pub(crate) stream: Option<BlockStream>,
+    /// The all-reduce this model takes part in as a tensor-parallel shard,
+    /// and its index ([`crate::model::shard::TensorParallel`]).
+    pub(crate) reduce: Option<(std::sync::Arc<crate::model::shard::HostReduce>, usize)>,
 }
 
 impl<B: Backend> fmt::Debug for Model<B> {
@@ -199,7 +202,7 @@ impl<B: Backend> Model<B> {
 
     /// One forward pass reading back `readout`: the bytes read back (none
     /// for a batch without tokens).
-    async fn forward_plan(
+    pub(crate) async fn forward_plan(
         &mut self,
         batch: &Batch<'_>,
         readout: Readout,
@@ -232,6 +235,7 @@ impl<B: Backend> Model<B> {
             plan_opts,
             host: _,
             stream,
+            reduce,
         } = self;
         let src = PlanSource {
             cfg,
@@ -262,6 +266,8 @@ impl<B: Backend> Model<B> {
             store: experts.as_deref_mut(),
             k: cfg.n_expert_used,
             stream: stream.as_mut(),
+            reduce: reduce.as_ref().map(|(r, i)| (&**r, *i)),
+            round: 0,
         };
         Ok(backend.run_plan(plan, &inputs, &held, &mut host).await?)
     }
@@ -289,15 +295,7 @@ impl<B: Backend> Model<B> {
         k: usize,
     ) -> crate::Result<Vec<Vec<(u32, f32)>>> {
         let bytes = self.forward_plan(batch, Readout::TopK(k)).await?;
-        let words: Vec<u32> = bytemuck::pod_collect_to_vec(&bytes);
-        Ok(words
-            .chunks_exact(2 * k.max(1))
-            .map(|row| {
-                row.chunks_exact(2)
-                    .map(|p| (p[0], f32::from_bits(p[1])))
-                    .collect()
-            })
-            .collect())
+        Ok(top_k_rows(&bytes, k))
     }
 }
 
@@ -321,4 +319,18 @@ impl<B: Backend> ForwardModel for Model<B> {
     ) -> crate::Result<Vec<Vec<(u32, f32)>>> {
         self.run_top_k(batch, k).await
     }
+}
+
+/// The rows of a [`Readout::TopK`] read back: `k` `(token, logit)` pairs
+/// each.
+pub(crate) fn top_k_rows(bytes: &[u8], k: usize) -> Vec<Vec<(u32, f32)>> {
+    let words: Vec<u32> = bytemuck::pod_collect_to_vec(bytes);
+    words
+        .chunks_exact(2 * k.max(1))
+        .map(|row| {
+            row.chunks_exact(2)
+                .map(|p| (p[0], f32::from_bits(p[1])))
+                .collect()
+        })
+        .collect()
 }

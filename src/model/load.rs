@@ -836,6 +836,7 @@ pub async fn load_model<B: Backend, S: ByteSource>(
             },
             host: None,
             stream: None,
+            reduce: None,
             backend: cpu,
         }))
     };
@@ -913,6 +914,7 @@ pub async fn load_model<B: Backend, S: ByteSource>(
         },
         host: host_model,
         stream,
+        reduce: None,
     };
     if let Some(cache) = cache {
         m.set_expert_store(Some(Box::new(cache)));

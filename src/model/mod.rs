@@ -13,6 +13,7 @@ pub mod memory;
 pub mod offload;
 pub mod plans;
 pub mod quantize;
+pub mod shard;
 pub mod split;
 pub mod stream;
 pub mod synth;

@@ -6,8 +6,9 @@
 
 use crate::backend::{Backend, BackendError};
 use crate::graph::fuse::fuse;
-use crate::graph::plan::{HostSync, Plan, Step, SyncFuture, SyncKind, SyncPoint};
+use crate::graph::plan::{HostSync, HostWrite, Plan, Step, SyncFuture, SyncKind, SyncPoint};
 use crate::model::arch::plan::{build_template, PlanOptions, PlanSource, StepShape};
+use crate::model::shard::HostReduce;
 use crate::model::stream::BlockStream;
 use crate::moe::{ExpertStore, Routes};
 
@@ -134,11 +135,34 @@ pub(crate) struct StoreSync<'a> {
     pub(crate) k: usize,
     /// The streamed blocks, if the model streams them.
     pub(crate) stream: Option<&'a mut BlockStream>,
+    /// The all-reduce of a tensor-parallel shard, and the shard's index.
+    pub(crate) reduce: Option<(&'a HostReduce, usize)>,
+    /// All-reduces of this step so far.
+    pub(crate) round: usize,
 }
 
 impl HostSync for StoreSync<'_> {
     fn at_sync<'a>(&'a mut self, point: &'a SyncPoint, data: Vec<Vec<u8>>) -> SyncFuture<'a> {
         let k = self.k;
+        if let SyncKind::AllReduce { .. } = point.kind {
+            let round = self.round;
+            self.round += 1;
+            let (Some((reduce, shard)), [part]) = (self.reduce, data.as_slice()) else {
+                let e = BackendError::Shape(format!(
+                    "the plan stops at {point:?}, but the model is not a tensor-parallel shard"
+                ));
+                return Box::pin(std::future::ready(Err(e)));
+            };
+            let part: Vec<f32> = bytemuck::pod_collect_to_vec(part);
+            let total = reduce.reduce(round, shard, part);
+            return Box::pin(async move {
+                let total = total.await;
+                Ok(vec![HostWrite::Act {
+                    index: 0,
+                    bytes: std::borrow::Cow::Owned(bytemuck::pod_collect_to_vec(&total)),
+                }])
+            });
+        }
         if let SyncKind::StreamBlocks { first, end } = point.kind {
             let r = match self.stream.as_deref_mut() {
                 Some(s) => Ok(s.writes(first..end)),

@@ -116,6 +116,10 @@ pub struct PlanOptions {
     /// blocks 0 and 1 written, and before each block `il` after it to have
     /// block `il + 1` written into the set block `il - 1` used.
     pub stream: bool,
+    /// The model is one tensor-parallel shard ([`crate::model::shard`]):
+    /// the plan stops after each block's attention output and FFN output
+    /// products for the sum over the shards ([`SyncKind::AllReduce`]).
+    pub all_reduce: bool,
 }
 
 impl PlanOptions {
@@ -167,7 +171,7 @@ pub fn build_template<'a>(
             }
         }
         let l = &s.weights.layers[il];
-        attention(&s, &mut p, &bufs, il, il - blocks.start, l);
+        attention(&s, &mut p, &bufs, il, il - blocks.start, l, opts);
         feed_forward(&s, &mut p, &bufs, il, l, opts)?;
     }
     if opts.hidden_out {
@@ -299,7 +303,15 @@ fn embed(s: &PlanSource<'_>, p: &mut Plan, b: &Bufs) {
 
 /// The attention half of layer `il`, added into `x`; its K/V cache is the
 /// plan's `kv`-th.
-fn attention(s: &PlanSource<'_>, p: &mut Plan, b: &Bufs, il: usize, kv: usize, l: &LayerWeights) {
+fn attention(
+    s: &PlanSource<'_>,
+    p: &mut Plan,
+    b: &Bufs,
+    il: usize,
+    kv: usize,
+    l: &LayerWeights,
+    opts: &PlanOptions,
+) {
     let (c, ls) = (s.cfg, s.spec.layers.get(il).copied());
     norm(s, p, &l.attn_norm, b.x, b.h);
     matmul(s, p, &l.wq, b.h, b.q);
@@ -348,6 +360,16 @@ fn attention(s: &PlanSource<'_>, p: &mut Plan, b: &Bufs, il: usize, kv: usize, l
     };
     p.push(attn, &[b.q, kv[0], kv[1], b.seqs, b.tables], &[b.att]);
     matmul(s, p, &l.wo, b.att, b.o);
+    if opts.all_reduce {
+        p.sync(
+            &[b.o],
+            &[b.o],
+            SyncKind::AllReduce {
+                layer: il,
+                ffn: false,
+            },
+        );
+    }
     if let Some(w) = &l.post_attn_norm {
         norm(s, p, w, b.o, b.o);
     }
@@ -428,6 +450,16 @@ fn feed_forward(
                 p.push(Op::Add, &[b.o, b.part], &[b.o]);
             }
         }
+    }
+    if opts.all_reduce {
+        p.sync(
+            &[b.o],
+            &[b.o],
+            SyncKind::AllReduce {
+                layer: il,
+                ffn: true,
+            },
+        );
     }
     if let Some(w) = &l.post_ffn_norm {
         norm(s, p, w, b.o, b.o);

@@ -135,64 +135,7 @@ pub async fn load_on<S: ByteSource>(
     Ok(match name {
         #[cfg(feature = "cuda")]
         "cuda" => {
-            let mut backend = hearth_cuda::CudaBackend::new(0)?;
-            // HEARTH_CUDA_GRAPHS=0 records every op of every step instead
-            // of replaying plans as CUDA graphs (for comparison).
-            if env("HEARTH_CUDA_GRAPHS").as_deref() == Some("0") {
-                backend.set_graphs(false);
-            }
-            // HEARTH_PROFILE=cuda times every kernel (op by op) and prints
-            // the table at exit; HEARTH_CUDA_TILE_TOKENS=N moves the point
-            // where products switch to the tensor-core tiles.
-            if env("HEARTH_PROFILE").as_deref() == Some("cuda") {
-                backend.set_profile(true);
-            } else if super::trace::on() {
-                // --trace: the same events, for the trace's device track
-                // alone (nothing printed).
-                backend.set_trace_profile();
-            }
-            if let Some(n) = env("HEARTH_CUDA_TILE_TOKENS").and_then(|v| v.parse().ok()) {
-                backend.set_tile_tokens(n);
-            }
-            // HEARTH_CUDA_DEQUANT_TOKENS=N: from how many tokens a product
-            // dequantizes its weight to f16 once (128).
-            if let Some(n) = env("HEARTH_CUDA_DEQUANT_TOKENS").and_then(|v| v.parse().ok()) {
-                backend.set_dequant_tokens(n);
-            }
-            // HEARTH_CUDA_ATT_WARPS=4|8|16 runs attention on the kernel of
-            // a block per query head; HEARTH_CUDA_MV_ROWS=1|2|4 sets the
-            // rows a warp of the decode products sweeps together, 0 the
-            // persistent kernels of a row a warp (both for comparison).
-            if let Some(n) = env("HEARTH_CUDA_ATT_WARPS").and_then(|v| v.parse().ok()) {
-                backend.set_attention_warps(n);
-            }
-            // HEARTH_CUDA_MQ_TOKENS=N: from how many tokens batched decode
-            // multiplies on the int8 tensor cores (9; 0 never).
-            if let Some(n) = env("HEARTH_CUDA_MQ_TOKENS").and_then(|v| v.parse().ok()) {
-                backend.set_mq_tokens(n);
-            }
-            // HEARTH_CUDA_MQ_SPLITS=N: splits of its k (0: enough to fill
-            // the device).
-            if let Some(n) = env("HEARTH_CUDA_MQ_SPLITS").and_then(|v| v.parse().ok()) {
-                backend.set_mq_splits(n);
-            }
-            // HEARTH_CUDA_FLASH_ROWS=N: from how many query rows attention
-            // runs on the flash kernel (64; 0 never).
-            if let Some(n) = env("HEARTH_CUDA_FLASH_ROWS").and_then(|v| v.parse().ok()) {
-                backend.set_flash_rows(n);
-            }
-            if let Some(n) = env("HEARTH_CUDA_MV_ROWS").and_then(|v| v.parse().ok()) {
-                backend.set_mv_rows(n);
-            }
-            // HEARTH_CUDA_BATCHED_UPLOADS=0 fills the expert cache's slots
-            // one run of rows at a time (for comparison).
-            if env("HEARTH_CUDA_BATCHED_UPLOADS").as_deref() == Some("0") {
-                backend.set_batched_uploads(false);
-            }
-            // HEARTH_CUDA_PREFILL=int8 multiplies prefill on the int8 tiles.
-            if env("HEARTH_CUDA_PREFILL").as_deref() == Some("int8") {
-                backend.set_prefill_f16(false);
-            }
+            let backend = cuda_backend(0)?;
             AnyModel::new(load_model(backend, model, sources, opts, progress).await?)
         }
         "webgpu" => {
@@ -214,4 +157,115 @@ pub async fn load_on<S: ByteSource>(
             AnyModel::new(load_model(backend, model, sources, opts, progress).await?)
         }
     })
+}
+
+/// Loads `model` split into `n` tensor-parallel shards
+/// ([`hearth::model::shard`]), shard `i` on its own backend named `name`:
+/// CUDA device `i`, or, on one device or the CPU, `n` backends side by
+/// side (the partial sums cross the host either way; on the CPU each
+/// shard gets `threads / n` threads).
+pub async fn load_on_tp<S: ByteSource>(
+    name: &str,
+    n: usize,
+    threads: usize,
+    model: &GgufModel,
+    sources: &[S],
+    opts: &LoadOptions,
+    progress: &mut dyn FnMut(&LoadProgress),
+) -> anyhow::Result<AnyModel> {
+    use hearth::model::shard::load_tensor_parallel;
+    check_backend(name)?;
+    let opts = &LoadOptions {
+        host_threads: threads,
+        gpu_layers: None,
+        ..*opts
+    };
+    Ok(match name {
+        #[cfg(feature = "cuda")]
+        "cuda" => {
+            let backends = (0..n)
+                .map(cuda_backend)
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            AnyModel::from(load_tensor_parallel(backends, model, sources, opts, progress).await?)
+        }
+        "webgpu" => {
+            let mut backends = Vec::with_capacity(n);
+            for _ in 0..n {
+                backends.push(WebGpuBackend::new(GpuContext::new(&gpu_options()).await?));
+            }
+            AnyModel::from(load_tensor_parallel(backends, model, sources, opts, progress).await?)
+        }
+        _ => {
+            let per = (threads / n).max(1);
+            let backends = (0..n)
+                .map(|_| CpuBackend::with_options(&cpu_options(per)))
+                .collect();
+            AnyModel::from(load_tensor_parallel(backends, model, sources, opts, progress).await?)
+        }
+    })
+}
+
+/// The CUDA backend on device `ordinal`, with the `HEARTH_CUDA_*` and
+/// `HEARTH_PROFILE` settings of the environment.
+#[cfg(feature = "cuda")]
+fn cuda_backend(ordinal: usize) -> anyhow::Result<hearth_cuda::CudaBackend> {
+    let mut backend = hearth_cuda::CudaBackend::new(ordinal)?;
+    // HEARTH_CUDA_GRAPHS=0 records every op of every step instead
+    // of replaying plans as CUDA graphs (for comparison).
+    if env("HEARTH_CUDA_GRAPHS").as_deref() == Some("0") {
+        backend.set_graphs(false);
+    }
+    // HEARTH_PROFILE=cuda times every kernel (op by op) and prints
+    // the table at exit; HEARTH_CUDA_TILE_TOKENS=N moves the point
+    // where products switch to the tensor-core tiles.
+    if env("HEARTH_PROFILE").as_deref() == Some("cuda") {
+        backend.set_profile(true);
+    } else if super::trace::on() {
+        // --trace: the same events, for the trace's device track
+        // alone (nothing printed).
+        backend.set_trace_profile();
+    }
+    if let Some(n) = env("HEARTH_CUDA_TILE_TOKENS").and_then(|v| v.parse().ok()) {
+        backend.set_tile_tokens(n);
+    }
+    // HEARTH_CUDA_DEQUANT_TOKENS=N: from how many tokens a product
+    // dequantizes its weight to f16 once (128).
+    if let Some(n) = env("HEARTH_CUDA_DEQUANT_TOKENS").and_then(|v| v.parse().ok()) {
+        backend.set_dequant_tokens(n);
+    }
+    // HEARTH_CUDA_ATT_WARPS=4|8|16 runs attention on the kernel of
+    // a block per query head; HEARTH_CUDA_MV_ROWS=1|2|4 sets the
+    // rows a warp of the decode products sweeps together, 0 the
+    // persistent kernels of a row a warp (both for comparison).
+    if let Some(n) = env("HEARTH_CUDA_ATT_WARPS").and_then(|v| v.parse().ok()) {
+        backend.set_attention_warps(n);
+    }
+    // HEARTH_CUDA_MQ_TOKENS=N: from how many tokens batched decode
+    // multiplies on the int8 tensor cores (9; 0 never).
+    if let Some(n) = env("HEARTH_CUDA_MQ_TOKENS").and_then(|v| v.parse().ok()) {
+        backend.set_mq_tokens(n);
+    }
+    // HEARTH_CUDA_MQ_SPLITS=N: splits of its k (0: enough to fill
+    // the device).
+    if let Some(n) = env("HEARTH_CUDA_MQ_SPLITS").and_then(|v| v.parse().ok()) {
+        backend.set_mq_splits(n);
+    }
+    // HEARTH_CUDA_FLASH_ROWS=N: from how many query rows attention
+    // runs on the flash kernel (64; 0 never).
+    if let Some(n) = env("HEARTH_CUDA_FLASH_ROWS").and_then(|v| v.parse().ok()) {
+        backend.set_flash_rows(n);
+    }
+    if let Some(n) = env("HEARTH_CUDA_MV_ROWS").and_then(|v| v.parse().ok()) {
+        backend.set_mv_rows(n);
+    }
+    // HEARTH_CUDA_BATCHED_UPLOADS=0 fills the expert cache's slots
+    // one run of rows at a time (for comparison).
+    if env("HEARTH_CUDA_BATCHED_UPLOADS").as_deref() == Some("0") {
+        backend.set_batched_uploads(false);
+    }
+    // HEARTH_CUDA_PREFILL=int8 multiplies prefill on the int8 tiles.
+    if env("HEARTH_CUDA_PREFILL").as_deref() == Some("int8") {
+        backend.set_prefill_f16(false);
+    }
+    Ok(backend)
 }

@@ -203,6 +203,9 @@ fn print_plan(args: &Args, file: &GgufModel, cfg: &ModelConfig, ctx: usize) -> R
         block_size: DEFAULT_BLOCK_SIZE,
         dtype: KvType::F16,
     }));
+    if args.place.tensor_parallel > 1 {
+        return print_shards(args, file, cfg);
+    }
     let (checked, device) =
         pollster::block_on(super::backend::check_on(&args.backend, 0, file, &opts))?;
     let m = &checked.memory;
@@ -245,6 +248,36 @@ fn print_plan(args: &Args, file: &GgufModel, cfg: &ModelConfig, ctx: usize) -> R
         None => {}
     }
     println!("  why: {}", checked.reason);
+    Ok(())
+}
+
+/// `hearth info --plan --tensor-parallel N`: what each shard holds.
+fn print_shards(args: &Args, file: &GgufModel, cfg: &ModelConfig) -> Result<()> {
+    use hearth::model::shard::ShardLayout;
+    let n = args.place.tensor_parallel;
+    let l = ShardLayout::new(cfg, n)?;
+    let total: u64 = file.tensors.iter().map(|t| t.size).sum();
+    println!(
+        "load plan on {}: {n} tensor-parallel shards of {} weights",
+        args.backend,
+        human_bytes(total)
+    );
+    for i in 0..n {
+        let (q, kv) = (l.heads(i), l.kv_heads(i));
+        let copied = if l.n_head_kv < n { ", copied" } else { "" };
+        println!(
+            "  shard {i}: query heads {}-{}, K/V heads {}-{}{copied}, {} of {} FFN units, {} of weights",
+            q.start,
+            q.end - 1,
+            kv.start,
+            kv.end - 1,
+            l.n_ff / n,
+            l.n_ff,
+            human_bytes(l.shard_bytes(file, cfg, i))
+        );
+    }
+    println!("  every shard: the norms, the token embeddings and the output head, whole");
+    println!("  each block's attention and FFN outputs are summed over the shards (all-reduce)");
     Ok(())
 }
 

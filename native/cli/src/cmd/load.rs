@@ -73,6 +73,14 @@ pub struct PlacementArgs {
     /// the device.
     #[arg(long, conflicts_with_all = ["gpu_layers", "cpu_moe", "n_cpu_moe"])]
     pub stream_layers: bool,
+    /// Split every block across N devices (tensor parallelism): each
+    /// holds its share of the attention heads and FFN units and of the K/V
+    /// cache, and the shards' partial sums are added after each block's
+    /// attention and FFN. CUDA: devices 0..N; on one device or the CPU the
+    /// shards run side by side (for testing). 1: off.
+    #[arg(long, default_value_t = 1, value_name = "N",
+          conflicts_with_all = ["gpu_layers", "stream_layers", "cpu_moe", "n_cpu_moe", "gpu_mem"])]
+    pub tensor_parallel: usize,
     /// Keep every MoE layer's routed experts in host memory and compute
     /// them there (llama.cpp's `--cpu-moe`).
     #[arg(long)]
@@ -346,15 +354,27 @@ pub fn load_engine(args: &ModelArgs, wish: &EngineWish<'_>) -> Result<Loaded> {
         "cpu" => super::tune::cpu_isa(&args.tune, &model, threads),
         _ => (None, None),
     };
-    let loaded = pollster::block_on(backend::load_on(
-        &args.backend,
-        threads,
-        cpu_isa,
-        &model,
-        &sources,
-        &opts,
-        &mut report,
-    ));
+    let loaded = if args.place.tensor_parallel > 1 {
+        pollster::block_on(backend::load_on_tp(
+            &args.backend,
+            args.place.tensor_parallel,
+            threads,
+            &model,
+            &sources,
+            &opts,
+            &mut report,
+        ))
+    } else {
+        pollster::block_on(backend::load_on(
+            &args.backend,
+            threads,
+            cpu_isa,
+            &model,
+            &sources,
+            &opts,
+            &mut report,
+        ))
+    };
     bar.finish_and_clear();
     let mut m = loaded.with_context(|| format!("cannot load {}", args.model.display()))?;
     // On WebGPU, the step's submit interval measured on this adapter.
