@@ -10,7 +10,9 @@
 mod model_support;
 
 use hearth::gguf::open_model;
-use hearth::model::shard::{load_tensor_parallel, ShardLayout, TensorParallel};
+use hearth::model::shard::{
+    load_tensor_parallel, load_tensor_parallel_as, ExpertSplit, ShardLayout, TensorParallel,
+};
 use hearth::model::{ForwardModel, LogitsWanted, ModelConfig};
 use model_support::moe_cache::{cache_options, cache_steps};
 use model_support::{
@@ -56,6 +58,26 @@ fn tensor_parallel(
         &cache_options(None, 12),
         &mut |_| {},
     ))
+}
+
+/// [`tensor_parallel`] with the experts split as `experts` says.
+fn split_as(
+    name: &str,
+    n: usize,
+    experts: ExpertSplit,
+) -> TensorParallel<hearth::backend::cpu::CpuBackend> {
+    let path = model_path(name);
+    let (gguf, sources) = open_model(&path).expect("open");
+    let backends = (0..n).map(|_| cpu_backend(1)).collect();
+    pollster::block_on(load_tensor_parallel_as(
+        experts,
+        backends,
+        &gguf,
+        &sources,
+        &cache_options(None, 12),
+        &mut |_| {},
+    ))
+    .unwrap_or_else(|e| panic!("{name} x{n} {experts:?}: {e}"))
 }
 
 /// How far a shard's logits may be from the whole model's: f32 weights
@@ -113,6 +135,44 @@ fn shards_on_the_cpu_give_the_whole_models_logits() {
             assert!(
                 7 * same_top.0 >= 6 * same_top.1,
                 "{name} x{n}: other top tokens"
+            );
+        }
+    }
+}
+
+/// MoE models with their experts split both ways, whole experts (the
+/// default where their count divides) and every expert's units: the same
+/// logits as the whole model.
+#[test]
+fn experts_split_whole_or_by_units_give_the_whole_models_logits() {
+    for name in [
+        "qwen3moe-F32",
+        "mixtral-F32",
+        "qwen3moe-Q8_0",
+        "mixtral-Q4_0",
+    ] {
+        let path = model_path(name);
+        let mut whole = load_with(&path, &cache_options(None, 12), 1);
+        let want = cache_steps(&mut whole);
+        let n_expert = whole.config().n_expert;
+        for (n, experts) in [
+            (2, ExpertSplit::Whole),
+            (4, ExpertSplit::Whole),
+            (2, ExpertSplit::Units),
+        ] {
+            let mut tp = split_as(name, n, experts);
+            let got = cache_steps(&mut tp);
+            let worst = got
+                .iter()
+                .zip(&want)
+                .map(|(g, w)| nrmse(g, w))
+                .fold(0f64, f64::max);
+            println!(
+                "{name:<14} x{n} {experts:?} of {n_expert} experts: worst step nrmse {worst:.2e}"
+            );
+            assert!(
+                worst <= bound(name),
+                "{name} x{n} {experts:?}: nrmse {worst:.2e}"
             );
         }
     }

@@ -149,6 +149,15 @@ pub enum SyncKind {
         /// The FFN's output (else the attention's).
         ffn: bool,
     },
+    /// MoE layer `layer`'s routes ([`Op::MoeTopK`]'s ids and weights) are
+    /// read back by an expert-parallel shard and written as its own: the
+    /// ids of the experts it holds made local, every other route given
+    /// weight 0 (its share of the layer's output is then the shard's
+    /// experts' alone, and the all-reduce after adds the others').
+    ExpertShard {
+        /// The layer.
+        layer: usize,
+    },
 }
 
 /// A point where a plan stops for the host: the steps before `before` are

@@ -72,6 +72,11 @@ pub struct ModelConfig {
     pub n_expert_used: usize,
     /// Feed-forward width of one expert, when given separately.
     pub n_ff_expert: Option<usize>,
+    /// The first expert and the count the stacked expert weights hold,
+    /// when the model is an expert-parallel shard
+    /// ([`crate::model::shard`], `hearth.shard.expert_first` and
+    /// `hearth.shard.expert_count`); `None`: all `n_expert`.
+    pub expert_shard: Option<(usize, usize)>,
 }
 
 impl ModelConfig {
@@ -139,6 +144,10 @@ impl ModelConfig {
             n_expert: opt("expert_count").unwrap_or(0),
             n_expert_used: opt("expert_used_count").unwrap_or(0),
             n_ff_expert: opt("expert_feed_forward_length"),
+            expert_shard: md
+                .get_u64("hearth.shard.expert_first")
+                .zip(md.get_u64("hearth.shard.expert_count"))
+                .map(|(f, c)| (f as usize, c as usize)),
             arch,
         })
     }

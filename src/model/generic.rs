@@ -268,6 +268,7 @@ impl<B: Backend> Model<B> {
             stream: stream.as_mut(),
             reduce: reduce.as_ref().map(|(r, i)| (&**r, *i)),
             round: 0,
+            expert_shard: cfg.expert_shard,
         };
         Ok(backend.run_plan(plan, &inputs, &held, &mut host).await?)
     }

@@ -183,11 +183,14 @@ impl<'a> Layout<'a> {
         let d = cfg.n_embd;
         if moe {
             let (ne, ff) = (cfg.n_expert, cfg.n_ff_expert.unwrap_or(cfg.n_ff));
+            // An expert-parallel shard holds some of the experts; its
+            // router still scores them all.
+            let held = cfg.expert_shard.map_or(ne, |(_, count)| count);
             return Ok(FfnWeights::Moe {
                 router: self.weight(&format!("{p}.ffn_gate_inp.weight"), &[d, ne])?,
-                gate: self.weight(&format!("{p}.ffn_gate_exps.weight"), &[d, ff, ne])?,
-                up: self.weight(&format!("{p}.ffn_up_exps.weight"), &[d, ff, ne])?,
-                down: self.weight(&format!("{p}.ffn_down_exps.weight"), &[ff, d, ne])?,
+                gate: self.weight(&format!("{p}.ffn_gate_exps.weight"), &[d, ff, held])?,
+                up: self.weight(&format!("{p}.ffn_up_exps.weight"), &[d, ff, held])?,
+                down: self.weight(&format!("{p}.ffn_down_exps.weight"), &[ff, d, held])?,
                 n_ff: ff,
             });
         }

@@ -139,6 +139,8 @@ pub(crate) struct StoreSync<'a> {
     pub(crate) reduce: Option<(&'a HostReduce, usize)>,
     /// All-reduces of this step so far.
     pub(crate) round: usize,
+    /// The first expert and the count an expert-parallel shard holds.
+    pub(crate) expert_shard: Option<(usize, usize)>,
 }
 
 impl HostSync for StoreSync<'_> {
@@ -162,6 +164,15 @@ impl HostSync for StoreSync<'_> {
                     bytes: std::borrow::Cow::Owned(bytemuck::pod_collect_to_vec(&total)),
                 }])
             });
+        }
+        if let SyncKind::ExpertShard { .. } = point.kind {
+            let r = match (self.expert_shard, data.as_slice()) {
+                (Some(held), [ids, weights]) => Ok(local_routes(held, ids, weights)),
+                _ => Err(BackendError::Shape(format!(
+                    "the plan stops at {point:?}, but the model is not an expert-parallel shard"
+                ))),
+            };
+            return Box::pin(std::future::ready(r));
         }
         if let SyncKind::StreamBlocks { first, end } = point.kind {
             let r = match self.stream.as_deref_mut() {
@@ -196,4 +207,35 @@ impl HostSync for StoreSync<'_> {
             }
         }
     }
+}
+
+/// The routes of an expert-parallel shard holding `count` experts from
+/// `first`: a held expert's id made local (its weight kept), any other
+/// route sent to local expert 0 with weight 0, so it adds nothing.
+fn local_routes(
+    (first, count): (usize, usize),
+    ids: &[u8],
+    weights: &[u8],
+) -> Vec<HostWrite<'static>> {
+    let mut ids: Vec<u32> = bytemuck::pod_collect_to_vec(ids);
+    let mut weights: Vec<f32> = bytemuck::pod_collect_to_vec(weights);
+    for (id, w) in ids.iter_mut().zip(weights.iter_mut()) {
+        match (*id as usize).checked_sub(first) {
+            Some(local) if local < count => *id = local as u32,
+            _ => {
+                *id = 0;
+                *w = 0.0;
+            }
+        }
+    }
+    vec![
+        HostWrite::Act {
+            index: 0,
+            bytes: std::borrow::Cow::Owned(bytemuck::pod_collect_to_vec(&ids)),
+        },
+        HostWrite::Act {
+            index: 1,
+            bytes: std::borrow::Cow::Owned(bytemuck::pod_collect_to_vec(&weights)),
+        },
+    ]
 }

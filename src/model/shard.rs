@@ -70,6 +70,18 @@ pub enum ShardError {
     Metadata(String),
 }
 
+/// How an MoE layer's experts split across the shards.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExpertSplit {
+    /// No experts.
+    None,
+    /// Every expert's FFN units split like a dense FFN's (tensor parallel).
+    Units,
+    /// Whole experts, `n_expert / n` a shard (expert parallel): a shard
+    /// reads an expert's rows whole, and no quantized block is cut.
+    Whole,
+}
+
 /// How one model splits across `n` shards: the counts each shard holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ShardLayout {
@@ -83,11 +95,36 @@ pub struct ShardLayout {
     pub n_ff: usize,
     /// FFN hidden units of one expert (0: no experts).
     pub n_ff_expert: usize,
+    /// Experts of an MoE layer.
+    pub n_expert: usize,
+    /// How the experts split.
+    pub experts: ExpertSplit,
 }
 
 impl ShardLayout {
-    /// The layout of `cfg` over `n` shards, or why it does not split.
+    /// The layout of `cfg` over `n` shards, or why it does not split. An
+    /// MoE model's experts split whole where their count divides by `n`
+    /// ([`ExpertSplit::Whole`]), else by their units.
     pub fn new(cfg: &ModelConfig, n: usize) -> Result<Self, ShardError> {
+        let whole = cfg.n_expert > 0 && n > 0 && cfg.n_expert.is_multiple_of(n);
+        Self::with_experts(
+            cfg,
+            n,
+            if whole {
+                ExpertSplit::Whole
+            } else {
+                ExpertSplit::Units
+            },
+        )
+    }
+
+    /// The layout of `cfg` over `n` shards with its experts split as
+    /// `experts` says (ignored for a dense model).
+    pub fn with_experts(
+        cfg: &ModelConfig,
+        n: usize,
+        experts: ExpertSplit,
+    ) -> Result<Self, ShardError> {
         let divides = |count: usize, what: &str| {
             if n == 0 || !count.is_multiple_of(n) {
                 Err(ShardError::Indivisible {
@@ -107,12 +144,20 @@ impl ShardLayout {
             });
         }
         divides(cfg.n_ff, "FFN units")?;
-        let n_ff_expert = if cfg.n_expert > 0 {
+        let (n_ff_expert, experts) = if cfg.n_expert > 0 {
             let e = cfg.n_ff_expert.unwrap_or(cfg.n_ff);
-            divides(e, "expert FFN units")?;
-            e
+            match experts {
+                ExpertSplit::Whole => divides(cfg.n_expert, "experts")?,
+                _ => divides(e, "expert FFN units")?,
+            }
+            let split = if experts == ExpertSplit::None {
+                ExpertSplit::Units
+            } else {
+                experts
+            };
+            (e, split)
         } else {
-            0
+            (0, ExpertSplit::None)
         };
         Ok(Self {
             n,
@@ -120,7 +165,18 @@ impl ShardLayout {
             n_head_kv: kv,
             n_ff: cfg.n_ff,
             n_ff_expert,
+            n_expert: cfg.n_expert,
+            experts,
         })
+    }
+
+    /// The experts shard `i` holds whole (all of them unless the experts
+    /// split whole).
+    pub fn experts(&self, i: usize) -> std::ops::Range<usize> {
+        match self.experts {
+            ExpertSplit::Whole => self.units(self.n_expert, i),
+            _ => 0..self.n_expert,
+        }
     }
 
     /// Query heads of shard `i`.
@@ -155,6 +211,10 @@ impl ShardLayout {
                     let cols = t.shape.first().copied().unwrap_or(1).max(1);
                     t.size * range.len() as u64 / cols
                 }
+                Cut::Experts(range) => {
+                    let all = t.shape.get(2).copied().unwrap_or(1).max(1);
+                    t.size * range.len() as u64 / all
+                }
             })
             .sum()
     }
@@ -178,6 +238,8 @@ enum Cut {
     },
     /// Columns `range` of every row.
     Cols(std::ops::Range<usize>),
+    /// Experts `range` of a stacked expert tensor (dimension 2), whole.
+    Experts(std::ops::Range<usize>),
 }
 
 /// The cut of tensor `name` for shard `i`, from its suffix.
@@ -206,6 +268,11 @@ fn cut_of(name: &str, cfg: &ModelConfig, l: &ShardLayout, i: usize) -> Cut {
             range: l.units(l.n_ff, i),
         },
         "ffn_down.weight" => Cut::Cols(l.units(l.n_ff, i)),
+        "ffn_gate_exps.weight" | "ffn_up_exps.weight" | "ffn_down_exps.weight"
+            if l.experts == ExpertSplit::Whole =>
+        {
+            Cut::Experts(l.experts(i))
+        }
         "ffn_gate_exps.weight" | "ffn_up_exps.weight" => Cut::Rows {
             per_group: l.n_ff_expert,
             range: l.units(l.n_ff_expert, i),
@@ -277,6 +344,14 @@ fn cut_tensor(
             shape[0] = range.len() as u64;
             out
         }
+        Cut::Experts(range) => {
+            let all = t.shape.get(2).copied().unwrap_or(1).max(1) as usize;
+            let slab = data.len() / all;
+            if shape.len() >= 3 {
+                shape[2] = range.len() as u64;
+            }
+            data[range.start * slab..range.end * slab].to_vec()
+        }
     };
     let spec = TensorSpec {
         name: t.name.clone(),
@@ -314,19 +389,30 @@ fn shard_metadata(
     scalar("attention.head_count_kv", l.kv_heads(i).len(), &mut out)?;
     scalar("attention.key_length", cfg.head_dim_k, &mut out)?;
     scalar("attention.value_length", cfg.head_dim_v, &mut out)?;
-    if cfg.n_ff > 0 {
+    // An MoE model without an expert length sizes its experts by
+    // `feed_forward_length`: whole experts keep it.
+    let experts_sized_by_ff = cfg.n_expert > 0 && cfg.n_ff_expert.is_none();
+    if cfg.n_ff > 0 && !(experts_sized_by_ff && l.experts == ExpertSplit::Whole) {
         scalar("feed_forward_length", l.units(l.n_ff, i).len(), &mut out)?;
     }
-    if l.n_ff_expert > 0
-        && md
-            .get(&format!("{arch}.expert_feed_forward_length"))
-            .is_some()
-    {
-        scalar(
-            "expert_feed_forward_length",
-            l.units(l.n_ff_expert, i).len(),
-            &mut out,
-        )?;
+    match l.experts {
+        ExpertSplit::Whole => {
+            let e = l.experts(i);
+            out.set("hearth.shard.expert_first", Value::U32(e.start as u32));
+            out.set("hearth.shard.expert_count", Value::U32(e.len() as u32));
+        }
+        ExpertSplit::Units
+            if md
+                .get(&format!("{arch}.expert_feed_forward_length"))
+                .is_some() =>
+        {
+            scalar(
+                "expert_feed_forward_length",
+                l.units(l.n_ff_expert, i).len(),
+                &mut out,
+            )?;
+        }
+        _ => {}
     }
     out.set("hearth.shard", Value::String(format!("{i} of {}", l.n)));
     Ok(out)
@@ -337,11 +423,13 @@ fn shard_metadata(
 pub async fn shard_gguf<S: ByteSource>(
     model: &GgufModel,
     sources: &[S],
-    n: usize,
+    layout: &ShardLayout,
     i: usize,
 ) -> crate::Result<Vec<u8>> {
     let cfg = ModelConfig::from_metadata(model.metadata())?;
-    let layout = ShardLayout::new(&cfg, n)?;
+    // The layout must be this model's (the counts it was made from).
+    let layout = ShardLayout::with_experts(&cfg, layout.n, layout.experts)?;
+    let n = layout.n;
     if i >= n {
         return Err(ShardError::Metadata(format!("shard {i} of {n}")).into());
     }
@@ -364,17 +452,17 @@ pub async fn shard_gguf<S: ByteSource>(
     Ok(write_gguf(Vec::new(), &metadata, &parts)?)
 }
 
-/// Loads shard `i` of `n` of `model` onto `backend` ([`shard_gguf`], then
-/// [`load_model`] over the shard's bytes, which are dropped after).
+/// Loads shard `i` of `layout` of `model` onto `backend` ([`shard_gguf`],
+/// then [`load_model`] over the shard's bytes, which are dropped after).
 pub async fn load_shard<B: Backend, S: ByteSource>(
     backend: B,
     model: &GgufModel,
     sources: &[S],
-    (n, i): (usize, usize),
+    (layout, i): (&ShardLayout, usize),
     opts: &LoadOptions,
     progress: &mut dyn FnMut(&LoadProgress),
 ) -> crate::Result<Model<B>> {
-    let bytes = shard_gguf(model, sources, n, i).await?;
+    let bytes = shard_gguf(model, sources, layout, i).await?;
     let src = MemSource::new(bytes);
     let file = GgufFile::read(&src).await?;
     let shard = GgufModel::from_files(vec![file])?;
@@ -382,7 +470,8 @@ pub async fn load_shard<B: Backend, S: ByteSource>(
 }
 
 /// Loads `model` split across `backends` (one shard each, in order) as
-/// one [`TensorParallel`] model.
+/// one [`TensorParallel`] model, its experts split as
+/// [`ShardLayout::new`] chooses.
 pub async fn load_tensor_parallel<B: Backend, S: ByteSource>(
     backends: Vec<B>,
     model: &GgufModel,
@@ -390,13 +479,27 @@ pub async fn load_tensor_parallel<B: Backend, S: ByteSource>(
     opts: &LoadOptions,
     progress: &mut dyn FnMut(&LoadProgress),
 ) -> crate::Result<TensorParallel<B>> {
-    let n = backends.len();
     // Before any tensor is read: does the model split this way at all?
-    ShardLayout::new(&ModelConfig::from_metadata(model.metadata())?, n)?;
-    let mut shards = Vec::with_capacity(n);
+    let cfg = ModelConfig::from_metadata(model.metadata())?;
+    let experts = ShardLayout::new(&cfg, backends.len())?.experts;
+    load_tensor_parallel_as(experts, backends, model, sources, opts, progress).await
+}
+
+/// [`load_tensor_parallel`] with the experts split as `experts` says.
+pub async fn load_tensor_parallel_as<B: Backend, S: ByteSource>(
+    experts: ExpertSplit,
+    backends: Vec<B>,
+    model: &GgufModel,
+    sources: &[S],
+    opts: &LoadOptions,
+    progress: &mut dyn FnMut(&LoadProgress),
+) -> crate::Result<TensorParallel<B>> {
+    let cfg = ModelConfig::from_metadata(model.metadata())?;
+    let layout = ShardLayout::with_experts(&cfg, backends.len(), experts)?;
+    let mut shards = Vec::with_capacity(layout.n);
     for (i, backend) in backends.into_iter().enumerate() {
         let _span = crate::trace::span(crate::trace::Track::Load, "load shard").arg("shard", i);
-        shards.push(load_shard(backend, model, sources, (n, i), opts, progress).await?);
+        shards.push(load_shard(backend, model, sources, (&layout, i), opts, progress).await?);
     }
     Ok(TensorParallel::new(shards)?)
 }

@@ -420,6 +420,13 @@ fn feed_forward(
                 SyncKind::MoeRoutes { layer: il },
                 SyncKind::MoeHostPart { layer: il },
             );
+            if s.cfg.expert_shard.is_some() {
+                p.sync(
+                    &[ids, wts],
+                    &[ids, wts],
+                    SyncKind::ExpertShard { layer: il },
+                );
+            }
             match placement {
                 ExpertPlacement::Device => {}
                 ExpertPlacement::Slots => p.sync(&[ids, wts, b.h], &[ids], routes),

@@ -20,6 +20,7 @@ fn cfg(n_head: usize, n_head_kv: usize, n_ff: usize) -> ModelConfig {
         n_expert: 0,
         n_expert_used: 0,
         n_ff_expert: None,
+        expert_shard: None,
     }
 }
 
@@ -78,6 +79,12 @@ fn rows_and_columns_are_cut_per_group_and_per_row() {
     let (spec, bytes) = cut_tensor(&t, &data, &Cut::Cols(32..64), 2).expect("cut");
     assert_eq!(spec.shape, vec![32, 2]);
     assert_eq!(bytes, [&data[34..68], &data[102..136]].concat());
+    // Expert 1 of 2 experts of 2 rows of 4 f32 columns, whole.
+    let e = info("blk.0.ffn_gate_exps.weight", &[4, 2, 2], GgmlType::F32);
+    let floats: Vec<u8> = (0..16u32).flat_map(|v| (v as f32).to_le_bytes()).collect();
+    let (spec, bytes) = cut_tensor(&e, &floats, &Cut::Experts(1..2), 2).expect("cut");
+    assert_eq!(spec.shape, vec![4, 2, 1]);
+    assert_eq!(bytes, floats[32..].to_vec());
     // Half a block is refused.
     let err = cut_tensor(&t, &data, &Cut::Cols(16..48), 2).expect_err("half blocks");
     assert!(err.to_string().contains("whole blocks"), "{err}");

@@ -253,7 +253,7 @@ fn print_plan(args: &Args, file: &GgufModel, cfg: &ModelConfig, ctx: usize) -> R
 
 /// `hearth info --plan --tensor-parallel N`: what each shard holds.
 fn print_shards(args: &Args, file: &GgufModel, cfg: &ModelConfig) -> Result<()> {
-    use hearth::model::shard::ShardLayout;
+    use hearth::model::shard::{ExpertSplit, ShardLayout};
     let n = args.place.tensor_parallel;
     let l = ShardLayout::new(cfg, n)?;
     let total: u64 = file.tensors.iter().map(|t| t.size).sum();
@@ -265,15 +265,30 @@ fn print_shards(args: &Args, file: &GgufModel, cfg: &ModelConfig) -> Result<()> 
     for i in 0..n {
         let (q, kv) = (l.heads(i), l.kv_heads(i));
         let copied = if l.n_head_kv < n { ", copied" } else { "" };
+        let ffn = match l.experts {
+            ExpertSplit::Whole => {
+                let e = l.experts(i);
+                format!("experts {}-{} of {}", e.start, e.end - 1, l.n_expert)
+            }
+            ExpertSplit::Units => format!(
+                "{} of {} units of every expert",
+                l.n_ff_expert / n,
+                l.n_ff_expert
+            ),
+            ExpertSplit::None => format!("{} of {} FFN units", l.n_ff / n, l.n_ff),
+        };
         println!(
-            "  shard {i}: query heads {}-{}, K/V heads {}-{}{copied}, {} of {} FFN units, {} of weights",
+            "  shard {i}: query heads {}-{}, K/V heads {}-{}{copied}, {ffn}, {} of weights",
             q.start,
             q.end - 1,
             kv.start,
             kv.end - 1,
-            l.n_ff / n,
-            l.n_ff,
             human_bytes(l.shard_bytes(file, cfg, i))
+        );
+    }
+    if l.experts == ExpertSplit::Whole {
+        println!(
+            "  every shard routes every token and runs the experts it holds (expert parallel)"
         );
     }
     println!("  every shard: the norms, the token embeddings and the output head, whole");
