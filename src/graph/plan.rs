@@ -151,9 +151,10 @@ pub enum SyncKind {
     },
     /// MoE layer `layer`'s routes ([`Op::MoeTopK`]'s ids and weights) are
     /// read back by an expert-parallel shard and written as its own: the
-    /// ids of the experts it holds made local, every other route given
-    /// weight 0 (its share of the layer's output is then the shard's
-    /// experts' alone, and the all-reduce after adds the others').
+    /// ids of the experts it holds made local, every other route's id set
+    /// past them (left out, as an expert computed elsewhere is) and its
+    /// weight 0: its share of the layer's output is then the shard's
+    /// experts' alone, and the all-reduce after adds the others'.
     ExpertShard {
         /// The layer.
         layer: usize,

@@ -211,7 +211,9 @@ impl HostSync for StoreSync<'_> {
 
 /// The routes of an expert-parallel shard holding `count` experts from
 /// `first`: a held expert's id made local (its weight kept), any other
-/// route sent to local expert 0 with weight 0, so it adds nothing.
+/// route's id set past the held experts (every backend's expert op leaves
+/// such a route out, as it does the expert cache's host experts) with
+/// weight 0.
 fn local_routes(
     (first, count): (usize, usize),
     ids: &[u8],
@@ -223,7 +225,7 @@ fn local_routes(
         match (*id as usize).checked_sub(first) {
             Some(local) if local < count => *id = local as u32,
             _ => {
-                *id = 0;
+                *id = count as u32;
                 *w = 0.0;
             }
         }
