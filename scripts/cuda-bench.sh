@@ -32,6 +32,12 @@
 #       the 8B model split with the CPU (llama.cpp -ngl N+1 beside Hearth's
 #       --gpu-layers N), then Hearth's --stream-layers, copies beside the
 #       work or on the compute stream; report in split.txt.
+#   bash scripts/cuda-bench.sh tp
+#       on a machine of several GPUs (after build-start): the 8B model's
+#       logits with --tensor-parallel 2 against 1, then llama.cpp's
+#       -sm layer and -sm row beside Hearth's --tensor-parallel N for each
+#       N of TP (default "1 2 4", capped at the GPUs present): pp512,
+#       decode of 1 and 16 sequences; report in tp.txt.
 #   bash scripts/cuda-bench.sh moe-synth-start; ... moe
 #       the expert cache beside llama.cpp's --n-cpu-moe on a
 #       Qwen3-30B-A3B-shaped Q4_K_M file (SKEW: --router-skew, 1; embeddings
@@ -251,6 +257,34 @@ split() {
   done
 }
 
+tp() {
+  mkdir -p "$out"
+  export HEARTH_CUDA_CACHE=/root/hearth-cuda-cache
+  local bin=/root/llama.cpp/build/bin reps=${REPS:-3} gpus n devs
+  gpus=$(nvidia-smi --list-gpus | wc -l)
+  while [ -e "$model.writing" ]; do sleep 5; done
+  [ -s "$model" ] || "$hearth" synth "$model" --shape llama-3.1-8b --type Q4_K_M --seed 1
+  nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee "$out/tp.txt"
+  if [ "$gpus" -ge 2 ]; then
+    "$hearth" logits -m "$model" --backend cuda --tokens "$toks" --out /tmp/tp1.f32
+    "$hearth" logits -m "$model" --backend cuda --tensor-parallel 2 --tokens "$toks" --out /tmp/tp2.f32
+    echo "logits nrmse, 2 shards against 1: $(nrmse /tmp/tp1.f32 /tmp/tp2.f32)" | tee -a "$out/tp.txt"
+  fi
+  while [ ! -e /root/build.done ]; do sleep 5; done
+  for n in ${TP:-1 2 4}; do
+    [ "$n" -le "$gpus" ] || continue
+    devs=$(seq -s, 0 $((n - 1)))
+    for sm in layer row; do
+      echo "== llama.cpp -sm $sm on $n GPUs" | tee -a "$out/tp.txt"
+      CUDA_VISIBLE_DEVICES=$devs "$bin/llama-bench" -m "$model" -p 512 -n 128 -ngl 99 -fa 1 \
+        -sm "$sm" -r "$reps" 2>&1 | grep -E '^\|' | tee -a "$out/tp.txt"
+    done
+    echo "== hearth --tensor-parallel $n" | tee -a "$out/tp.txt"
+    "$hearth" bench -m "$model" --backend cuda -p 512 -n 128 --seqs 1,16 -r "$reps" \
+      --tensor-parallel "$n" 2>&1 | grep -E '(pp|tg)[0-9]' | tee -a "$out/tp.txt"
+  done
+}
+
 device() {
   mkdir -p "$out"
   nvidia-smi --query-gpu=name,memory.total,clocks.max.mem --format=csv | tee "$out/gpu.txt"
@@ -388,6 +422,7 @@ case "${1:-}" in
       </dev/null >/dev/null 2>&1 & ;;
   moe-quick-synth) moe_quick_synth ;;
   split) split ;;
+  tp) tp ;;
   sweep) sweep ;;
   mv) mv_bench ;;
   profiles) profiles ;;
