@@ -237,3 +237,45 @@ fn decode_in_pieces_equals_one_submission() {
         "logits differ between pieces and one submission"
     );
 }
+
+/// A decode-only interval (the tune probe's) pieces the decode steps and
+/// leaves prompt steps of more than `DECODE_TOKENS` tokens whole; the
+/// logits are those of one submission a step.
+#[test]
+fn a_decode_interval_pieces_decode_steps_alone() {
+    use hearth::backend::webgpu::DECODE_TOKENS;
+    let prompt: Vec<u32> = (0..DECODE_TOKENS as u32 + 4)
+        .map(|i| 11 + (i * 37) % 250)
+        .collect();
+    let next = [23, 140];
+    let path = synthetic_model("llama-Q4_K_M");
+    let opts = GpuOptions {
+        submit_every: Some(0),
+        ..gpu_options()
+    };
+    let Some(mut whole) = load_gpu_with(&path, KvType::F16, 8, &opts) else {
+        return;
+    };
+    let want = decode(&mut whole, &prompt, &next);
+    let Some(mut m) = load_gpu_with(&path, KvType::F16, 8, &opts) else {
+        return;
+    };
+    m.backend_mut().set_decode_submit_every(Some(5));
+    let before = m.backend().counters();
+    let got = decode(&mut m, &prompt, &next[..0]);
+    let prefill = m.backend().counters().since(&before);
+    assert_eq!(prefill.submits, 1, "the prompt step stays whole: {prefill}");
+    drop(got);
+    let Some(mut m) = load_gpu_with(&path, KvType::F16, 8, &opts) else {
+        return;
+    };
+    m.backend_mut().set_decode_submit_every(Some(5));
+    let before = m.backend().counters();
+    let got = decode(&mut m, &prompt, &next);
+    let d = m.backend().counters().since(&before);
+    assert!(
+        d.submits > 4 * next.len() as u64,
+        "decode steps in pieces: {d}"
+    );
+    assert_eq!(got, want, "logits differ between pieces and one submission");
+}

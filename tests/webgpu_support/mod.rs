@@ -111,7 +111,7 @@ pub fn run_all_gpu(m: &mut GpuModel, ids: &[u32], wanted: LogitsWanted) -> Vec<f
 /// token per step; returns each decode step's logits, concatenated.
 pub fn decode<M: hearth::model::ForwardModel>(m: &mut M, prompt: &[u32], next: &[u32]) -> Vec<f32> {
     let total = prompt.len() + next.len();
-    let tbl = table(1, total.div_ceil(BLOCK));
+    let tbl = table(1, total);
     let mut out = Vec::new();
     let mut run = |tokens: &[u32], start: usize, logits| {
         let sl = slots(&tbl, start, tokens.len());

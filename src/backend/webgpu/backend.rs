@@ -111,6 +111,12 @@ pub struct WebGpuBackend {
     prof: Option<Arc<Mutex<Profiler>>>,
     /// Dispatches per submitted piece of a step (0: whole steps).
     submit_every: usize,
+    /// The same for decode steps (at most [`DECODE_TOKENS`] tokens), where
+    /// measured ([`WebGpuBackend::set_decode_submit_every`]).
+    decode_submit_every: Option<usize>,
+    /// Tokens of the step being recorded, from its embedding lookup (0:
+    /// not known yet).
+    step_tokens: usize,
     /// A small buffer bound where a kernel uses no buffer.
     pub(super) unused: Option<GpuBuffer>,
     /// The prologue of the fused product being recorded, offered to its
@@ -125,6 +131,10 @@ pub struct WebGpuBackend {
 /// H200 (Vulkan), an 8B model: 56 decoded at 183.0 tokens/s, 112 at
 /// 177.4-179.1, 200 at 167.3.
 pub const DEFAULT_SUBMIT_EVERY: usize = 56;
+
+/// Steps of at most this many tokens are decode steps for
+/// [`WebGpuBackend::set_decode_submit_every`].
+pub const DECODE_TOKENS: usize = 16;
 
 /// Most bytes of one wgpu buffer holding several weights
 /// ([`Backend::alloc_weights`]).
@@ -174,6 +184,8 @@ impl WebGpuBackend {
             moe_scratch: Default::default(),
             prof,
             submit_every,
+            decode_submit_every: None,
+            step_tokens: 0,
             unused: None,
             offer: None,
         }
@@ -212,6 +224,21 @@ impl WebGpuBackend {
     /// `HEARTH_GPU_SUBMIT_EVERY`.
     pub fn set_submit_every(&mut self, n: usize) {
         self.submit_every = n;
+    }
+
+    /// The submit interval of decode steps (at most [`DECODE_TOKENS`]
+    /// tokens) alone, the others keeping [`WebGpuBackend::set_submit_every`]'s:
+    /// what the tune probe measures (`None`: the same for all steps).
+    pub fn set_decode_submit_every(&mut self, n: Option<usize>) {
+        self.decode_submit_every = n;
+    }
+
+    /// The submit interval of the step being recorded.
+    fn piece_dispatches(&self) -> usize {
+        match self.decode_submit_every {
+            Some(n) if self.step_tokens > 0 && self.step_tokens <= DECODE_TOKENS => n,
+            _ => self.submit_every,
+        }
     }
 
     /// The device context.
@@ -499,14 +526,22 @@ impl Backend for WebGpuBackend {
     }
 
     fn record(&mut self, op: &Op, io: &OpIo<'_, GpuBuffer>) -> Result<(), BackendError> {
+        // A step starts with its embedding lookup: one id per token.
+        if let (Op::GetRows { .. }, [table, ids]) = (op, io.inputs) {
+            if table.kind == crate::backend::BufKind::Weights {
+                self.step_tokens = (ids.len / 4) as usize;
+            }
+        }
         self.record_op(op, io)?;
-        if self.submit_every > 0 && self.rec.pending() >= self.submit_every {
+        let every = self.piece_dispatches();
+        if every > 0 && self.rec.pending() >= every {
             self.flush_piece(None, false)?;
         }
         Ok(())
     }
 
     fn submit(&mut self) -> Result<(), BackendError> {
+        self.step_tokens = 0;
         self.flush(None)?;
         Self::step_done(&self.prof, &self.counters, false);
         Ok(())
@@ -524,6 +559,7 @@ impl Backend for WebGpuBackend {
         src: &GpuBuffer,
         range: Range<u64>,
     ) -> impl Future<Output = Result<Vec<u8>, BackendError>> {
+        self.step_tokens = 0;
         let pending = if range.start == range.end {
             self.flush(None).map_err(BackendError::from).map(|()| None)
         } else {

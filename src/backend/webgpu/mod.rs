@@ -31,7 +31,7 @@ mod recorder;
 pub mod shader;
 mod weights;
 
-pub use backend::{WebGpuBackend, DEFAULT_SUBMIT_EVERY};
+pub use backend::{WebGpuBackend, DECODE_TOKENS, DEFAULT_SUBMIT_EVERY};
 pub use buffer::GpuBuffer;
 pub use caps::{GpuCaps, ShaderTarget};
 pub use context::{GpuContext, GpuOptions, GpuProfile};

@@ -1,5 +1,7 @@
 //! The WebGPU backend's probe: how many dispatches go into each submitted
-//! piece of a decode step (`webgpu.submit_every`).
+//! piece of a decode step (`webgpu.submit_every`; prompt steps keep the
+//! default, which a decode-only probe says nothing about: on lavapipe an
+//! interval that tied in decode cost prefill 3%).
 //!
 //! A step is submitted in pieces so the GPU starts on the first layers
 //! while the host records the rest; how big a piece should be depends on
@@ -103,7 +105,7 @@ pub fn probe(
     clock: &InstantClock,
 ) -> Result<Record, String> {
     let shape = shape(model);
-    model.backend_mut().set_submit_every(DEFAULT_SUBMIT_EVERY);
+    model.backend_mut().set_decode_submit_every(None);
     let reference = decode(model)?;
     let cell = std::cell::RefCell::new(model);
     let mut candidates: Vec<Candidate<'_>> = CANDIDATES
@@ -112,7 +114,7 @@ pub fn probe(
             let cell = &cell;
             Candidate::new(n.to_string(), move || {
                 let mut m = cell.borrow_mut();
-                m.backend_mut().set_submit_every(n);
+                m.backend_mut().set_decode_submit_every(Some(n));
                 decode(&mut m)
             })
         })
@@ -128,7 +130,7 @@ pub fn probe(
         .map_err(|e| e.to_string());
     drop(candidates);
     let model = cell.into_inner();
-    model.backend_mut().set_submit_every(DEFAULT_SUBMIT_EVERY);
+    model.backend_mut().set_decode_submit_every(None);
     record
 }
 
@@ -156,7 +158,7 @@ pub fn submit_every(args: &TuneArgs, model: &mut AnyModel) -> Option<String> {
     match store.choose(&key, PROBE, &shape, &names, &default) {
         Stored::Winner(w) => {
             let n = w.parse().unwrap_or(DEFAULT_SUBMIT_EVERY);
-            model.backend_mut().set_submit_every(n);
+            model.backend_mut().set_decode_submit_every(Some(n));
             Some(format!("tune: from store ({PROBE} {n})"))
         }
         Stored::Fallback { message, .. } => {
@@ -168,7 +170,7 @@ pub fn submit_every(args: &TuneArgs, model: &mut AnyModel) -> Option<String> {
             match probe(model, &key, &clock) {
                 Ok(record) => {
                     let n = record.winner.parse().unwrap_or(DEFAULT_SUBMIT_EVERY);
-                    model.backend_mut().set_submit_every(n);
+                    model.backend_mut().set_decode_submit_every(Some(n));
                     let line = format!(
                         "tune: probed {PROBE} on {} in {:.0} ms: {} ({})",
                         record.shape,
