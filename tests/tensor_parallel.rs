@@ -70,7 +70,7 @@ fn split_as(
     let (gguf, sources) = open_model(&path).expect("open");
     let backends = (0..n).map(|_| cpu_backend(1)).collect();
     pollster::block_on(load_tensor_parallel_as(
-        experts,
+        Some(experts),
         backends,
         &gguf,
         &sources,

@@ -479,23 +479,25 @@ pub async fn load_tensor_parallel<B: Backend, S: ByteSource>(
     opts: &LoadOptions,
     progress: &mut dyn FnMut(&LoadProgress),
 ) -> crate::Result<TensorParallel<B>> {
-    // Before any tensor is read: does the model split this way at all?
-    let cfg = ModelConfig::from_metadata(model.metadata())?;
-    let experts = ShardLayout::new(&cfg, backends.len())?.experts;
-    load_tensor_parallel_as(experts, backends, model, sources, opts, progress).await
+    load_tensor_parallel_as(None, backends, model, sources, opts, progress).await
 }
 
-/// [`load_tensor_parallel`] with the experts split as `experts` says.
+/// [`load_tensor_parallel`] with the experts split as `experts` says
+/// (`None`: as [`ShardLayout::new`] chooses).
 pub async fn load_tensor_parallel_as<B: Backend, S: ByteSource>(
-    experts: ExpertSplit,
+    experts: Option<ExpertSplit>,
     backends: Vec<B>,
     model: &GgufModel,
     sources: &[S],
     opts: &LoadOptions,
     progress: &mut dyn FnMut(&LoadProgress),
 ) -> crate::Result<TensorParallel<B>> {
+    // Before any tensor is read: does the model split this way at all?
     let cfg = ModelConfig::from_metadata(model.metadata())?;
-    let layout = ShardLayout::with_experts(&cfg, backends.len(), experts)?;
+    let layout = match experts {
+        Some(e) => ShardLayout::with_experts(&cfg, backends.len(), e)?,
+        None => ShardLayout::new(&cfg, backends.len())?,
+    };
     let mut shards = Vec::with_capacity(layout.n);
     for (i, backend) in backends.into_iter().enumerate() {
         let _span = crate::trace::span(crate::trace::Track::Load, "load shard").arg("shard", i);

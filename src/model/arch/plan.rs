@@ -360,17 +360,24 @@ fn attention(
     };
     p.push(attn, &[b.q, kv[0], kv[1], b.seqs, b.tables], &[b.att]);
     matmul(s, p, &l.wo, b.att, b.o);
+    block_output(s, p, b, (il, false), l.post_attn_norm.as_ref(), opts);
+}
+
+/// A block half's output `o` into the residual stream `x`: summed over the
+/// shards first (a tensor-parallel shard; `(il, ffn)`: which half of which
+/// block), then normed where the architecture norms it.
+fn block_output(
+    s: &PlanSource<'_>,
+    p: &mut Plan,
+    b: &Bufs,
+    (layer, ffn): (usize, bool),
+    post_norm: Option<&WeightInfo>,
+    opts: &PlanOptions,
+) {
     if opts.all_reduce {
-        p.sync(
-            &[b.o],
-            &[b.o],
-            SyncKind::AllReduce {
-                layer: il,
-                ffn: false,
-            },
-        );
+        p.sync(&[b.o], &[b.o], SyncKind::AllReduce { layer, ffn });
     }
-    if let Some(w) = &l.post_attn_norm {
+    if let Some(w) = post_norm {
         norm(s, p, w, b.o, b.o);
     }
     p.push(Op::Add, &[b.x, b.o], &[b.x]);
@@ -458,20 +465,7 @@ fn feed_forward(
             }
         }
     }
-    if opts.all_reduce {
-        p.sync(
-            &[b.o],
-            &[b.o],
-            SyncKind::AllReduce {
-                layer: il,
-                ffn: true,
-            },
-        );
-    }
-    if let Some(w) = &l.post_ffn_norm {
-        norm(s, p, w, b.o, b.o);
-    }
-    p.push(Op::Add, &[b.x, b.o], &[b.x]);
+    block_output(s, p, b, (il, true), l.post_ffn_norm.as_ref(), opts);
     Ok(())
 }
 
