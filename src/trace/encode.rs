@@ -110,6 +110,7 @@ const ROOT: u64 = 1;
 const REQUESTS: u64 = 2;
 const COUNTERS: u64 = 100;
 const REQUEST_BASE: u64 = 1 << 32;
+const DEVICE_BASE: u64 = 1 << 31;
 
 fn uuid(track: Track) -> u64 {
     match track {
@@ -117,7 +118,7 @@ fn uuid(track: Track) -> u64 {
         Track::Bench => 11,
         Track::Engine => 12,
         Track::Host => 13,
-        Track::Device => 14,
+        Track::Device(i) => DEVICE_BASE + u64::from(i),
         Track::Request(id) => REQUEST_BASE + id,
     }
 }
@@ -129,7 +130,7 @@ fn rank(track: Track) -> i32 {
         Track::Bench => 1,
         Track::Engine => 2,
         Track::Host => 3,
-        Track::Device => 4,
+        Track::Device(i) => 4 + i32::try_from(i).unwrap_or(i32::MAX - 4),
         Track::Request(id) => i32::try_from(id).unwrap_or(i32::MAX),
     }
 }

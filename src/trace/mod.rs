@@ -32,7 +32,7 @@ mod encode;
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use crate::engine::Clock;
@@ -52,8 +52,9 @@ pub enum Track {
     Request(u64),
     /// Forward passes and the ops the host records.
     Host,
-    /// Kernels as the device timed them.
-    Device,
+    /// Kernels as device `i` timed them (one track per backend that
+    /// times its kernels: [`device_track`]).
+    Device(u32),
     /// `hearth bench`'s tests.
     Bench,
 }
@@ -66,7 +67,7 @@ impl Track {
             Track::Engine => "engine".into(),
             Track::Request(id) => format!("request {id}"),
             Track::Host => "host".into(),
-            Track::Device => "device".into(),
+            Track::Device(i) => format!("device {i}"),
             Track::Bench => "bench".into(),
         }
     }
@@ -237,6 +238,7 @@ fn secs_to_ns(s: f64) -> u64 {
 }
 
 static ON: AtomicBool = AtomicBool::new(false);
+static DEVICES: AtomicU32 = AtomicU32::new(0);
 static GENERATION: AtomicU64 = AtomicU64::new(0);
 static RECORDER: Mutex<Option<Recorder>> = Mutex::new(None);
 
@@ -283,6 +285,16 @@ pub fn on() -> bool {
 /// them back to [`complete`] for spans timed elsewhere.
 pub fn now() -> Option<f64> {
     with(|r| r.clock.now() - r.origin)
+}
+
+/// A device track of its own for a backend that times its kernels (the
+/// shards of a tensor-parallel model each get one), named `name`.
+pub fn device_track(name: &str) -> Track {
+    let track = Track::Device(DEVICES.fetch_add(1, Ordering::Relaxed));
+    if let Track::Device(i) = track {
+        name_track(track, format!("device {i}: {name}"));
+    }
+    track
 }
 
 /// Names `track` in the trace (e.g. the device track after the adapter).

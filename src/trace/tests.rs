@@ -53,7 +53,7 @@ fn spans_nest_with_depths_and_times() {
         }
         set(&t, 12.0);
     }
-    complete(Track::Device, "kernel", 0.25, 0.75, vec![]);
+    complete(Track::Device(0), "kernel", 0.25, 0.75, vec![]);
     counter("kv blocks", 3.0);
     let trace = stop().expect("a recording");
     let spans = bench_spans(&trace);

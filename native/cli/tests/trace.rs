@@ -223,6 +223,39 @@ fn webgpu_trace_has_kernels_on_the_device_track() {
         s["tracks"][&device]["spans"].as_u64().unwrap_or(0) >= 10,
         "{s}"
     );
+
+    // Two tensor-parallel shards, each a backend of its own: a device
+    // track each, every one well formed.
+    let out = hearth(
+        &[
+            "run",
+            "-m",
+            m.to_str().unwrap(),
+            "--backend",
+            "webgpu",
+            "-p",
+            "hello",
+            "-n",
+            "3",
+            "--temp",
+            "0",
+            "--tensor-parallel",
+            "2",
+            "--trace",
+            path.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let s = summary(&path, &["device 0=rms_norm", "device 1=rms_norm"]);
+    let devices = s["tracks"]
+        .as_object()
+        .map_or(0, |t| t.keys().filter(|k| k.starts_with("device")).count());
+    assert_eq!(devices, 2, "{s}");
 }
 
 #[test]

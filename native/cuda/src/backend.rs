@@ -265,6 +265,8 @@ struct Profile {
     totals: HashMap<String, (f64, u64)>,
     /// For the trace alone: no table printed at drop.
     quiet: bool,
+    /// The trace's track of this device's kernels (`None`: not traced).
+    track: Option<hearth::trace::Track>,
 }
 
 impl Profile {
@@ -273,7 +275,7 @@ impl Profile {
     /// the stream finished) and each placed by its events' distance from
     /// that last one. Call before [`Profile::collect`].
     fn trace(&self, end: f64) {
-        let Some(&(_, _, last)) = self.pending.last() else {
+        let (Some(track), Some(&(_, _, last))) = (self.track, self.pending.last()) else {
             return;
         };
         // Seconds from `e` to the last launch's end.
@@ -284,7 +286,7 @@ impl Profile {
         };
         for (name, a, b) in &self.pending {
             hearth::trace::complete(
-                hearth::trace::Track::Device,
+                track,
                 name.clone(),
                 end - before(*a),
                 end - before(*b),
@@ -652,13 +654,10 @@ impl CudaBackend {
     pub fn set_trace_profile(&mut self) {
         self.prof = Some(Profile {
             quiet: true,
+            track: Some(hearth::trace::device_track(&self.caps.name)),
             ..Profile::default()
         });
         self.set_graphs(false);
-        hearth::trace::name_track(
-            hearth::trace::Track::Device,
-            format!("device: {}", self.caps.name),
-        );
     }
 
     /// Device time per kernel so far, where profiling is on.

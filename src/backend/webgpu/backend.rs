@@ -163,11 +163,12 @@ impl WebGpuBackend {
         let attn_split_keys = ctx.options.attention_split.unwrap_or(DEFAULT_SPLIT_KEYS);
         let prof = ctx.profile.then(|| {
             let quiet = ctx.options.profile == GpuProfile::Trace;
-            if ctx.timestamps {
-                let name = format!("device: {} ({})", ctx.caps.adapter_name, ctx.caps.api);
-                crate::trace::name_track(crate::trace::Track::Device, name);
+            let name = format!("{} ({})", ctx.caps.adapter_name, ctx.caps.api);
+            let mut p = Profiler::new(&ctx.queue, ctx.timestamps, quiet);
+            if ctx.timestamps && crate::trace::on() {
+                p.set_track(crate::trace::device_track(&name));
             }
-            Arc::new(Mutex::new(Profiler::new(&ctx.queue, ctx.timestamps, quiet)))
+            Arc::new(Mutex::new(p))
         });
         Self {
             ctx,

@@ -115,6 +115,8 @@ pub struct Profiler {
     quiet: bool,
     /// Where the last kernel put in the trace ended (trace seconds).
     traced_to: f64,
+    /// The trace's track of this device's kernels (`None`: not traced).
+    track: Option<crate::trace::Track>,
 }
 
 impl Profiler {
@@ -136,7 +138,13 @@ impl Profiler {
             ended: None,
             quiet,
             traced_to: 0.0,
+            track: None,
         }
+    }
+
+    /// Puts the kernels' timestamps on `track` of the trace.
+    pub fn set_track(&mut self, track: crate::trace::Track) {
+        self.track = Some(track);
     }
 
     /// Whether it prints nothing.
@@ -333,9 +341,10 @@ impl Profiler {
             if p.mapped.load(Ordering::Acquire) {
                 if let Ok(view) = p.buf.get_mapped_range(0..n as u64 * 8) {
                     let ticks: &[u64] = bytemuck::cast_slice(&view);
-                    if let Some(at) = p.submitted {
+                    if let (Some(at), Some(track)) = (p.submitted, self.track) {
+                        let from = at.max(self.traced_to);
                         self.traced_to =
-                            trace_kernels(&p.kinds, ticks, self.period_ns, at.max(self.traced_to));
+                            trace_kernels(track, &p.kinds, ticks, self.period_ns, from);
                     }
                     let g = self.groups.entry(p.rows).or_default();
                     for (i, kind) in p.kinds.iter().enumerate() {
@@ -418,7 +427,13 @@ fn write_group(s: &mut String, rows: u64, g: &Group) {
 /// starting at `from` (trace seconds: the submission, or the end of the
 /// one before if that ran later) and each lasting what its timestamps
 /// say. Returns where the last one ended.
-fn trace_kernels(kinds: &[Arc<str>], ticks: &[u64], period_ns: f64, from: f64) -> f64 {
+fn trace_kernels(
+    track: crate::trace::Track,
+    kinds: &[Arc<str>],
+    ticks: &[u64],
+    period_ns: f64,
+    from: f64,
+) -> f64 {
     let Some(&first) = ticks.first() else {
         return from;
     };
@@ -429,13 +444,7 @@ fn trace_kernels(kinds: &[Arc<str>], ticks: &[u64], period_ns: f64, from: f64) -
             break;
         };
         end = at(t1.max(t0));
-        crate::trace::complete(
-            crate::trace::Track::Device,
-            kind.to_string(),
-            at(t0),
-            end,
-            Vec::new(),
-        );
+        crate::trace::complete(track, kind.to_string(), at(t0), end, Vec::new());
     }
     end
 }
