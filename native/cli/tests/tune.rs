@@ -255,6 +255,13 @@ fn webgpu_submit_interval_is_probed_once_then_read_from_the_store() {
     );
     assert!(!second.contains("tune: probed"), "{second}");
 
+    // `hearth info --tune` lists the adapter's record as this machine's.
+    let out = hearth(&["info", "--tune"], Some(d));
+    let listed = String::from_utf8_lossy(&out.stdout);
+    assert!(listed.contains("this machine: webgpu"), "{listed}");
+    assert!(listed.contains("webgpu.submit_every on llama"), "{listed}");
+    assert!(listed.contains("0 record(s) for other devices"), "{listed}");
+
     // An interval set by hand wins: nothing probed, nothing said.
     let forced = run_webgpu(d, &[("HEARTH_GPU_SUBMIT_EVERY", "8")]).expect("adapter");
     assert!(!forced.contains("tune:"), "{forced}");

@@ -324,16 +324,28 @@ pub fn print_stored(args: &TuneArgs) -> Result<()> {
     if let Some(p) = problem {
         eprintln!("hearth: {p}");
     }
-    let key = cpu_key();
-    let (mine, ignored) = store.for_key(&key);
+    // This machine's devices: the CPU, and the WebGPU adapter a load
+    // would take (where there is one).
+    let mut keys = vec![cpu_key()];
+    if let Ok(ctx) = pollster::block_on(hearth::backend::webgpu::GpuContext::new(
+        &super::backend::gpu_options(),
+    )) {
+        keys.push(super::tune_gpu::key(&ctx));
+    }
     println!("tune store: {}", path.display());
-    println!("this machine: {}", key.label());
-    if mine.is_empty() {
-        println!("no records for this machine and build (`hearth tune -m MODEL` measures)");
+    let mut listed = 0;
+    for key in &keys {
+        let (mine, _) = store.for_key(key);
+        println!("this machine: {}", key.label());
+        if mine.is_empty() {
+            println!("  no records for this device and build (`hearth tune -m MODEL` measures)");
+        }
+        for r in &mine {
+            print_record(r);
+        }
+        listed += mine.len();
     }
-    for r in &mine {
-        print_record(r);
-    }
+    let ignored = store.records.len() - listed;
     println!("{ignored} record(s) for other devices or builds, ignored");
     Ok(())
 }
