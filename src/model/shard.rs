@@ -520,7 +520,6 @@ struct Round {
 /// [`TensorParallel`] (shard `i`'s `k`-th call of a step meets the other
 /// shards' `k`-th). The shards' parts are added in shard order, so the
 /// result does not depend on which shard came first.
-#[derive(Default)]
 pub struct HostReduce {
     n: usize,
     rounds: Mutex<HashMap<usize, Round>>,

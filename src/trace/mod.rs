@@ -290,11 +290,9 @@ pub fn now() -> Option<f64> {
 /// A device track of its own for a backend that times its kernels (the
 /// shards of a tensor-parallel model each get one), named `name`.
 pub fn device_track(name: &str) -> Track {
-    let track = Track::Device(DEVICES.fetch_add(1, Ordering::Relaxed));
-    if let Track::Device(i) = track {
-        name_track(track, format!("device {i}: {name}"));
-    }
-    track
+    let i = DEVICES.fetch_add(1, Ordering::Relaxed);
+    name_track(Track::Device(i), format!("device {i}: {name}"));
+    Track::Device(i)
 }
 
 /// Names `track` in the trace (e.g. the device track after the adapter).

@@ -116,16 +116,23 @@ pub async fn check_on(
 
 /// Loads `model` on the backend named `name` (one of [`BACKENDS`]), the
 /// CPU on `threads` threads with the kernel tier `cpu_isa` where
-/// `HEARTH_CPU_ISA` names none (`None`: the widest tier).
+/// `HEARTH_CPU_ISA` names none (`None`: the widest tier); split into
+/// `tensor_parallel` shards where that is more than 1 ([`load_on_tp`]).
+#[allow(clippy::too_many_arguments)]
 pub async fn load_on<S: ByteSource>(
     name: &str,
     threads: usize,
+    tensor_parallel: usize,
     cpu_isa: Option<Isa>,
     model: &GgufModel,
     sources: &[S],
     opts: &LoadOptions,
     progress: &mut dyn FnMut(&LoadProgress),
 ) -> anyhow::Result<AnyModel> {
+    if tensor_parallel > 1 {
+        let shards = (tensor_parallel, cpu_isa);
+        return load_on_tp(name, shards, threads, model, sources, opts, progress).await;
+    }
     check_backend(name)?;
     // The host's share of the work beside a device runs on `threads` too.
     let opts = &LoadOptions {
@@ -163,10 +170,11 @@ pub async fn load_on<S: ByteSource>(
 /// ([`hearth::model::shard`]), shard `i` on its own backend named `name`:
 /// CUDA device `i`, or, on one device or the CPU, `n` backends side by
 /// side (the partial sums cross the host either way; on the CPU each
-/// shard gets `threads / n` threads).
-pub async fn load_on_tp<S: ByteSource>(
+/// shard gets `threads / n` threads and the kernel tier `cpu_isa`, as
+/// [`load_on`]).
+async fn load_on_tp<S: ByteSource>(
     name: &str,
-    n: usize,
+    (n, cpu_isa): (usize, Option<Isa>),
     threads: usize,
     model: &GgufModel,
     sources: &[S],
@@ -196,10 +204,9 @@ pub async fn load_on_tp<S: ByteSource>(
             AnyModel::from(load_tensor_parallel(backends, model, sources, opts, progress).await?)
         }
         _ => {
-            let per = (threads / n).max(1);
-            let backends = (0..n)
-                .map(|_| CpuBackend::with_options(&cpu_options(per)))
-                .collect();
+            let mut cpu = cpu_options((threads / n).max(1));
+            cpu.isa = cpu.isa.or(cpu_isa);
+            let backends = (0..n).map(|_| CpuBackend::with_options(&cpu)).collect();
             AnyModel::from(load_tensor_parallel(backends, model, sources, opts, progress).await?)
         }
     })

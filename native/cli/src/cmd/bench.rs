@@ -327,20 +327,10 @@ fn load(
         block_size: DEFAULT_BLOCK_SIZE,
         dtype: KvType::F16,
     }));
-    if args.place.tensor_parallel > 1 {
-        return pollster::block_on(super::backend::load_on_tp(
-            backend,
-            args.place.tensor_parallel,
-            threads,
-            gguf,
-            sources,
-            &opts,
-            &mut |_| {},
-        ));
-    }
     pollster::block_on(load_on(
         backend,
         threads,
+        args.place.tensor_parallel,
         None,
         gguf,
         sources,

@@ -354,27 +354,16 @@ pub fn load_engine(args: &ModelArgs, wish: &EngineWish<'_>) -> Result<Loaded> {
         "cpu" => super::tune::cpu_isa(&args.tune, &model, threads),
         _ => (None, None),
     };
-    let loaded = if args.place.tensor_parallel > 1 {
-        pollster::block_on(backend::load_on_tp(
-            &args.backend,
-            args.place.tensor_parallel,
-            threads,
-            &model,
-            &sources,
-            &opts,
-            &mut report,
-        ))
-    } else {
-        pollster::block_on(backend::load_on(
-            &args.backend,
-            threads,
-            cpu_isa,
-            &model,
-            &sources,
-            &opts,
-            &mut report,
-        ))
-    };
+    let loaded = pollster::block_on(backend::load_on(
+        &args.backend,
+        threads,
+        args.place.tensor_parallel,
+        cpu_isa,
+        &model,
+        &sources,
+        &opts,
+        &mut report,
+    ));
     bar.finish_and_clear();
     let mut m = loaded.with_context(|| format!("cannot load {}", args.model.display()))?;
     // On WebGPU, the step's submit interval measured on this adapter.

@@ -59,6 +59,16 @@ impl FileStore {
         Self { path }
     }
 
+    /// The records it holds (none, with a warning on stderr, where the
+    /// file cannot be read as a store).
+    pub fn open(&self) -> TuneStore {
+        let (store, problem) = TuneStore::load(self);
+        if let Some(p) = problem {
+            eprintln!("hearth: {p}");
+        }
+        store
+    }
+
     fn io(&self, action: &'static str, e: std::io::Error) -> TuneError {
         TuneError::Io {
             place: self.path.display().to_string(),
@@ -147,10 +157,7 @@ pub fn cpu_isa(
         return (None, None);
     }
     let file = FileStore::new(path);
-    let (mut store, problem) = TuneStore::load(&file);
-    if let Some(p) = problem {
-        eprintln!("hearth: {p}");
-    }
+    let mut store = file.open();
     let clock = InstantClock(Instant::now());
     let key = cpu_key();
     let choice = match cpu::choose_isa(&store, &key, &shapes, threads, &clock, true) {
@@ -245,6 +252,7 @@ fn run_webgpu(args: &Args) -> Result<()> {
     let mut model = pollster::block_on(super::backend::load_on(
         "webgpu",
         1,
+        1,
         None,
         &gguf,
         &sources,
@@ -266,10 +274,7 @@ fn store_and_print(tune: &TuneArgs, record: Record) -> Result<()> {
         return Ok(());
     };
     let file = FileStore::new(path.clone());
-    let (mut store, problem) = TuneStore::load(&file);
-    if let Some(p) = problem {
-        eprintln!("hearth: {p}");
-    }
+    let mut store = file.open();
     store.insert(record);
     store
         .save(&file)
@@ -320,10 +325,7 @@ pub fn print_stored(args: &TuneArgs) -> Result<()> {
         println!("tune store: off (HEARTH_TUNE_DIR=off)");
         return Ok(());
     };
-    let (store, problem) = TuneStore::load(&FileStore::new(path.clone()));
-    if let Some(p) = problem {
-        eprintln!("hearth: {p}");
-    }
+    let store = FileStore::new(path.clone()).open();
     // This machine's devices: the CPU, and the WebGPU adapter a load
     // would take (where there is one).
     let mut keys = vec![cpu_key()];

@@ -18,7 +18,7 @@ use std::time::Instant;
 use hearth::backend::webgpu::{GpuContext, WebGpuBackend, DEFAULT_SUBMIT_EVERY};
 use hearth::kv::{BlockId, Slot};
 use hearth::model::{AnyModel, Batch, ForwardModel, LogitsWanted, Model, SeqInput};
-use hearth::tune::{build_id, Candidate, Probe, Record, Stored, TuneKey, TuneStore};
+use hearth::tune::{build_id, Candidate, Probe, Record, Stored, TuneKey};
 
 use super::tune::{FileStore, InstantClock, TuneArgs};
 
@@ -148,10 +148,7 @@ pub fn submit_every(args: &TuneArgs, model: &mut AnyModel) -> Option<String> {
     let key = key(model.backend().context());
     let shape = shape(model);
     let file = FileStore::new(path);
-    let (mut store, problem) = TuneStore::load(&file);
-    if let Some(p) = problem {
-        eprintln!("hearth: {p}");
-    }
+    let mut store = file.open();
     let names: Vec<String> = CANDIDATES.iter().map(usize::to_string).collect();
     let names: Vec<&str> = names.iter().map(String::as_str).collect();
     let default = DEFAULT_SUBMIT_EVERY.to_string();
